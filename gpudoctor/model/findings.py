@@ -1,0 +1,177 @@
+"""Findings, the checklist and the report: what rules produce and renderers show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gpudoctor.model._serde import Serde
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
+
+REPORT_SCHEMA_VERSION = 1
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most severe."""
+        return {"error": 0, "warning": 1, "info": 2}[self.value]
+
+
+class Confidence(str, Enum):
+    MEASURED = "measured"  # read from the trace / samples of this run
+    INFERRED = "inferred"  # derived from measurements plus an assumption
+    STATIC = "static"  # read from the source code (`gpudoctor check`)
+
+
+@dataclass(frozen=True, slots=True)
+class Location(Serde):
+    """A place in the user's source code."""
+
+    file: str
+    line: int
+    col: int | None = None  # 1-based, when known (static checks)
+    function: str = ""
+
+    def __str__(self) -> str:
+        s = f"{self.file}:{self.line}"
+        return f"{s}:{self.col}" if self.col else s
+
+
+@dataclass(frozen=True, slots=True)
+class Metric(Serde):
+    name: str  # "data_wait_share"
+    value: float | int | str | bool | None
+    unit: str = ""  # "%", "ms", "bytes", "GB/s", "count" …
+    window: str = ""  # which window a percentage is of ("steps", "span", …)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRange(Serde):
+    start_ns: int
+    end_ns: int
+    label: str = ""  # "ProfilerStep#12", "idle gap (sync)" …
+
+
+@dataclass(frozen=True, slots=True)
+class SettingRef(Serde):
+    name: str  # "DataLoader.num_workers"
+    value: Any
+    location: Location | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence(Serde):
+    metrics: tuple[Metric, ...] = ()
+    time_ranges: tuple[TimeRange, ...] = ()
+    settings: tuple[SettingRef, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Gain(Serde):
+    """What fixing it is worth: the share of step time at stake and the speed-up bound."""
+
+    share_pct: float | None  # of step time; None when it cannot be put in time (static)
+    speedup_bound: float | None  # 1 / (1 - share)
+    note: str = ""  # how it was estimated
+
+
+@dataclass(frozen=True, slots=True)
+class Fix(Serde):
+    instruction: str  # "Set num_workers=4 on the DataLoader at train.py:31"
+    before: str = ""  # code snippet
+    after: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(Serde):
+    code: str  # "GD201"
+    name: str  # "dataloader-stall"
+    severity: Severity
+    confidence: Confidence
+    message: str  # one line, numbers filled in
+    fix: Fix
+    evidence: Evidence = field(default_factory=Evidence)
+    gain: Gain = field(default_factory=lambda: Gain(None, None))
+    location: Location | None = None
+    rank: int | None = None  # distributed: which rank it concerns
+
+
+class ChecklistStatus(str, Enum):
+    APPLIED = "applied"
+    RECOMMENDED = "recommended"
+    NOT_APPLICABLE = "not_applicable"
+    NOT_MEASURABLE = "not_measurable"
+
+
+@dataclass(frozen=True, slots=True)
+class ChecklistItem(Serde):
+    key: str  # stable id: "dataloader-workers", "pinned-memory", …
+    title: str  # "DataLoader workers (num_workers > 0)"
+    status: ChecklistStatus
+    reason: str  # why this status ("num_workers=4 at train.py:31", "no GPU in this run", …)
+    codes: tuple[str, ...] = ()  # rule codes that judge it
+    gain: Gain | None = None  # for RECOMMENDED
+    technique: int | None = None  # number in the 13-technique checklist of seeds/004, when it is one
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStat(Serde):
+    """A headline number, computed once, shown by every renderer."""
+
+    key: str  # "steps", "step_time_median", "data_wait_share", "gpu_idle" …
+    label: str  # "step time (median)"
+    value: float | int | str | None
+    unit: str = ""
+    window: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RankRow(Serde):
+    """Distributed: one rank's headline figures."""
+
+    rank: int
+    steps: int
+    step_median_ns: int | None
+    step_p90_ns: int | None
+    comm_ns: int | None = None
+    comm_exposed_pct: float | None = None
+    straggler: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunData(Serde):
+    """Everything known about one run or trace: the input of the engine."""
+
+    source: str  # run directory or trace path
+    manifest: Manifest | None = None
+    settings: Settings | None = None
+    steps: tuple[StepRecord, ...] = ()
+    samples: Samples | None = None
+    metrics: tuple[TraceMetrics, ...] = ()  # one per trace (rank)
+    pstats: tuple[PstatsEntry, ...] = ()
+    notes: tuple[str, ...] = ()  # what could not be read and why
+
+
+@dataclass(frozen=True, slots=True)
+class Report(Serde):
+    schema_version: int
+    gpudoctor_version: str
+    kind: str  # "profile", "analyze" or "check"
+    source: str
+    created_at: str
+    findings: tuple[Finding, ...] = ()
+    checklist: tuple[ChecklistItem, ...] = ()
+    summary: tuple[SummaryStat, ...] = ()
+    environment: dict[str, str] = field(default_factory=dict)
+    run: RunData | None = None  # the measurements (None for `check`)
+    ranks: tuple[RankRow, ...] = ()
+    errors: tuple[str, ...] = ()  # per-file problems (`check`), rules that crashed, …
+    rules_run: tuple[str, ...] = ()

@@ -1,0 +1,244 @@
+"""Derived metrics of one trace: what ``analysis/`` computes and rules and reports read.
+
+Every percentage says which window it is of (``Window.kind``). Durations are in
+nanoseconds (``*_ns``), sizes in bytes, bandwidth in GB/s (1e9 bytes per second).
+Renderers show these numbers as they are; they compute none of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from gpudoctor.model._serde import Serde
+
+
+class WindowKind(str, Enum):
+    STEPS = "steps"  # union of the ProfilerStep#N windows
+    SPAN = "span"  # first to last GPU activity (the "span idle %" of shared/traces/README.md)
+    HTA = "hta"  # the ProfilerStep iterations Holistic Trace Analysis keeps (complete ones)
+    TRACE = "trace"  # the whole trace (no ProfilerStep markers)
+
+
+@dataclass(frozen=True, slots=True)
+class Window(Serde):
+    kind: WindowKind
+    start_ns: int
+    end_ns: int
+    description: str = ""  # "5 ProfilerStep windows (#10..#14)", "first to last GPU activity"
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True)
+class StepWindow(Serde):
+    step: int  # N of ProfilerStep#N (or the run's step index)
+    start_ns: int
+    end_ns: int
+
+
+class GapCause(str, Enum):
+    DATALOADER = "dataloader"  # host in enumerate(DataLoader)#…__next__
+    SYNC = "sync"  # host blocked in a synchronization
+    LAUNCH_BOUND = "launch_bound"  # host busy launching, could not keep up
+    SHORT = "short"  # kernel-to-kernel gap too short to matter individually
+    OTHER = "other"  # host busy elsewhere (Python, CPU ops, …)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGap(Serde):
+    device: int
+    start_ns: int
+    end_ns: int
+    cause: GapCause
+    detail: str = ""  # the host event that explains it ("cudaStreamSynchronize", op name …)
+    step: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GapCauseTotal(Serde):
+    cause: GapCause
+    count: int
+    total_ns: int
+    share_of_idle_pct: float  # of all idle time in the window named by DeviceUtilization.gaps_window
+    top_detail: str = ""  # the most frequent detail
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramBin(Serde):
+    lo_ns: int
+    hi_ns: int  # exclusive
+    count: int
+    total_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUtilization(Serde):
+    device: int
+    busy_ns_span: int
+    span: Window
+    idle_pct_span: float  # of WindowKind.SPAN
+    busy_ns_steps: int | None = None
+    idle_pct_steps: float | None = None  # of WindowKind.STEPS (None without ProfilerStep)
+    steps_window: Window | None = None
+    idle_pct_hta: float | None = None  # of WindowKind.HTA (None when no complete iteration)
+    hta_window: Window | None = None
+    gaps_window: WindowKind = WindowKind.SPAN  # which window the gaps below were cut from
+    gap_count: int = 0
+    gaps_over_1ms: int = 0
+    gap_causes: tuple[GapCauseTotal, ...] = ()
+    gap_histogram: tuple[HistogramBin, ...] = ()
+    top_gaps: tuple[IdleGap, ...] = ()  # the longest ones (bounded)
+
+
+class Component(str, Enum):
+    """Parts of a step. Priority where they overlap (highest first) is the order here."""
+
+    DATA_LOADING = "data_loading"
+    SYNC_WAIT = "sync_wait"
+    H2D = "h2d"
+    D2H = "d2h"
+    GPU_COMPUTE = "gpu_compute"
+    OPTIMIZER = "optimizer"
+    OTHER_CPU = "other_cpu"
+    IDLE = "idle"  # neither host nor device doing anything we can name
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown(Serde):
+    """Where one step's time went. ``sum(parts.values()) == dur_ns``."""
+
+    step: int
+    start_ns: int
+    dur_ns: int
+    parts_ns: dict[str, int]  # Component.value -> ns
+
+
+@dataclass(frozen=True, slots=True)
+class TransferStat(Serde):
+    direction: str  # "HtoD", "DtoH", "DtoD", "HtoH", "memset"
+    memory_kind: str  # "pageable", "pinned", "device", "unknown"
+    count: int
+    bytes: int
+    dur_ns: int
+    bandwidth_gbps: float | None
+    blocking_count: int = 0  # issued by a synchronous cudaMemcpy or followed by a stream sync
+    max_bytes: int = 0
+    per_step_count: float | None = None  # count / number of steps (None without steps)
+
+
+@dataclass(frozen=True, slots=True)
+class NameStat(Serde):
+    """An aggregate over events with one name (kernels, ops)."""
+
+    name: str
+    count: int
+    total_ns: int
+    max_ns: int = 0
+    share_pct: float = 0.0  # of the total of the same kind in the window
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStats(Serde):
+    count: int
+    total_ns: int
+    p50_ns: int
+    p90_ns: int
+    max_ns: int
+    under_10us_pct: float  # share of kernels (by count) shorter than 10 µs
+    launch_count: int = 0
+    launch_total_ns: int = 0  # cudaLaunchKernel & co. on the host
+    launch_to_kernel_ratio: float | None = None  # launch_total_ns / total_ns (HTA's launch statistics)
+    median_launch_delay_ns: int | None = None  # kernel start - launch start
+    tensor_core_ns: int = 0
+    tensor_core_pct: float = 0.0  # of kernel time, by kernel name
+    fp32_eligible_op_ns: int = 0  # conv/matmul/linear/bmm ops whose inputs were float32 (needs shapes)
+    fp32_eligible_pct_of_gpu: float | None = None  # GPU time of their kernels, % of kernel time
+    eligible_dtypes_known: bool = False  # shapes/dtypes were recorded
+    top: tuple[NameStat, ...] = ()
+    optimizer_kernels_per_step: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSync(Serde):
+    name: str  # cudaStreamSynchronize, aten::item, …
+    ts_ns: int
+    dur_ns: int
+    frame: str = ""  # "train.py(42): train_step" from python_function events, when present
+    step: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncSummary(Serde):
+    count: int
+    total_ns: int
+    share_of_steps_pct: float | None  # of WindowKind.STEPS (or TRACE without steps)
+    by_name: tuple[NameStat, ...] = ()
+    by_frame: tuple[NameStat, ...] = ()  # name = frame
+    top: tuple[HostSync, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSummary(Serde):
+    """The CPU side of a trace (the whole breakdown for CPU-only traces)."""
+
+    window: Window
+    dataloader_ns: int
+    dataloader_pct: float
+    op_ns: int  # top-level cpu_op time (no double counting of nested ops)
+    op_pct: float
+    python_ns: int  # top-level python_function time outside ops (needs stacks)
+    python_pct: float | None
+    optimizer_ns: int = 0
+    top_ops: tuple[NameStat, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats(Serde):
+    device: int
+    peak_allocated_bytes: int | None = None  # from [memory] events
+    peak_reserved_bytes: int | None = None
+    total_bytes: int | None = None
+    cuda_malloc_count: int = 0
+    cuda_free_count: int = 0
+    empty_cache_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo(Serde):
+    index: int
+    name: str = ""
+    compute_capability: str | None = None  # "8.0"
+    total_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMetrics(Serde):
+    """Everything ``analysis/`` derives from one trace."""
+
+    path: str
+    has_gpu_activity: bool
+    platform: str = "cuda"  # "cuda", "rocm" or "cpu"
+    schema: str = "kineto"  # "kineto" or "kineto-legacy" (2021 categories)
+    ts_unit: str = "us"  # resolution the timestamps were written in ("us" or "ns")
+    event_count: int = 0
+    unknown_categories: dict[str, int] = field(default_factory=dict)
+    rank: int | None = None
+    world_size: int | None = None
+    devices: tuple[DeviceInfo, ...] = ()
+    step_source: str = "trace"  # "ProfilerStep" or "trace" (whole trace, one window)
+    steps: tuple[StepWindow, ...] = ()
+    windows: tuple[Window, ...] = ()
+    utilization: tuple[DeviceUtilization, ...] = ()
+    breakdown: tuple[StepBreakdown, ...] = ()
+    breakdown_mean_pct: dict[str, float] = field(default_factory=dict)  # Component -> % of step time
+    transfers: tuple[TransferStat, ...] = ()
+    kernels: KernelStats | None = None
+    syncs: SyncSummary | None = None
+    cpu: CpuSummary | None = None
+    memory: tuple[MemoryStats, ...] = ()
+    has_stacks: bool = False
+    has_shapes: bool = False
+    notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

@@ -1,0 +1,276 @@
+"""What a run directory holds, as typed records (see ``docs/run-directory.md``).
+
+``collect/`` writes these (through ``to_dict``); ``parse/`` reads them back
+(``from_dict``). Times are integers in nanoseconds unless the name says otherwise;
+``t_ns`` / ``start_ns`` of steps and samples count from the run's start
+(``Manifest.started_at_unix_ns``) on the monotonic clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gpudoctor.model._serde import Serde
+
+SCHEMA_VERSION = 1
+
+
+class RunStatus(str, Enum):
+    COMPLETED = "completed"  # the script returned (exit code 0 or sys.exit(n))
+    STOPPED = "stopped"  # --steps N reached: "stopped after N steps", exit 0
+    FAILED = "failed"  # the script raised
+    INTERRUPTED = "interrupted"  # SIGINT / Ctrl-C
+    KILLED = "killed"  # the child died from a signal (SIGKILL, OOM killer, …)
+    RUNNING = "running"  # written at start; a manifest still saying this was never finished
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite(Serde):
+    """Where in the user's code something was set: ``file:line`` (``function`` when known)."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExceptionInfo(Serde):
+    type: str
+    message: str
+    call_site: CallSite | None = None  # the innermost frame in the user's code
+
+
+@dataclass(frozen=True, slots=True)
+class Device(Serde):
+    index: int
+    name: str
+    total_memory_bytes: int | None = None
+    compute_capability: str | None = None  # "8.0"
+    multiprocessor_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Collected(Serde):
+    """Whether one instrument produced data, and why not when it did not."""
+
+    name: str  # "torch.profiler", "cuda", "cprofile", "nvml", "psutil", "settings", "steps"
+    ok: bool
+    reason: str = ""  # "no GPU in this run", "NVML: permission denied", …
+    detail: str = ""  # e.g. cProfile's window: "steps 5..end of script"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerSchedule(Serde):
+    skip_first: int
+    wait: int
+    warmup: int
+    active: int
+    repeat: int  # 0 = repeat until the end
+    record_shapes: bool
+    with_stack: bool
+    profile_memory: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest(Serde):
+    schema_version: int
+    gpudoctor_version: str
+    run_id: str  # the run directory's name
+    command: tuple[str, ...]  # what the user typed after `gpudoctor profile`
+    script: str | None  # absolute path of the script (None with -m)
+    module: str | None  # with -m
+    argv: tuple[str, ...]  # sys.argv as the script saw it
+    cwd: str
+    started_at: str  # ISO 8601, local time with offset
+    started_at_unix_ns: int
+    ended_at: str | None = None
+    duration_s: float | None = None
+    status: RunStatus = RunStatus.RUNNING
+    status_detail: str = ""  # "stopped after 40 steps", "killed by signal 9", …
+    exit_code: int | None = None
+    signal: int | None = None
+    exception: ExceptionInfo | None = None
+    versions: dict[str, str] = field(default_factory=dict)  # python, torch, cuda, cudnn, driver, nvml, gpudoctor
+    hostname: str = ""
+    cpu_count: int | None = None
+    devices: tuple[Device, ...] = ()
+    collected: tuple[Collected, ...] = ()
+    profiler_owner: str = "gpudoctor"  # "gpudoctor" or "user" (the script ran torch.profiler itself)
+    schedule: ProfilerSchedule | None = None
+    step_source: str = "none"  # "optimizer", "dataloader" or "none"
+    steps_seen: int = 0
+    max_steps: int | None = None  # --steps N
+    traces: tuple[str, ...] = ()  # paths relative to the run directory
+    rank: int | None = None
+    world_size: int | None = None
+    failed_rank: int | None = None
+
+    def collected_ok(self, name: str) -> bool:
+        return any(c.name == name and c.ok for c in self.collected)
+
+    def not_collected_reason(self, name: str) -> str:
+        for c in self.collected:
+            if c.name == name and not c.ok:
+                return c.reason
+        return ""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSetting(Serde):
+    """A global switch and, when the script changed it, where."""
+
+    name: str  # "torch.backends.cudnn.benchmark"
+    value: Any  # bool / str / None when unknown
+    call_site: CallSite | None = None  # None: left at the default
+
+
+@dataclass(frozen=True, slots=True)
+class DataLoaderSetting(Serde):
+    call_site: CallSite | None
+    dataset: str  # class name of the dataset
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None  # None when num_workers == 0
+    persistent_workers: bool
+    drop_last: bool = False
+    multiprocessing_context: str | None = None  # "fork", "spawn", "forkserver"
+    has_worker_init_fn: bool = False
+    iterations_started: int = 0  # times iter() was called on it (epochs)
+    dataset_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerSetting(Serde):
+    call_site: CallSite | None
+    cls: str  # "torch.optim.AdamW"
+    foreach: bool | None
+    fused: bool | None
+    supports_fused: bool = False
+    num_params: int = 0
+    num_param_tensors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AutocastUse(Serde):
+    call_site: CallSite | None
+    device_type: str
+    dtype: str  # "torch.bfloat16"
+    enabled: bool = True
+    deprecated_api: bool = False  # torch.cuda.amp.autocast
+
+
+@dataclass(frozen=True, slots=True)
+class WrapSetting(Serde):
+    """nn.DataParallel / DistributedDataParallel / torch.compile around a module."""
+
+    kind: str  # "DataParallel", "DistributedDataParallel", "torch.compile"
+    call_site: CallSite | None
+    module: str = ""  # class name of the wrapped module
+    options: dict[str, Any] = field(default_factory=dict)  # bucket_cap_mb, find_unused_parameters, mode, backend …
+
+
+@dataclass(frozen=True, slots=True)
+class Settings(Serde):
+    """The configuration the script actually used, read at run time."""
+
+    device_type: str = "cpu"  # "cuda" when the script put tensors on a GPU
+    dataloaders: tuple[DataLoaderSetting, ...] = ()
+    optimizers: tuple[OptimizerSetting, ...] = ()
+    flags: tuple[FlagSetting, ...] = ()  # cudnn.benchmark, cudnn.deterministic, TF32 flags, matmul precision
+    autocast: tuple[AutocastUse, ...] = ()
+    grad_scalers: tuple[CallSite, ...] = ()
+    wrappers: tuple[WrapSetting, ...] = ()
+    empty_cache_calls: tuple[CallSite, ...] = ()  # torch.cuda.empty_cache() call sites
+    empty_cache_count: int = 0
+    num_threads: int | None = None  # torch.get_num_threads() in the training process
+    interop_threads: int | None = None
+    cpu_count: int | None = None  # cores available to the process
+    env: dict[str, str] = field(default_factory=dict)  # OMP_NUM_THREADS, PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD …
+
+    def flag(self, name: str) -> FlagSetting | None:
+        for f in self.flags:
+            if f.name == name:
+                return f
+        return None
+
+
+# --------------------------------------------------------------------------- steps and samples
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord(Serde):
+    """One training step (every step of the run, profiled or not)."""
+
+    index: int  # 0-based
+    start_ns: int  # from the run's start
+    wall_ns: int
+    data_wait_ns: int = 0  # blocked in DataLoader.__next__ during this step
+    user_cpu_ns: int | None = None  # training process CPU time in this step
+    sys_cpu_ns: int | None = None
+    minor_faults: int | None = None
+    major_faults: int | None = None
+    gpu_ns: int | None = None  # from CUDA events, when CUDA is present
+    profiled: bool = False  # inside an active torch.profiler window
+    epoch: int | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample(Serde):
+    """psutil: the training process, or one DataLoader worker."""
+
+    t_ns: int
+    pid: int
+    role: str  # "main" or "worker"
+    cpu_pct: float  # 100 = one full core
+    rss_bytes: int
+    threads: int
+    rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample(Serde):
+    """NVML, one device."""
+
+    t_ns: int
+    index: int
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    pcie_tx_kbps: float | None = None
+    pcie_rx_kbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Samples(Serde):
+    process: tuple[ProcessSample, ...] = ()
+    gpu: tuple[GpuSample, ...] = ()
+    interval_ms: float | None = None
+    system_cpu_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PstatsEntry(Serde):
+    """One function from ``profile.pstats`` (the top ones by cumulative time)."""
+
+    file: str
+    line: int
+    function: str
+    calls: int
+    tottime_s: float
+    cumtime_s: float
