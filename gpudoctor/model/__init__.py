@@ -16,6 +16,7 @@ from gpudoctor.model.findings import (
     Metric,
     RankRow,
     Report,
+    RuleInfo,
     RunData,
     SettingRef,
     Severity,
@@ -23,6 +24,7 @@ from gpudoctor.model.findings import (
     TimeRange,
 )
 from gpudoctor.model.metrics import (
+    CommStats,
     Component,
     CpuSummary,
     DeviceInfo,
@@ -40,6 +42,7 @@ from gpudoctor.model.metrics import (
     SyncSummary,
     TraceMetrics,
     TransferStat,
+    UtilizationBin,
     Window,
     WindowKind,
 )

@@ -147,6 +147,20 @@ class RankRow(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class RuleInfo(Serde):
+    """A rule of the catalogue as reports show it (SARIF ``tool.driver.rules``, HTML, …).
+
+    The engine copies it from ``rules.registry`` so that renderers, which import only
+    the model, need not import the rules.
+    """
+
+    code: str  # "GD201"
+    name: str  # "dataloader-stall"
+    title: str  # one line: what it detects
+    doc: str = ""  # the rule's documentation (What it detects / Why it matters / How to fix / …)
+
+
+@dataclass(frozen=True, slots=True)
 class RunData(Serde):
     """Everything known about one run or trace: the input of the engine."""
 
@@ -175,3 +189,4 @@ class Report(Serde):
     ranks: tuple[RankRow, ...] = ()
     errors: tuple[str, ...] = ()  # per-file problems (`check`), rules that crashed, …
     rules_run: tuple[str, ...] = ()
+    rules: tuple[RuleInfo, ...] = ()  # the catalogue of the rules that could run (SARIF, HTML)

@@ -75,6 +75,15 @@ class HistogramBin(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class UtilizationBin(Serde):
+    """Share of one time bucket in which the device ran a kernel, memcpy or memset."""
+
+    start_ns: int
+    end_ns: int
+    busy_pct: float  # of end_ns - start_ns
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceUtilization(Serde):
     device: int
     busy_ns_span: int
@@ -91,6 +100,7 @@ class DeviceUtilization(Serde):
     gap_causes: tuple[GapCauseTotal, ...] = ()
     gap_histogram: tuple[HistogramBin, ...] = ()
     top_gaps: tuple[IdleGap, ...] = ()  # the longest ones (bounded)
+    busy_timeline: tuple[UtilizationBin, ...] = ()  # busy % over the span in equal buckets (bounded, ~100)
 
 
 class Component(str, Enum):
@@ -127,6 +137,8 @@ class TransferStat(Serde):
     blocking_count: int = 0  # issued by a synchronous cudaMemcpy or followed by a stream sync
     max_bytes: int = 0
     per_step_count: float | None = None  # count / number of steps (None without steps)
+    blocking_dur_ns: int | None = None  # time of the blocking ones (None: not measured)
+    steps_with: int | None = None  # steps with at least one such transfer (None without steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +171,11 @@ class KernelStats(Serde):
     eligible_dtypes_known: bool = False  # shapes/dtypes were recorded
     top: tuple[NameStat, ...] = ()
     optimizer_kernels_per_step: float | None = None
+    conv_kernel_ns: int | None = None  # GPU time of convolution kernels (None: not measured)
+    tf32_kernel_ns: int | None = None  # GPU time of kernels whose name says TF32 (None: not measured)
+    fp32_eligible_op_count: int = 0  # FP32 conv/matmul/linear/bmm ops that launched kernels (needs shapes)
+    fp32_eligible_tensor_core_ns: int = 0  # part of fp32_eligible_op_ns in Tensor Core kernels (TF32 on)
+    window: WindowKind = WindowKind.TRACE  # kernels that start in this window (STEPS when there are steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +185,7 @@ class HostSync(Serde):
     dur_ns: int
     frame: str = ""  # "train.py(42): train_step" from python_function events, when present
     step: int | None = None
+    op: str = ""  # the outermost cpu_op around it ("aten::item", "aten::nonzero", "aten::copy_"), when any
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +196,7 @@ class SyncSummary(Serde):
     by_name: tuple[NameStat, ...] = ()
     by_frame: tuple[NameStat, ...] = ()  # name = frame
     top: tuple[HostSync, ...] = ()
+    by_op: tuple[NameStat, ...] = ()  # name = outermost cpu_op around the sync ("aten::item" …), "" outside ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +223,23 @@ class MemoryStats(Serde):
     cuda_malloc_count: int = 0
     cuda_free_count: int = 0
     empty_cache_count: int = 0
+    alloc_api_ns: int | None = None  # host time in cudaMalloc/cudaFree (None: not measured)
+    alloc_calls_after_first_step: int | None = None  # cudaMalloc/cudaFree after the first step (None without steps)
+
+
+@dataclass(frozen=True, slots=True)
+class CommStats(Serde):
+    """Collective communication on one device (device -1: host-side gloo collectives)."""
+
+    device: int
+    kernel_count: int = 0  # NCCL/RCCL kernels
+    comm_ns: int = 0  # union of their intervals
+    exposed_ns: int = 0  # comm time with no compute kernel running at the same time
+    exposed_pct: float | None = None  # exposed_ns, % of comm_ns
+    share_of_busy_pct: float | None = None  # comm_ns, % of the device's busy time
+    host_ops: int = 0  # record_function ranges "nccl:all_reduce", "gloo:all_reduce" … on the host
+    host_ns: int = 0  # their union on the host
+    top: tuple[NameStat, ...] = ()  # by collective (kernel or host op name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,4 +277,12 @@ class TraceMetrics(Serde):
     memory: tuple[MemoryStats, ...] = ()
     has_stacks: bool = False
     has_shapes: bool = False
+    conv_shapes_total: int | None = None  # distinct (op, input shapes) of convolution ops in the window (needs shapes)
+    conv_shapes_max_per_step: int | None = None  # the most distinct ones in a single step (fixed shapes: total == this)
+    autograd_forward_ops: int | None = None  # top-level forward cpu_ops autograd recorded ("Sequence number")
+    backward_ops: int | None = None  # backward ops (autograd::engine::evaluate_function …)
+    optimizer_steps: int | None = None  # Optimizer.step#… annotations
+    host_loss_ops: tuple[NameStat, ...] = ()  # loss ops (*_loss, cross_entropy …) that launched no GPU kernel
+    host_loss_after_d2h: int | None = None  # of those, the ones preceded in their step by a device→host copy
+    comm: tuple[CommStats, ...] = ()  # collectives per device (NCCL/RCCL kernels; gloo ops on the host)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

@@ -222,6 +222,7 @@ class StepRecord(Serde):
     profiled: bool = False  # inside an active torch.profiler window
     epoch: int | None = None
     rank: int | None = None
+    window: str = ""  # instrument on during this step: "" (none), "warmup", "active" (torch.profiler) or "cprofile"
 
 
 @dataclass(frozen=True, slots=True)

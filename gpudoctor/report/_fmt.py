@@ -1,0 +1,299 @@
+"""Display helpers shared by the renderers: units, labels, ordering. No computation.
+
+Every number a renderer shows comes from the ``Report``; these functions only turn
+a value into text (``12.3 ms``, ``1.5 GiB``, ``38.0%``) and give the fixed labels,
+colours and order of the components of a step, severities and checklist statuses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from gpudoctor.model import (
+    ChecklistItem,
+    ChecklistStatus,
+    Component,
+    Finding,
+    Gain,
+    Manifest,
+    Metric,
+    Report,
+    Severity,
+    TraceMetrics,
+)
+
+# --------------------------------------------------------------------------- numbers
+
+
+def number(value: float | int) -> str:
+    """A plain number: integers with thousands separators, floats with 3 significant figures."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return "n/a"
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if a >= 100:
+        return f"{value:,.0f}"
+    if a >= 10:
+        return f"{value:.1f}"
+    if a >= 1:
+        return f"{value:.2f}"
+    if a >= 0.01:
+        return f"{value:.3f}"
+    return f"{value:.2g}"
+
+
+def duration(ns: float | int | None) -> str:
+    """Nanoseconds as ``850 ns``, ``12.3 µs``, ``45.6 ms`` or ``1.23 s``."""
+    if ns is None:
+        return "n/a"
+    if not math.isfinite(ns):
+        return "n/a"
+    a = abs(ns)
+    if a < 1_000:
+        return f"{ns:.0f} ns"
+    if a < 1_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1_000_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    if a < 600_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    return f"{ns / 6e10:.1f} min"
+
+
+def size(n: float | int | None) -> str:
+    """Bytes in binary units: ``512 B``, ``3.2 MiB``, ``1.50 GiB``."""
+    if n is None:
+        return "n/a"
+    a = abs(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= scale:
+            v = n / scale
+            return f"{v:.2f} {unit}" if abs(v) < 10 else f"{v:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def pct(value: float | int | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:.{digits}f}%"
+
+
+def with_unit(value: Any, unit: str = "") -> str:
+    """A value with its unit as the model names it ("%", "ns", "ms", "bytes", "GB/s", "x", "count" …)."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return f"{value} {unit}".strip() if unit and unit not in ("str", "text") else value
+    if isinstance(value, (int, float)):
+        u = unit.strip()
+        if u in ("%", "pct", "percent"):
+            return pct(value)
+        if u == "ns":
+            return duration(value)
+        if u in ("us", "µs"):
+            return duration(value * 1e3)
+        if u == "ms":
+            return duration(value * 1e6)
+        if u == "s":
+            return duration(value * 1e9)
+        if u in ("bytes", "B", "byte"):
+            return size(value)
+        if u in ("x", "×"):
+            return f"{number(value)}×"
+        if u in ("", "count"):
+            return number(value)
+        return f"{number(value)} {u}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(with_unit(v) for v in value)
+    return f"{value} {unit}".strip()
+
+
+def metric_text(m: Metric) -> str:
+    """``data_wait_share = 38.0% (of steps)``."""
+    s = f"{m.name} = {with_unit(m.value, m.unit)}"
+    return f"{s} (of {m.window})" if m.window else s
+
+
+def gain_text(g: Gain | None) -> str:
+    """``38.0% of step time at stake, up to 1.61× faster``; empty when nothing is known."""
+    if g is None:
+        return ""
+    parts = []
+    if g.share_pct is not None:
+        parts.append(f"{pct(g.share_pct)} of step time at stake")
+    if g.speedup_bound is not None:
+        parts.append(f"up to {number(g.speedup_bound)}× faster")
+    text = ", ".join(parts)
+    if g.note:
+        text = f"{text} ({g.note})" if text else g.note
+    return text
+
+
+# --------------------------------------------------------------------------- components of a step
+
+COMPONENT_LABELS: dict[str, str] = {
+    Component.DATA_LOADING.value: "data loading",
+    Component.SYNC_WAIT.value: "sync wait",
+    Component.H2D.value: "host→device copy",
+    Component.D2H.value: "device→host copy",
+    Component.GPU_COMPUTE.value: "GPU compute",
+    Component.OPTIMIZER.value: "optimizer",
+    Component.OTHER_CPU.value: "other CPU",
+    Component.IDLE.value: "idle",
+}
+
+# Okabe–Ito colours (readable with colour-vision deficiencies); idle is light grey.
+COMPONENT_COLORS: dict[str, str] = {
+    Component.DATA_LOADING.value: "#E69F00",
+    Component.SYNC_WAIT.value: "#D55E00",
+    Component.H2D.value: "#56B4E9",
+    Component.D2H.value: "#0072B2",
+    Component.GPU_COMPUTE.value: "#009E73",
+    Component.OPTIMIZER.value: "#CC79A7",
+    Component.OTHER_CPU.value: "#F0E442",
+    Component.IDLE.value: "#BBBBBB",
+}
+EXTRA_COLORS = ("#8C564B", "#7F7F7F", "#17BECF", "#BCBD22")
+
+# One letter per component for the terminal bar without colour.
+COMPONENT_LETTERS: dict[str, str] = {
+    Component.DATA_LOADING.value: "D",
+    Component.SYNC_WAIT.value: "S",
+    Component.H2D.value: "H",
+    Component.D2H.value: "h",
+    Component.GPU_COMPUTE.value: "G",
+    Component.OPTIMIZER.value: "O",
+    Component.OTHER_CPU.value: "C",
+    Component.IDLE.value: ".",
+}
+
+
+def component_order(keys: Iterable[str]) -> list[str]:
+    """Known components in ``Component`` order, then unknown keys sorted."""
+    keys = list(keys)
+    known = [c.value for c in Component if c.value in keys]
+    return known + sorted(k for k in keys if k not in COMPONENT_LABELS)
+
+
+def component_label(key: str) -> str:
+    return COMPONENT_LABELS.get(key, key.replace("_", " "))
+
+
+def component_color(key: str) -> str:
+    if key in COMPONENT_COLORS:
+        return COMPONENT_COLORS[key]
+    return EXTRA_COLORS[sum(map(ord, key)) % len(EXTRA_COLORS)]
+
+
+# --------------------------------------------------------------------------- findings and checklist
+
+SEVERITY_LABELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
+
+STATUS_ORDER = (
+    ChecklistStatus.APPLIED,
+    ChecklistStatus.RECOMMENDED,
+    ChecklistStatus.NOT_APPLICABLE,
+    ChecklistStatus.NOT_MEASURABLE,
+)
+STATUS_LABELS = {
+    ChecklistStatus.APPLIED: "applied",
+    ChecklistStatus.RECOMMENDED: "recommended",
+    ChecklistStatus.NOT_APPLICABLE: "not applicable",
+    ChecklistStatus.NOT_MEASURABLE: "not measurable here",
+}
+
+
+def checklist_by_status(items: Iterable[ChecklistItem]) -> list[tuple[ChecklistStatus, list[ChecklistItem]]]:
+    """The checklist grouped by status (applied, recommended, n/a, not measurable), order kept within."""
+    items = list(items)
+    return [(s, [i for i in items if i.status == s]) for s in STATUS_ORDER if any(i.status == s for i in items)]
+
+
+def severity_counts(findings: Iterable[Finding]) -> str:
+    """``1 error, 2 warnings`` (empty when there are none)."""
+    findings = list(findings)
+    parts = []
+    for sev, word in ((Severity.ERROR, "error"), (Severity.WARNING, "warning"), (Severity.INFO, "info")):
+        n = sum(1 for f in findings if f.severity == sev)
+        if n:
+            parts.append(f"{n} {word}" + ("s" if n > 1 and word != "info" else ""))
+    return ", ".join(parts)
+
+
+def findings_headline(report: Report) -> str:
+    n = len(report.findings)
+    if n == 0:
+        return "no findings"
+    return f"{n} finding{'s' if n != 1 else ''} ({severity_counts(report.findings)})"
+
+
+# --------------------------------------------------------------------------- run and traces
+
+
+def trace_label(m: TraceMetrics, index: int) -> str:
+    """``rank 3 (trace.pt.trace.json.gz)`` or the file name."""
+    name = re.split(r"[\\/]", m.path)[-1] if m.path else f"trace {index + 1}"
+    return f"rank {m.rank} ({name})" if m.rank is not None else name
+
+
+def run_line(manifest: Manifest | None) -> str:
+    """``python train.py --epochs 1 · completed (stopped after 40 steps) · 42.10 s``."""
+    if manifest is None:
+        return ""
+    parts = []
+    if manifest.command:
+        parts.append("gpudoctor profile " + " ".join(manifest.command))
+    status = manifest.status.value
+    if manifest.status_detail:
+        status += f" ({manifest.status_detail})"
+    parts.append(status)
+    if manifest.duration_s is not None:
+        parts.append(duration(manifest.duration_s * 1e9))
+    return " · ".join(parts)
+
+
+# C0/C1 controls (tab and newline aside), DEL, and the bidirectional overrides of "Trojan source".
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_control(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def clean(text: object) -> str:
+    """Untrusted text with its control characters shown as visible escapes (``\\x1b``)."""
+    return _CONTROL.sub(_escape_control, str(text))
+
+
+def one_line(text: object) -> str:
+    """Untrusted text on one line: whitespace runs (newlines included) collapsed, controls escaped."""
+    return clean(" ".join(str(text).split()))
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def code_parts(text: object) -> list[tuple[bool, str]]:
+    """One-line text split at `backtick` pairs: [(is_code, part)], so renderers can show code as code."""
+    line = one_line(text)
+    out: list[tuple[bool, str]] = []
+    pos = 0
+    for m in _CODE.finditer(line):
+        if m.start() > pos:
+            out.append((False, line[pos : m.start()]))
+        out.append((True, m.group(1)))
+        pos = m.end()
+    if pos < len(line):
+        out.append((False, line[pos:]))
+    return out

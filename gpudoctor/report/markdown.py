@@ -1,0 +1,271 @@
+"""The Markdown report: a review to paste into a pull request.
+
+The checklist as task-list items (``- [x]`` applied, ``- [ ]`` recommended with
+evidence and gain, then not applicable and not measurable with the reason), the
+findings with fix, gain, evidence and code, the step breakdown table, the ranks and
+the environment. GitHub caps a comment at 65,536 characters: the document is built
+from whole blocks (a finding, a checklist item, a table) and blocks that do not fit
+are left out with a note saying what was left out, so a table is never cut in half.
+
+Untrusted text (kernel names, paths, messages, settings) is escaped: Markdown and
+HTML punctuation is backslash-escaped in text, code spans and fences are chosen
+longer than any backtick run inside them, and pipes are escaped in table cells.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpudoctor.model import ChecklistStatus, Finding, Report, TraceMetrics
+from gpudoctor.report import _fmt as f
+
+GITHUB_COMMENT_LIMIT = 65_536
+MAX_TABLE_ROWS = 64
+_NOTE_RESERVE = 600  # room kept for the truncation note
+
+# Markdown/HTML punctuation; "_" only where it could open or close emphasis (not inside a word).
+_SPECIAL = re.compile(r"[\\`*\[\]<>|~&@#$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_SEVERITY_MARK = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def esc(text: object) -> str:
+    """Inline text: one line, Markdown/HTML punctuation backslash-escaped (also ``@`` and ``#``)."""
+    return _SPECIAL.sub(lambda m: "\\" + m.group(), f.one_line(text))
+
+
+def rich(text: object) -> str:
+    """Like ``esc``, but `backtick` pairs in the text become code spans."""
+    return "".join(code(part) if is_code else _SPECIAL.sub(lambda m: "\\" + m.group(), part) for is_code, part in f.code_parts(text))
+
+
+def code(text: object, *, table: bool = False) -> str:
+    """An inline code span that holds ``text`` literally (longest backtick run + 1)."""
+    s = f.one_line(str(text))
+    runs = [len(r) for r in re.findall(r"`+", s)]
+    ticks = "`" * ((max(runs) + 1) if runs else 1)
+    if s.startswith("`") or s.endswith("`") or (s.startswith(" ") and s.endswith(" ")):
+        s = f" {s} "
+    if table:
+        s = s.replace("|", "\\|")
+    return f"{ticks}{s}{ticks}" if s else ""
+
+
+def fence(text: str, lang: str = "") -> str:
+    """A fenced code block whose fence is longer than any backtick run in ``text``."""
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    ticks = "`" * max(3, (max(runs) + 1) if runs else 3)
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def cell(text: object) -> str:
+    """Escaped text for a table cell (pipes escaped too)."""
+    return esc(text) or " "
+
+
+def table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
+    """A GitHub table; cells must already be escaped (``cell`` / ``code(table=True)``)."""
+    align = align or ["l"] * len(header)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _length(text: str) -> int:
+    """Length as GitHub counts it, conservatively (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass
+class _Block:
+    text: str
+    priority: int  # 0 always kept, then 1, 2 … while they fit
+    kind: str = ""  # "finding", "checklist item", "section": what the note counts
+
+
+def _finding_block(n: int, fd: Finding) -> str:
+    sev = fd.severity.value
+    head = f"**{n}. {_SEVERITY_MARK.get(sev, '')} {sev} · {esc(fd.code)} {code(fd.name)}**"
+    if fd.location is not None:
+        head += f" at {code(str(fd.location))}"
+    if fd.rank is not None:
+        head += f" · rank {fd.rank}"
+    head += f" · {fd.confidence.value}"
+    lines = [head, "", rich(fd.message), "", f"- **Fix:** {rich(fd.fix.instruction)}"]
+    gain = f.gain_text(fd.gain)
+    if gain:
+        lines.append(f"- **Gain:** {esc(gain)}")
+    ev = [esc(f.metric_text(m)) for m in fd.evidence.metrics]
+    for s in fd.evidence.settings:
+        item = f"{code(s.name)} = {code(f.with_unit(s.value))}"
+        if s.location is not None:
+            item += f" at {code(str(s.location))}"
+        ev.append(item)
+    ev += [f"{esc(tr.label or 'time range')} ({f.duration(tr.end_ns - tr.start_ns)})" for tr in fd.evidence.time_ranges]
+    ev += [rich(note) for note in fd.evidence.notes]
+    if ev:
+        lines.append("- **Evidence:** " + "; ".join(ev))
+    if fd.fix.before or fd.fix.after:
+        lines += ["", "<details><summary>Before → after</summary>", ""]
+        if fd.fix.before:
+            lines += [fence(f.clean(fd.fix.before), "python"), ""]
+        if fd.fix.after:
+            lines += [fence(f.clean(fd.fix.after), "python"), ""]
+        lines.append("</details>")
+    return "\n".join(lines)
+
+
+def _checklist_item(status: ChecklistStatus, it) -> str:
+    codes = f" ({', '.join(esc(c) for c in it.codes)})" if it.codes else ""
+    title = f"**{esc(it.title)}**"
+    if status == ChecklistStatus.APPLIED:
+        return f"- [x] {title}: {rich(it.reason)}{codes}"
+    if status == ChecklistStatus.RECOMMENDED:
+        gain = f.gain_text(it.gain)
+        gain = f"; **gain:** {esc(gain)}" if gain else ""
+        return f"- [ ] {title}: {rich(it.reason)}{gain}{codes}"
+    return f"- *{f.STATUS_LABELS[status]}:* {title}: {rich(it.reason)}{codes}"
+
+
+def _breakdown_table(metrics: tuple[TraceMetrics, ...]) -> str:
+    shown = [(i, m) for i, m in enumerate(metrics) if m.breakdown_mean_pct]
+    if not shown:
+        return ""
+    keys: list[str] = []
+    for _, m in shown:
+        keys += [k for k in m.breakdown_mean_pct if k not in keys]
+    keys = f.component_order(keys)
+    if len(shown) <= 6:
+        header = ["component"] + [cell(f.trace_label(m, i)) for i, m in shown]
+        rows = [
+            [cell(f.component_label(k))] + [f.pct(m.breakdown_mean_pct[k]) if k in m.breakdown_mean_pct else "–" for _, m in shown]
+            for k in keys
+        ]
+        text = table(header, rows, ["l"] + ["r"] * len(shown))
+    else:
+        header = ["trace"] + [cell(f.component_label(k)) for k in keys]
+        rows = [
+            [cell(f.trace_label(m, i))] + [f.pct(m.breakdown_mean_pct[k]) if k in m.breakdown_mean_pct else "–" for k in keys]
+            for i, m in shown[:MAX_TABLE_ROWS]
+        ]
+        text = table(header, rows, ["l"] + ["r"] * len(keys))
+        if len(shown) > MAX_TABLE_ROWS:
+            text += f"\n\n{len(shown) - MAX_TABLE_ROWS} more traces are in the JSON and HTML reports."
+    first = shown[0][1]
+    where = "the ProfilerStep windows" if first.step_source == "ProfilerStep" else "the whole trace (no ProfilerStep markers)"
+    return f"### Step breakdown\n\nMean share of step time over {where}.\n\n{text}"
+
+
+def _ranks_table(report: Report) -> str:
+    if not report.ranks:
+        return ""
+    rows = [
+        [
+            str(r.rank),
+            f"{r.steps:,}",
+            f.duration(r.step_median_ns),
+            f.duration(r.step_p90_ns),
+            f.duration(r.comm_ns),
+            f.pct(r.comm_exposed_pct),
+            "**straggler**" if r.straggler else "",
+        ]
+        for r in report.ranks[:MAX_TABLE_ROWS]
+    ]
+    text = table(
+        ["rank", "steps", "step median", "step p90", "communication", "comm exposed", ""],
+        rows,
+        ["r", "r", "r", "r", "r", "r", "l"],
+    )
+    if len(report.ranks) > MAX_TABLE_ROWS:
+        text += f"\n\n{len(report.ranks) - MAX_TABLE_ROWS} more ranks are in the JSON and HTML reports."
+    return "### Ranks\n\n" + text
+
+
+def _blocks(report: Report) -> list[_Block]:
+    blocks: list[_Block] = []
+    run = report.run
+    head = [f"## gpudoctor: {f.findings_headline(report)}", ""]
+    meta = f"{code(report.source)} · {esc(report.kind)} · gpudoctor {esc(report.gpudoctor_version)} · {esc(report.created_at)}"
+    head.append(meta)
+    if run is not None and run.manifest is not None:
+        head += ["", f"Run: {esc(f.run_line(run.manifest))}"]
+    blocks.append(_Block("\n".join(head), 0))
+    if report.summary:
+        rows = [
+            [cell(s.label), cell(f.with_unit(s.value, s.unit)), cell(s.window) if s.window else ""]
+            for s in report.summary
+        ]
+        blocks.append(_Block(table(["summary", "value", "of"], rows, ["l", "r", "l"]), 0))
+    if report.checklist:
+        blocks.append(_Block("### Checklist", 0))
+        for status, items in f.checklist_by_status(report.checklist):
+            for it in items:
+                prio = 0 if status in (ChecklistStatus.APPLIED, ChecklistStatus.RECOMMENDED) else 2
+                blocks.append(_Block(_checklist_item(status, it), prio, "checklist item"))
+    if report.findings:
+        blocks.append(_Block("### Findings", 0))
+        for n, fd in enumerate(report.findings, 1):
+            blocks.append(_Block(_finding_block(n, fd), 1, "finding"))
+    else:
+        blocks.append(_Block("### Findings\n\nNone: every rule that could judge this run found nothing to fix.", 0))
+    if run is not None:
+        text = _breakdown_table(run.metrics)
+        if text:
+            blocks.append(_Block(text, 2, "section"))
+    text = _ranks_table(report)
+    if text:
+        blocks.append(_Block(text, 2, "section"))
+    if report.environment:
+        rows = [[cell(k), code(v, table=True) or " "] for k, v in list(report.environment.items())[:MAX_TABLE_ROWS]]
+        blocks.append(_Block("### Environment\n\n" + table(["", "version"], rows), 2, "section"))
+    notes = [f"- error: {esc(e)}" for e in report.errors]
+    if run is not None:
+        notes += [f"- {esc(n)}" for n in run.notes]
+    if notes:
+        blocks.append(_Block("<details><summary>Notes and errors</summary>\n\n" + "\n".join(notes) + "\n\n</details>", 3, "section"))
+    return blocks
+
+
+def _join(blocks: list[_Block]) -> str:
+    # Checklist items form one list: no blank line between consecutive items.
+    out: list[str] = []
+    prev_item = False
+    for b in blocks:
+        item = b.kind == "checklist item"
+        if out:
+            out.append("\n" if (item and prev_item) else "\n\n")
+        out.append(b.text)
+        prev_item = item
+    return "".join(out) + "\n"
+
+
+def render_markdown(report: Report, limit: int = GITHUB_COMMENT_LIMIT) -> str:
+    blocks = _blocks(report)
+    full = _join(blocks)
+    if _length(full) <= limit:
+        return full
+    budget = limit - _NOTE_RESERVE
+    keep = [False] * len(blocks)
+    used = 0
+    for prio in sorted({b.priority for b in blocks}):
+        closed: set[str] = set()  # findings are ranked: once one does not fit, none after it
+        for i, b in enumerate(blocks):
+            if b.priority == prio and not keep[i] and b.kind not in closed:
+                size = _length(b.text) + 2
+                if used + size <= budget:
+                    keep[i] = True
+                    used += size
+                elif b.kind == "finding":
+                    closed.add(b.kind)
+    left: dict[str, int] = {}
+    for b, k in zip(blocks, keep, strict=True):
+        if not k:
+            left[b.kind or "section"] = left.get(b.kind or "section", 0) + 1
+    what = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in left.items())
+    note = (
+        f"> **Truncated** to fit GitHub's {GITHUB_COMMENT_LIMIT:,}-character comment limit: {what} left out. "
+        f"The full report: `gpudoctor report` with `-o report.html` (or `.json`)."
+    )
+    kept = [b for b, k in zip(blocks, keep, strict=True) if k]
+    return _join([*kept, _Block(note, 0)])

@@ -1,0 +1,218 @@
+"""The terminal report: findings ranked, the step breakdown as a bar, the checklist.
+
+Colour (ANSI) only when asked (the CLI asks on a TTY without NO_COLOR); without it
+the bar uses one letter per component so that it stays readable in a CI log.
+Untrusted text (kernel names, paths, messages) has its control characters shown
+as escapes, so a trace cannot move the cursor or recolour the terminal.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import ChecklistStatus, Finding, Report, Severity, TraceMetrics
+from gpudoctor.report import _fmt as f
+
+BAR_WIDTH = 50
+MAX_BARS = 4  # traces shown as a bar; the rest are counted
+
+_SEVERITY_COLOR = {Severity.ERROR: "1;31", Severity.WARNING: "1;33", Severity.INFO: "1;36"}
+_STATUS_MARK = {
+    ChecklistStatus.APPLIED: ("[x]", "32"),
+    ChecklistStatus.RECOMMENDED: ("[ ]", "1;33"),
+    ChecklistStatus.NOT_APPLICABLE: (" - ", "2"),
+    ChecklistStatus.NOT_MEASURABLE: (" ? ", "2"),
+}
+_COMPONENT_ANSI = {
+    "data_loading": "33",
+    "sync_wait": "31",
+    "h2d": "36",
+    "d2h": "34",
+    "gpu_compute": "32",
+    "optimizer": "35",
+    "other_cpu": "93",
+    "idle": "90",
+}
+
+clean = f.clean
+clean_line = f.one_line
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color and text else text
+
+    def bold(self, text: str) -> str:
+        return self(text, "1")
+
+    def dim(self, text: str) -> str:
+        return self(text, "2")
+
+
+def _bar_cells(parts: dict[str, float], width: int) -> list[tuple[str, int]]:
+    """Cells per component so that they add up to ``width`` (largest remainder)."""
+    keys = [k for k in f.component_order(parts) if parts[k] > 0]
+    total = sum(parts[k] for k in keys)
+    if total <= 0:
+        return []
+    exact = {k: parts[k] / total * width for k in keys}
+    cells = {k: int(exact[k]) for k in keys}
+    rest = width - sum(cells.values())
+    for k in sorted(keys, key=lambda k: (-(exact[k] - cells[k]), keys.index(k)))[:rest]:
+        cells[k] += 1
+    return [(k, cells[k]) for k in keys if cells[k] > 0]
+
+
+def _bar(parts: dict[str, float], st: _Style) -> list[str]:
+    cells = _bar_cells(parts, BAR_WIDTH)
+    if st.color:
+        bar = "".join(st("█" * n, _COMPONENT_ANSI.get(k, "37")) for k, n in cells)
+    else:
+        bar = "".join(f.COMPONENT_LETTERS.get(k, "?") * n for k, n in cells)
+    legend = []
+    for k in f.component_order(parts):
+        mark = st("█", _COMPONENT_ANSI.get(k, "37")) if st.color else f.COMPONENT_LETTERS.get(k, "?")
+        legend.append(f"{mark} {clean_line(f.component_label(k))} {f.pct(parts[k])}")
+    lines = [f"  |{bar}|"]
+    row = "  "
+    for item in legend:
+        if len(row) > 2 and len(row) + len(item) > 92:
+            lines.append(row.rstrip())
+            row = "  "
+        row += item + "   "
+    lines.append(row.rstrip())
+    return lines
+
+
+def _breakdown_section(metrics: tuple[TraceMetrics, ...], st: _Style) -> list[str]:
+    shown = [(i, m) for i, m in enumerate(metrics) if m.breakdown_mean_pct]
+    if not shown:
+        return []
+    out = [st.bold("Step breakdown") + st.dim("  (mean share of step time)")]
+    for i, m in shown[:MAX_BARS]:
+        n = len(m.breakdown)
+        steps = f"{n} step{'s' if n != 1 else ''}" if m.breakdown else "the whole trace"
+        source = "ProfilerStep windows" if m.step_source == "ProfilerStep" else "no ProfilerStep markers"
+        out.append(f"  {clean_line(f.trace_label(m, i))}: {steps} ({source})")
+        out.extend(_bar(m.breakdown_mean_pct, st))
+    if len(shown) > MAX_BARS:
+        out.append(st.dim(f"  … {len(shown) - MAX_BARS} more traces: see the html or md report"))
+    return out
+
+
+def _finding(n: int, fd: Finding, st: _Style) -> list[str]:
+    sev = st(f"{fd.severity.value.upper():<7}", _SEVERITY_COLOR[fd.severity])
+    head = f"{n:>2}. {sev} {st.bold(fd.code)} {clean_line(fd.name)}"
+    if fd.location is not None:
+        head += f"  {clean_line(str(fd.location))}"
+    if fd.rank is not None:
+        head += f"  rank {fd.rank}"
+    head += st.dim(f"  [{fd.confidence.value}]")
+    pad = " " * 4
+    label_w = 10
+    out = [head, pad + clean_line(fd.message)]
+
+    def field(label: str, lines: list[str]) -> None:
+        for j, line in enumerate(lines):
+            name = f"{label}:" if j == 0 else ""
+            out.append(pad + st.dim(f"{name:<{label_w}}") + line)
+
+    field("fix", [clean_line(fd.fix.instruction)])
+    gain = f.gain_text(fd.gain)
+    if gain:
+        field("gain", [clean_line(gain)])
+    ev: list[str] = [clean_line(f.metric_text(m)) for m in fd.evidence.metrics]
+    for s in fd.evidence.settings:
+        text = f"{s.name} = {f.with_unit(s.value)}"
+        if s.location is not None:
+            text += f" at {s.location}"
+        ev.append(clean_line(text))
+    for tr in fd.evidence.time_ranges:
+        ev.append(clean_line(f"{tr.label or 'time range'} ({f.duration(tr.end_ns - tr.start_ns)})"))
+    ev.extend(clean_line(note) for note in fd.evidence.notes)
+    if ev:
+        field("evidence", ev)
+    if fd.fix.before:
+        field("before", [clean(line) for line in fd.fix.before.splitlines()])
+    if fd.fix.after:
+        field("after", [clean(line) for line in fd.fix.after.splitlines()])
+    return out
+
+
+def _findings_section(report: Report, st: _Style) -> list[str]:
+    if not report.findings:
+        return [st.bold("Findings") + ": none" + st.dim(f" ({len(report.rules_run)} rules looked)" if report.rules_run else "")]
+    out = [st.bold(f"Findings: {f.findings_headline(report)}")]
+    for n, fd in enumerate(report.findings, 1):
+        out.extend(_finding(n, fd, st))
+        out.append("")
+    return out[:-1]
+
+
+def _checklist_section(report: Report, st: _Style) -> list[str]:
+    if not report.checklist:
+        return []
+    out = [st.bold("Checklist")]
+    for status, items in f.checklist_by_status(report.checklist):
+        mark, code = _STATUS_MARK[status]
+        for it in items:
+            line = f"  {st(mark, code)} {clean_line(it.title)}" + st.dim(f"  {f.STATUS_LABELS[status]}")
+            out.append(line)
+            detail = clean_line(it.reason)
+            gain = f.gain_text(it.gain) if status == ChecklistStatus.RECOMMENDED else ""
+            if gain:
+                detail += f"; {clean_line(gain)}"
+            if it.codes:
+                detail += st.dim(f"  ({', '.join(clean_line(c) for c in it.codes)})")
+            out.append(f"      {detail}")
+    return out
+
+
+def _summary_section(report: Report, st: _Style) -> list[str]:
+    if not report.summary:
+        return []
+    width = max(len(clean_line(s.label)) for s in report.summary)
+    out = [st.bold("Summary")]
+    for s in report.summary:
+        value = clean_line(f.with_unit(s.value, s.unit))
+        window = st.dim(f"  (of {clean_line(s.window)})") if s.window else ""
+        out.append(f"  {clean_line(s.label):<{width}}  {value}{window}")
+    return out
+
+
+def _ranks_section(report: Report, st: _Style) -> list[str]:
+    if not report.ranks:
+        return []
+    out = [st.bold("Ranks"), st.dim("  rank  steps  step median   step p90  comm exposed")]
+    for r in report.ranks:
+        flag = st("  straggler", "1;31") if r.straggler else ""
+        out.append(
+            f"  {r.rank:>4}  {r.steps:>5}  {f.duration(r.step_median_ns):>11}  {f.duration(r.step_p90_ns):>9}"
+            f"  {f.pct(r.comm_exposed_pct):>12}{flag}"
+        )
+    return out
+
+
+def render_terminal(report: Report, *, color: bool = False, quiet: bool = False) -> str:
+    st = _Style(color)
+    if quiet:
+        return "\n".join(_findings_section(report, st)) + "\n"
+    sections: list[list[str]] = []
+    head = [st.bold(f"gpudoctor {clean_line(report.gpudoctor_version)}") + f" · {clean_line(report.kind)} · {clean_line(report.source)}"]
+    run = report.run
+    if run is not None and run.manifest is not None:
+        head.append(st.dim("  " + clean_line(f.run_line(run.manifest))))
+    sections.append(head)
+    sections.append(_summary_section(report, st))
+    if run is not None:
+        sections.append(_breakdown_section(run.metrics, st))
+    sections.append(_findings_section(report, st))
+    sections.append(_checklist_section(report, st))
+    sections.append(_ranks_section(report, st))
+    notes = [st(f"  error: {clean_line(e)}", "31") for e in report.errors]
+    if run is not None:
+        notes += [st.dim(f"  note: {clean_line(n)}") for n in run.notes]
+    if notes:
+        sections.append([st.bold("Notes"), *notes])
+    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"

@@ -1,0 +1,307 @@
+"""``gpudoctor view RUN``: the run's traces in TensorBoard's PyTorch profiler plugin.
+
+TensorBoard is started as a child process on 127.0.0.1 (a free port unless one is
+given) over a private log directory that holds exactly this run: one folder named
+after the run with a link to each of its Kineto traces, named the way the
+torch-tb-profiler plugin looks for them (``*.pt.trace.json[.gz]``), so a trace
+written under another name (a colleague's ``rank0.json.gz``) is listed too. The
+URL is printed once the plugin answers, with how to open the same traces in
+Perfetto (https://ui.perfetto.dev, nothing to install). Ctrl-C stops TensorBoard
+and removes the temporary folder; the run directory is never written to.
+
+Imports only ``gpudoctor.errors`` and the standard library; TensorBoard runs as
+``python -m tensorboard.main`` in its own session, so Ctrl-C reaches gpudoctor
+alone, which then stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoctor.errors import GpudoctorError, UsageError
+
+PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")
+PLUGIN_NAME = "pytorch_profiler"
+PERFETTO_URL = "https://ui.perfetto.dev"
+START_TIMEOUT_S = 120.0
+_SNIFF_BYTES = 4 << 20  # a Kineto trace names "traceEvents" near its start
+_URL = re.compile(r"http://127\.0\.0\.1:(\d+)/")
+
+
+class TensorBoardError(GpudoctorError):
+    """TensorBoard could not be started or stopped by itself."""
+
+
+@dataclass(frozen=True)
+class ViewTarget:
+    name: str  # the run name TensorBoard shows
+    traces: tuple[Path, ...]
+
+
+# --------------------------------------------------------------------------- finding the traces
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith((".json", ".json.gz"))
+
+
+def looks_like_kineto(path: Path) -> bool:
+    """Whether a (gzipped) JSON file starts like a Kineto trace (has "traceEvents" early on)."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(_SNIFF_BYTES)
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return b'"traceEvents"' in head
+
+
+def _manifest(run_dir: Path) -> dict | None:
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{path}: not readable JSON ({err}); is {run_dir} a gpudoctor run directory?") from err
+    return data if isinstance(data, dict) else None
+
+
+def find_traces(path: Path) -> ViewTarget:
+    """The Kineto traces of a run directory, a folder of traces, or one trace file."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory; pass a run directory (gpudoctor-runs/…) or a Kineto trace")
+    if path.is_file():
+        if not (_is_trace_name(path.name) and looks_like_kineto(path)):
+            raise UsageError(f"{path} is not a Kineto trace (*.pt.trace.json[.gz]); pass a run directory or a trace file")
+        m = PLUGIN_PATTERN.match(path.name)
+        name = m.group(1) if m else re.sub(r"\.json(\.gz)?$", "", path.name)
+        return ViewTarget(name or "trace", (path,))
+    manifest = _manifest(path)
+    traces: list[Path] = []
+    if manifest is not None:
+        for rel in manifest.get("traces") or ():
+            p = path / str(rel)
+            if p.is_file() and p not in traces:
+                traces.append(p)
+    if not traces:
+        traces = sorted(p for p in path.rglob("*") if p.is_file() and PLUGIN_PATTERN.match(p.name))
+    if not traces and manifest is None:
+        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p.name) and looks_like_kineto(p))
+    if not traces:
+        if manifest is not None:
+            why = ""
+            for c in manifest.get("collected") or ():
+                if isinstance(c, dict) and c.get("name") == "torch.profiler" and not c.get("ok", True):
+                    why = f" (torch.profiler: {c.get('reason') or 'not collected'})"
+            raise UsageError(
+                f"{path} has no Kineto trace to show{why}; profile again with a window of steps "
+                "(gpudoctor profile --skip-first/--active) or pass a trace file"
+            )
+        raise UsageError(
+            f"{path} is not a run directory and holds no Kineto traces (*.pt.trace.json[.gz]); "
+            "pass a run directory made by gpudoctor profile, or a trace file"
+        )
+    return ViewTarget(path.resolve().name or "run", tuple(traces))
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@+-]+", "_", name).strip("._") or "run"
+
+
+def prepare_logdir(target: ViewTarget, tmp: Path) -> Path:
+    """A log directory holding one run folder with a link to each trace, named as the plugin wants."""
+    run = tmp / "logdir" / _safe_name(target.name)
+    run.mkdir(parents=True)
+    used: set[str] = set()
+    for trace in target.traces:
+        name = trace.name
+        if not PLUGIN_PATTERN.match(name):
+            gz = name.endswith(".gz")
+            stem = re.sub(r"\.json(\.gz)?$", "", name)
+            name = f"{_safe_name(stem)}.pt.trace.json" + (".gz" if gz else "")
+        if name in used:  # the same file name in two rank folders
+            name = f"{_safe_name(trace.parent.name)}_{name}"
+        used.add(name)
+        link = run / name
+        try:
+            link.symlink_to(trace.resolve())
+        except OSError:  # no symlinks here (Windows without the privilege): copy
+            shutil.copyfile(trace, link)
+    return run.parent
+
+
+# --------------------------------------------------------------------------- TensorBoard
+
+
+def check_installed() -> None:
+    for module, package in (("tensorboard", "tensorboard"), ("torch_tb_profiler", "torch-tb-profiler")):
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"{package} is not installed; pip install tensorboard torch-tb-profiler")
+
+
+def check_port_free(port: int) -> None:
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port}: give a port between 1 and 65535, or leave it out for a free one")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise UsageError(f"port {port} on 127.0.0.1 is in use ({err.strerror}); pick another with --port or leave it out") from err
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URL we built
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, b""
+
+
+class TensorBoard:
+    """One ``tensorboard`` child process on 127.0.0.1, logging to a file."""
+
+    def __init__(self, logdir: Path, port: int, log_path: Path, title: str = "gpudoctor") -> None:
+        self.logdir = logdir
+        self.port = port
+        self.log_path = log_path
+        self.title = title
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def _log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        useful = [ln for ln in text.splitlines() if ln.strip() and "TensorFlow installation not found" not in ln]
+        return " | ".join(useful[-lines:])
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
+        cmd = [
+            sys.executable, "-m", "tensorboard.main",
+            "--logdir", str(self.logdir),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--load_fast", "false",
+            "--window_title", self.title,
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise TensorBoardError(f"TensorBoard exited with code {code} before serving: {self._log_tail()}")
+            if not self.url:
+                m = _URL.search(self.log_path.read_text(encoding="utf-8", errors="replace"))
+                if m:
+                    self.url = f"http://127.0.0.1:{m.group(1)}/"
+            if self.url:
+                try:
+                    status, _ = _get(f"{self.url}data/plugin/{PLUGIN_NAME}/runs", timeout=2)
+                except OSError:
+                    status = 0
+                if status == 200:
+                    return self.url
+                if status == 404:
+                    raise TensorBoardError("TensorBoard runs without the PyTorch profiler plugin: pip install torch-tb-profiler")
+            time.sleep(0.2)
+        raise TensorBoardError(f"TensorBoard did not answer within {timeout_s:.0f} s: {self._log_tail()}")
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        self._signal(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
+            proc.wait(timeout=grace_s)
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+        """Signal TensorBoard's whole session (its data-loading children too)."""
+        try:
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, sig)
+            elif sig == signal.SIGTERM:
+                proc.terminate()
+            else:
+                proc.kill()
+        except ProcessLookupError:
+            pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(run_dir: Path, port: int = 0, echo: Callable[[str], None] = print) -> int:
+    """Serve RUN in TensorBoard until Ctrl-C (or SIGTERM/SIGHUP); 0 when stopped that way."""
+    target = find_traces(Path(run_dir))
+    check_installed()
+    if port:
+        check_port_free(port)
+    # TensorBoard runs in its own session: stop it on SIGTERM and SIGHUP as on Ctrl-C.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                previous[sig] = signal.signal(sig, _interrupt)
+    try:
+        return _serve(target, port, echo)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve(target: ViewTarget, port: int, echo: Callable[[str], None]) -> int:
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-view-") as tmp:
+        logdir = prepare_logdir(target, Path(tmp))
+        tb = TensorBoard(logdir, port, Path(tmp) / "tensorboard.log", title=f"gpudoctor: {target.name}")
+        try:
+            echo(f"Starting TensorBoard for {target.name} ({len(target.traces)} trace{'s' if len(target.traces) != 1 else ''})…")
+            url = tb.start()
+            echo(f"TensorBoard, PyTorch profiler plugin: {url}#{PLUGIN_NAME}")
+            echo(f"Perfetto, nothing to install: open {PERFETTO_URL}, choose 'Open trace file' and pick")
+            for trace in target.traces:
+                echo(f"  {trace.resolve()}")
+            echo("(the trace is read in your browser, not uploaded). Press Ctrl-C to stop.")
+            code = tb.wait()
+            raise TensorBoardError(f"TensorBoard stopped by itself (exit code {code}): {tb._log_tail()}")
+        except KeyboardInterrupt:
+            echo("Stopping TensorBoard.")
+            return 0
+        finally:
+            tb.stop()

@@ -1,0 +1,113 @@
+"""Untrusted strings (kernel names, paths, messages, settings) render as text in every format."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+
+import markdown  # Python-Markdown, a dependency of tensorboard
+from report_samples import NASTY_PATH, XSS, hostile_report
+
+from gpudoctor.report import render
+from gpudoctor.report.markdown import code, esc, fence
+
+
+class _Collect(HTMLParser):
+    """Elements, attributes and text of an HTML document, as a browser's tokenizer sees them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(html: str) -> _Collect:
+    p = _Collect()
+    p.feed(html)
+    p.close()
+    return p
+
+
+def test_html_renders_hostile_strings_as_text() -> None:
+    html = render(hostile_report(), "html")
+    doc = _parse(html)
+    assert "script" not in doc.tags
+    assert not any(name.startswith("on") for name, _ in doc.attrs)
+    assert not any(v and "javascript:" in v for _, v in doc.attrs)
+    text = "".join(doc.text)
+    assert XSS in text  # shown, as text
+    assert NASTY_PATH in text
+    assert "\x1b" not in html  # control characters shown as escapes
+    assert "\\x1b[31mred" in text
+
+
+def test_html_attribute_values_cannot_break_out() -> None:
+    html = render(hostile_report(), "html")
+    # every attribute value is quoted and contains no raw quote or angle bracket
+    for value in re.findall(r'=\s*"([^"]*)"', html):
+        assert "<" not in value and ">" not in value
+
+
+def test_markdown_renders_hostile_strings_as_text() -> None:
+    md = render(hostile_report(), "md")
+    out = markdown.markdown(md, extensions=["tables", "fenced_code"])
+    doc = _parse(out)
+    assert "script" not in doc.tags
+    assert not any(v and v.startswith("javascript:") for _, v in doc.attrs)
+    assert "a" not in doc.tags  # "[link](javascript:…)" stayed text
+    assert XSS in "".join(doc.text)
+    # the message's "# …" and "- …" stayed inside its paragraph (newlines collapsed)
+    assert "h1" not in doc.tags
+    assert "\x1b" not in md
+
+
+def test_markdown_escapes() -> None:
+    assert esc("a|b") == "a\\|b"
+    assert esc("<b>&amp;") == "\\<b\\>\\&amp;"
+    assert esc("num_workers and _x_") == "num_workers and \\_x\\_"
+    assert esc("line\nbreak") == "line break"
+    assert esc("@team #1 $x$") == "\\@team \\#1 \\$x\\$"
+    assert code("a`b") == "``a`b``"
+    assert code("`x`") == "`` `x` ``"
+    assert code("a|b", table=True) == "`a\\|b`"
+    assert fence("x\n```\ny").startswith("````")
+
+
+def test_markdown_fence_cannot_be_closed_by_the_snippet() -> None:
+    md = render(hostile_report(), "md")
+    out = markdown.markdown(md, extensions=["fenced_code"])
+    # the "breakout" line of the before-snippet stays inside the code block
+    pre = re.findall(r"<pre><code[^>]*>(.*?)</code></pre>", out, flags=re.S)
+    assert any("breakout" in block for block in pre)
+
+
+def test_json_and_sarif_stay_valid_and_keep_the_strings() -> None:
+    rep = hostile_report()
+    data = json.loads(render(rep, "json"))
+    assert data["findings"][0]["location"]["file"] == NASTY_PATH
+    assert data["run"]["metrics"][0]["kernels"]["top"][0]["name"] == XSS
+    sarif = json.loads(render(rep, "sarif"))
+    result = sarif["runs"][0]["results"][0]
+    assert XSS in result["message"]["text"]
+    uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert re.fullmatch(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+", uri), uri
+    assert '"' not in uri and " " not in uri and "<" not in uri
+
+
+def test_terminal_neutralises_control_characters() -> None:
+    text = render(hostile_report(), "terminal")
+    assert "\x1b" not in text
+    assert "\\x1b[31mred" in text
+    bidi = render(
+        hostile_report().__class__.from_dict({**hostile_report().to_dict(), "source": "a\u202eb"}), "terminal"
+    )
+    assert "\u202e" not in bidi and "\\u202e" in bidi

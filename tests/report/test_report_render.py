@@ -1,0 +1,255 @@
+"""Every renderer over the canonical report (snapshots) and over an empty one.
+
+Snapshots live in tests/report/snapshots/. After a deliberate change of a format,
+regenerate them and review the diff:
+
+    GPUDOCTOR_UPDATE_SNAPSHOTS=1 python -m pytest tests/report -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from report_samples import canonical_report, empty_report
+
+from gpudoctor.errors import UsageError
+from gpudoctor.model import ChecklistStatus, Report
+from gpudoctor.report import FORMATS, format_from_path, render
+from gpudoctor.report.terminal import BAR_WIDTH
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE = os.environ.get("GPUDOCTOR_UPDATE_SNAPSHOTS") == "1"
+EXT = {"terminal": "txt", "md": "md", "json": "json", "html": "html", "sarif": "sarif"}
+
+
+def _check_snapshot(name: str, text: str) -> None:
+    path = SNAPSHOTS / name
+    if UPDATE:
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.is_file(), f"missing snapshot {path}; create it with GPUDOCTOR_UPDATE_SNAPSHOTS=1"
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, (
+        f"{name} differs from its snapshot; if the change is deliberate, regenerate with "
+        "GPUDOCTOR_UPDATE_SNAPSHOTS=1 python -m pytest tests/report and review the diff"
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_canonical_report_matches_snapshot(fmt: str) -> None:
+    _check_snapshot(f"canonical.{EXT[fmt]}", render(canonical_report(), fmt))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_report_matches_snapshot(fmt: str) -> None:
+    _check_snapshot(f"empty.{EXT[fmt]}", render(empty_report(), fmt))
+
+
+def test_colour_terminal_matches_snapshot() -> None:
+    _check_snapshot("canonical.color.txt", render(canonical_report(), "terminal", color=True))
+
+
+def test_quiet_terminal_matches_snapshot() -> None:
+    _check_snapshot("canonical.quiet.txt", render(canonical_report(), "terminal", quiet=True))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rendering_is_deterministic(fmt: str) -> None:
+    assert render(canonical_report(), fmt) == render(canonical_report(), fmt)
+
+
+# --------------------------------------------------------------------------- format_from_path
+
+
+@pytest.mark.parametrize(
+    ("path", "fmt"),
+    [
+        ("review.md", "md"),
+        ("notes/REVIEW.MARKDOWN", "md"),
+        ("report.json", "json"),
+        ("out/report.html", "html"),
+        ("report.htm", "html"),
+        ("gpudoctor.sarif", "sarif"),
+        ("results.sarif.json", "sarif"),
+        ("log.txt", "terminal"),
+        ("C:\\runs\\a.b\\report.md", "md"),
+    ],
+)
+def test_format_from_path(path: str, fmt: str) -> None:
+    assert format_from_path(path) == fmt
+
+
+@pytest.mark.parametrize("path", ["report.pdf", "report", "dir.md/report", ".md", "x.jsonl"])
+def test_format_from_path_rejects_unknown_extensions(path: str) -> None:
+    with pytest.raises(UsageError, match="--format"):
+        format_from_path(path)
+
+
+def test_render_rejects_unknown_format() -> None:
+    with pytest.raises(UsageError, match="terminal, md, json, html, sarif"):
+        render(empty_report(), "pdf")
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def test_terminal_shows_findings_in_report_order_with_fix_and_location() -> None:
+    rep = canonical_report()
+    text = render(rep, "terminal")
+    positions = [text.index(f"{fd.code} {fd.name}") for fd in rep.findings]
+    assert positions == sorted(positions)
+    first = rep.findings[0]
+    assert first.fix.instruction in text
+    assert str(first.location) in text
+    assert "38.0% of step time at stake, up to 1.61× faster" in text
+
+
+def test_terminal_bar_follows_the_mean_breakdown() -> None:
+    rep = canonical_report()
+    text = render(rep, "terminal")
+    bars = re.findall(r"^  \|(.+)\|$", text, flags=re.M)
+    assert len(bars) == 2 and all(len(b) == BAR_WIDTH for b in bars)
+    # 50 cells by largest remainder: 38.6% → 19.3 → 19, 34.9% → 17.45 → 18 (one of the 3 cells left),
+    # 7.2% → 3.6 → 4, 3.6% → 1.8 → 2, 2.4% → 1.2 → 1.
+    assert bars[0] == "D" * 19 + "S" * 4 + "H" * 4 + "G" * 18 + "O" * 2 + "C" * 2 + "." * 1
+
+
+def test_terminal_colour_only_when_asked() -> None:
+    plain = render(canonical_report(), "terminal")
+    colour = render(canonical_report(), "terminal", color=True)
+    assert "\x1b[" not in plain
+    assert "\x1b[1;31mERROR" in colour
+    assert re.sub(r"\x1b\[[0-9;]*m", "", colour).replace("█", "") != ""
+
+
+def test_terminal_quiet_is_findings_only() -> None:
+    text = render(canonical_report(), "terminal", quiet=True)
+    assert text.startswith("Findings: 4 findings")
+    for absent in ("Checklist", "Summary", "Step breakdown", "Ranks", "Notes"):
+        assert absent not in text
+    assert render(empty_report(), "terminal", quiet=True) == "Findings: none\n"
+
+
+def test_terminal_checklist_groups_by_status() -> None:
+    text = render(canonical_report(), "terminal")
+    checklist = text[text.index("Checklist") :]
+    order = [checklist.index(s) for s in ("[x]", "[ ]", " - ", " ? ")]
+    assert order == sorted(order)
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def test_markdown_checklist_is_task_list_in_status_order() -> None:
+    rep = canonical_report()
+    md = render(rep, "md")
+    lines = [ln for ln in md.splitlines() if ln.startswith("- ")]
+    applied = [ln for ln in lines if ln.startswith("- [x] ")]
+    recommended = [ln for ln in lines if ln.startswith("- [ ] ")]
+    assert len(applied) == sum(1 for c in rep.checklist if c.status == ChecklistStatus.APPLIED)
+    assert len(recommended) == sum(1 for c in rep.checklist if c.status == ChecklistStatus.RECOMMENDED)
+    assert all("**gain:**" in ln for ln in recommended)
+    kinds = [ln[:6] for ln in lines if ln.startswith(("- [x]", "- [ ]", "- *not"))]
+    assert kinds == sorted(kinds, key=["- [x] ", "- [ ] ", "- *not"].index)
+    assert "- *not applicable:* **torch.no_grad() in evaluation**: the script has no evaluation loop" in md
+    assert "- *not measurable here:* **torch.compile**" in md
+
+
+def test_markdown_has_breakdown_table_and_environment() -> None:
+    md = render(canonical_report(), "md")
+    assert "### Step breakdown" in md
+    assert "| data loading | 38.6% | 38.6% |" in md
+    assert "### Environment" in md
+    assert "| torch | `2.5.1+cu124` |" in md
+
+
+def test_markdown_tables_have_consistent_columns() -> None:
+    md = render(canonical_report(), "md")
+    for block in re.findall(r"(?:^\|.*\|\n)+", md, flags=re.M):
+        rows = block.strip().splitlines()
+        counts = {len(re.findall(r"(?<!\\)\|", r)) for r in rows}
+        assert len(counts) == 1, block
+
+
+# --------------------------------------------------------------------------- json
+
+
+def test_json_round_trips_to_the_report() -> None:
+    rep = canonical_report()
+    data = json.loads(render(rep, "json"))
+    assert data["schema_version"] == rep.schema_version
+    assert Report.from_dict(data) == rep
+
+
+def test_json_writes_non_finite_numbers_as_null() -> None:
+    rep = canonical_report()
+    bad = replace(rep.findings[0], gain=replace(rep.findings[0].gain, share_pct=float("nan"), speedup_bound=float("inf")))
+    data = json.loads(render(replace(rep, findings=(bad,)), "json"))
+    assert data["findings"][0]["gain"]["share_pct"] is None
+    assert data["findings"][0]["gain"]["speedup_bound"] is None
+
+
+# --------------------------------------------------------------------------- html
+
+
+def test_html_is_self_contained() -> None:
+    html = render(canonical_report(), "html")
+    assert html.startswith("<!doctype html>")
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    assert "<script" not in html.lower()
+    # no reference to anything outside the file
+    assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#)""", html)
+    assert "@import" not in html and "url(" not in html
+
+
+def test_html_has_every_plot_of_the_canonical_report() -> None:
+    html = render(canonical_report(), "html")
+    ids = re.findall(r'<svg class="plot" id="([^"]+)"', html)
+    for expected in ("step-times", "gpu-util", "gpu-mem", "cpu", "breakdown-0", "gaps-0-0", "kernels-0", "ops-0"):
+        assert expected in ids
+    # one stacked bar per profiled step, one segment per component
+    seg = re.search(r'<svg class="plot" id="breakdown-0".*?</svg>', html, flags=re.S).group(0)
+    assert seg.count('<g class="bar">') == 5
+    assert seg.count("<rect") == 5 * 7 + 7  # segments + legend swatches
+
+
+def test_html_falls_back_to_the_trace_busy_timeline_without_nvml() -> None:
+    rep = canonical_report()
+    no_nvml = replace(rep, run=replace(rep.run, samples=replace(rep.run.samples, gpu=())))
+    html = render(no_nvml, "html")
+    assert 'id="gpu-util"' not in html
+    assert 'id="busy-0-0"' in html
+    assert "no NVML samples" in html
+
+
+def test_empty_report_renders_everywhere() -> None:
+    rep = empty_report()
+    for fmt in FORMATS:
+        text = render(rep, fmt)
+        assert text.endswith("\n")
+    assert "no findings" in render(rep, "md")
+    assert json.loads(render(rep, "sarif"))["runs"][0]["results"] == []
+
+
+def test_html_draws_a_bounded_number_of_samples() -> None:
+    from gpudoctor.model import GpuSample, ProcessSample, Samples
+    from gpudoctor.report.htmlfmt import MAX_POINTS
+
+    n = 5 * MAX_POINTS + 3
+    samples = Samples(
+        gpu=tuple(GpuSample(i * 200_000_000, 0, util_pct=float(i % 100), mem_used_bytes=i) for i in range(n)),
+        process=tuple(ProcessSample(i * 200_000_000, 1, "main", 50.0, 1, 1) for i in range(n)),
+        interval_ms=200.0,
+    )
+    rep = canonical_report()
+    html = render(replace(rep, run=replace(rep.run, samples=samples)), "html")
+    util = re.search(r'<svg class="plot" id="gpu-util".*?</svg>', html, flags=re.S).group(0)
+    points = re.search(r'points="([^"]+)"', util).group(1).split()
+    assert MAX_POINTS // 2 < len(points) <= MAX_POINTS
+    assert "every 6th sample drawn" in util
