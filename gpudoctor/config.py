@@ -2,13 +2,28 @@
 
 ``Thresholds`` is the one place a rule reads a number from. Each field has a unit
 suffix and a comment saying where its value comes from. Imports nothing of ours.
+
+The user's ``pyproject.toml`` (the nearest one at or above the script or run)::
+
+    [tool.gpudoctor]
+    select = ["GD1", "GD2"]          # codes or prefixes; empty or absent = every rule
+    ignore = ["GD104"]
+    [tool.gpudoctor.thresholds]
+    dataloader_wait_share_pct = 10
+
+CLI flags go on top: ``--select`` / ``--ignore`` replace the file's lists when
+given, ``--set FIELD=VALUE`` overrides one threshold.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import ConfigError
 
 try:  # Python 3.11+
     import tomllib
@@ -18,9 +33,107 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    # Severity scale, the same for every rule: share of step time at stake.
-    error_share_pct: float = 20.0  # ≥ this: error
-    warning_share_pct: float = 5.0  # ≥ this: warning, else info
+    # ---- Severity scale, the same for every rule: share of step time at stake.
+    error_share_pct: float = 20.0  # ≥ this: error. Issue 4 ("≥ 20% error"): a fifth of every step
+    warning_share_pct: float = 5.0  # ≥ this: warning, else info. torch-tb-profiler flags a 5% DataLoader share
+    # A finding whose cost cannot be put in step time (memory headroom, a static or settings-only
+    # finding) gets this severity: visible, never outranking a measured error. gpudoctor's choice.
+    unquantified_severity: str = "warning"
+
+    # ---- GD101 gpu-idle
+    # GPU idle share of step time. Issue 4; SageMaker Debugger's LowGPUUtilization (p95 < 70%)
+    # and torch-tb-profiler's "low utilization" (< 50% busy) are looser; 20% idle is where the
+    # idle causes below become worth chasing.
+    gpu_idle_share_pct: float = 20.0
+
+    # ---- GD102 host-sync
+    sync_share_pct: float = 5.0  # host blocked in syncs, % of step time. Issue 4 (same as torch-tb-profiler's 5%)
+
+    # ---- GD103 launch-bound (HTA's kernel launch statistics: kernels shorter than their launch)
+    launch_short_kernel_share_pct: float = 50.0  # % of kernels (by count) under 10 µs: "most kernels". Issue 4
+    launch_to_kernel_min_ratio: float = 0.8  # mean launch call / median kernel: "about as long". Issue 4, HTA
+    # ... and the GPU must actually wait on launches: a few slow launches of tiny kernels that cost no
+    # idle time are not a bottleneck. gpudoctor's choice (a tenth of the warning scale).
+    launch_gap_min_share_pct: float = 1.0
+
+    # ---- GD104 batch-too-small
+    batch_memory_share_pct: float = 50.0  # peak GPU memory below this % of the device. Issue 4
+    # "GPU under-used": torch-tb-profiler suggests a larger batch below 50% GPU utilization; we use the
+    # same idle share as GD101 so the two rules agree on what "under-used" means.
+    batch_gpu_idle_share_pct: float = 20.0
+
+    # ---- GD201 dataloader-stall
+    dataloader_wait_share_pct: float = 5.0  # waiting for the next batch, % of step time. torch-tb-profiler
+    # Cores left to the training process itself when GD201 derives num_workers (PyTorch's DataLoader
+    # warns when num_workers exceeds the cores; the main process needs one to launch work).
+    dataloader_reserved_cores: int = 1
+    # Workers added to the derived num_workers so that one slow batch does not stall the loop
+    # (the DataLoader docs' advice to tune with headroom). gpudoctor's choice.
+    dataloader_spare_workers_count: int = 1
+
+    # ---- GD202 worker-restart
+    # A worker start-up stall is "visible" when the first step of an epoch waits for data this many
+    # median steps longer than the other steps do (shorter stalls are lost in step-to-step jitter).
+    worker_startup_stall_steps: float = 1.0
+
+    # ---- GD203 main-process-cpu-bound
+    main_cpu_busy_pct: float = 90.0  # main process CPU, 100 = one full core. Issue 4 ("at a full core"), less sampling jitter
+    # CPU runs: the step is serial Python when the main process uses less than this % of what its
+    # intra-op threads could (min(num_threads, cores) × 100) while at a full core. gpudoctor's choice.
+    cpu_run_thread_use_max_pct: float = 60.0
+
+    # ---- GD204 cpu-oversubscription
+    oversubscription_ratio: float = 1.0  # busy threads (main intra-op + workers × their threads) / cores. Issue 4
+    cpu_saturation_pct: float = 90.0  # process tree CPU, % of all cores: only a saturated machine pays for it
+
+    # ---- GD301 pageable-h2d (Nsight Systems' cuda_memcpy_async expert rule)
+    pageable_h2d_share_pct: float = 2.0  # pageable H2D copy time, % of step time. Issue 4
+    pageable_h2d_max_bytes: int = 65536  # a pageable copy larger than this is flagged. nsys cuda_memcpy_async (64 KB)
+
+    # ---- GD302 blocking-copy (Nsight Systems' cuda_memcpy_sync expert rule)
+    blocking_copy_share_pct: float = 2.0  # host blocked in synchronous copies, % of step time. Issue 4
+    blocking_h2d_exempt_bytes: int = 65536  # synchronous H2D copies up to this size are exempt. nsys cuda_memcpy_sync
+
+    # ---- GD303 d2h-every-step
+    d2h_steps_pct: float = 90.0  # % of steps with a device→host copy that counts as "every step" (first step may differ)
+
+    # ---- GD401 no-amp (torch-tb-profiler's AMP recommendation)
+    amp_min_compute_capability: float = 7.0  # Tensor Cores from Volta on. CUDA programming guide, torch-tb-profiler
+    amp_fp32_share_pct: float = 30.0  # FP32 conv/matmul kernel time, % of GPU kernel time. Issue 4
+    amp_tensor_core_max_pct: float = 1.0  # "no Tensor Core kernels": below 1% of kernel time (name matching noise)
+    bf16_min_compute_capability: float = 8.0  # bfloat16 Tensor Cores from Ampere on. NVIDIA Ampere whitepaper
+
+    # ---- GD402 tf32-off
+    tf32_min_compute_capability: float = 8.0  # TF32 from Ampere on. PyTorch CUDA semantics notes
+    tf32_fp32_share_pct: float = 10.0  # FP32 matmul kernel time, % of kernel time, worth TF32. gpudoctor's choice
+
+    # ---- GD403 cudnn-benchmark-off
+    cudnn_conv_share_pct: float = 5.0  # convolution kernel time, % of kernel time, that makes autotuning worth it
+    # Shapes vary when the window holds more distinct convolution input shapes than this many times
+    # those of its busiest step (a last partial batch alone doubles them). PyTorch tuning guide's caveat.
+    cudnn_shape_variety_ratio: float = 2.0
+
+    # ---- GD404 unfused-optimizer
+    # At least one kernel per parameter tensor per optimizer step means the for-each-tensor loop
+    # (torch.optim's default implementations launch several per tensor; foreach/fused a few in all).
+    optimizer_kernels_per_tensor: float = 1.0
+    optimizer_min_kernels_per_step: float = 100.0  # without parameter counts (traces alone): "many small kernels"
+
+    # ---- GD501 memory-near-limit
+    memory_near_limit_pct: float = 90.0  # peak memory, % of the device. torch-tb-profiler's memory rule
+
+    # ---- GD502 allocator-churn
+    allocator_calls_per_step: float = 1.0  # cudaMalloc/cudaFree per steady step; the caching allocator should need none
+
+    # ---- GD503 host-allocator-churn (PyTorch's CPU performance tuning guide)
+    host_sys_cpu_share_pct: float = 10.0  # system CPU, % of step wall time. Issue 4
+    minor_faults_per_step: float = 1000.0  # "thousands": measured ~5,000/step ran 40% slower than ~1,300. Issue 4
+
+    # ---- GD702 loss-on-cpu
+    loss_cpu_min_bytes_per_step: int = 1024  # D2H bytes per step above a scalar's: outputs, not a logged loss
+
+
+_SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +160,132 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+_CODE_RE = re.compile(r"^GD\d{0,3}$", re.IGNORECASE)
+_KNOWN_KEYS = ("select", "ignore", "thresholds")
+
+
+def _codes(value: Any, what: str) -> tuple[str, ...]:
+    """A list of rule codes or prefixes ("GD201", "GD2"), upper-cased; ConfigError otherwise."""
+    if isinstance(value, str):
+        items = [v for v in re.split(r"[,\s]+", value) if v]
+    elif isinstance(value, (list, tuple)):
+        items = []
+        for v in value:
+            if not isinstance(v, str):
+                raise ConfigError(f"{what}: expected rule codes like \"GD201\" or prefixes like \"GD2\", got {v!r}")
+            items.extend(x for x in re.split(r"[,\s]+", v) if x)
+    else:
+        raise ConfigError(f"{what}: expected a list of rule codes like [\"GD201\", \"GD3\"], got {value!r}")
+    for item in items:
+        if not _CODE_RE.match(item):
+            raise ConfigError(
+                f"{what}: {item!r} is not a rule code or prefix (e.g. GD201, GD2); see `gpudoctor rules`"
+            )
+    return tuple(i.upper() for i in items)
+
+
+_FIELD_TYPES: dict[str, type] = {
+    f.name: (int if f.type in ("int", int) else str if f.type in ("str", str) else float)
+    for f in dataclasses.fields(Thresholds)
+}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    if name not in _FIELD_TYPES:
+        close = [n for n in _FIELD_TYPES if name.split("_")[0] in n][:3]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(
+            f"{where}: unknown threshold {name!r}{hint}; the fields are listed in `gpudoctor explain` and docs/rules"
+        )
+    tp = _FIELD_TYPES[name]
+    if tp is str:
+        if not isinstance(value, str) or value.lower() not in _SEVERITIES:
+            raise ConfigError(f"{where}: {name} must be one of {', '.join(_SEVERITIES)}, got {value!r}")
+        return value.lower()
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: {name} must be a number, got {value!r}") from None
+    if not isinstance(value, (int, float)) or value != value or value < 0:
+        raise ConfigError(f"{where}: {name} must be a non-negative number, got {value!r}")
+    if tp is int:
+        if float(value) != int(value):
+            raise ConfigError(f"{where}: {name} must be a whole number, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _apply(th: Thresholds, changes: dict[str, Any], where: str) -> Thresholds:
+    coerced = {k: _coerce(k, v, where) for k, v in changes.items()}
+    new = dataclasses.replace(th, **coerced)
+    if new.warning_share_pct > new.error_share_pct:
+        raise ConfigError(
+            f"{where}: warning_share_pct ({new.warning_share_pct}) must not exceed error_share_pct ({new.error_share_pct})"
+        )
+    return new
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """``FIELD=VALUE`` of ``--set``."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected FIELD=VALUE, e.g. --set dataloader_wait_share_pct=10")
+    name, _, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not name or not value:
+        raise ConfigError(f"--set {text!r}: expected FIELD=VALUE, e.g. --set dataloader_wait_share_pct=10")
+    return name, value
+
+
+def config_from_table(table: Any, where: str) -> Config:
+    """A ``Config`` from the ``[tool.gpudoctor]`` table (already parsed TOML)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: [tool.gpudoctor] must be a table")
+    unknown = sorted(set(table) - set(_KNOWN_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} in [tool.gpudoctor]; allowed: {', '.join(_KNOWN_KEYS)}"
+        )
+    select = _codes(table.get("select", ()), f"{where}: select")
+    ignore = _codes(table.get("ignore", ()), f"{where}: ignore")
+    th_table = table.get("thresholds", {})
+    if not isinstance(th_table, dict):
+        raise ConfigError(f"{where}: [tool.gpudoctor.thresholds] must be a table of FIELD = number")
+    thresholds = _apply(Thresholds(), th_table, where)
+    return Config(thresholds=thresholds, select=select, ignore=ignore, source=where)
+
+
 def load_config(
     where: Path,
     select: tuple[str, ...] = (),
     ignore: tuple[str, ...] = (),
     overrides: tuple[str, ...] = (),
 ) -> Config:
-    """``[tool.gpudoctor]`` from the nearest pyproject.toml, then CLI flags on top."""
-    raise NotImplementedError  # the rules issue completes this
+    """``[tool.gpudoctor]`` from the nearest pyproject.toml, then CLI flags on top.
+
+    ``--select`` / ``--ignore`` replace the file's lists when given; each ``--set FIELD=VALUE``
+    overrides one threshold. Bad keys or values raise ``ConfigError`` with a one-line message.
+    """
+    config = Config()
+    path = find_pyproject(where) if where.exists() else find_pyproject(where.parent)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path}: not valid TOML ({err}); fix it or run from another folder") from None
+        table = data.get("tool", {}).get("gpudoctor") if isinstance(data.get("tool"), dict) else None
+        if table is not None:
+            config = config_from_table(table, str(path))
+    if select:
+        config = dataclasses.replace(config, select=_codes(list(select), "--select"))
+    if ignore:
+        config = dataclasses.replace(config, ignore=_codes(list(ignore), "--ignore"))
+    if overrides:
+        changes: dict[str, Any] = {}
+        for text in overrides:
+            name, value = parse_override(text)
+            changes[name] = value
+        config = dataclasses.replace(config, thresholds=_apply(config.thresholds, changes, "--set"))
+    return config

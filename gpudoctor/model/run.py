@@ -231,7 +231,7 @@ class ProcessSample(Serde):
 
     t_ns: int
     pid: int
-    role: str  # "main" or "worker"
+    role: str  # "main", "worker" (DataLoader / multiprocessing) or "child" (another process the script started)
     cpu_pct: float  # 100 = one full core
     rss_bytes: int
     threads: int

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from gpudoctor.rules.context import RuleContext, RuleResult, Verdict
+
+__all__ = ["Rule", "RuleContext", "RuleResult", "Verdict", "all_rules", "get"]
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:

@@ -1,0 +1,11 @@
+# Evaluation after model.eval(), but autograd still records every forward pass.
+import torch
+
+
+def evaluate(model, loader, device):
+    model.eval()
+    correct = 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        correct += (model(x).argmax(1) == y).sum()
+    return correct / len(loader.dataset)

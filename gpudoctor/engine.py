@@ -1,0 +1,337 @@
+"""The rule engine: runs the selected rules over one analysed run and builds the report.
+
+``diagnose(run, config, kind)``:
+
+- runs every rule of the registry that the configuration enables (``select`` /
+  ``ignore``), each on a ``RuleContext`` holding the run, its trace metrics and the
+  thresholds;
+- a rule that raises does not crash the report: it becomes a finding with the
+  reserved code ``GD000`` (``internal-error``, severity warning, confidence inferred)
+  that names the rule and the exception, a line in ``Report.errors``, and a
+  "not measurable here" checklist entry for that rule. ``GD000`` is never a rule
+  module's code. With ``GPUDOCTOR_DEBUG`` set the exception propagates instead;
+- sorts findings by severity, then gain (larger share of step time first; findings
+  whose gain cannot be put in time after those that can), then code, rank and message:
+  the same input always gives the same order;
+- builds the checklist (``rules.checklist``), the headline numbers (``SummaryStat``),
+  the environment, the per-rank rows of a multi-trace run, and the catalogue of the
+  rules that ran (``RuleInfo``), so renderers compute nothing.
+
+``write_report_json(report, run_dir)`` writes ``report.json`` into the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import traceback
+from datetime import datetime
+from pathlib import Path
+
+from gpudoctor import __version__
+from gpudoctor.config import Config
+from gpudoctor.errors import ConfigError, RunDirError
+from gpudoctor.model.findings import (
+    REPORT_SCHEMA_VERSION,
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Gain,
+    RankRow,
+    Report,
+    RuleInfo,
+    RunData,
+    Severity,
+    SummaryStat,
+)
+from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
+from gpudoctor.rules.checklist import build_checklist
+from gpudoctor.rules.context import (
+    RuleContext,
+    RuleResult,
+    median_int,
+    percentile_int,
+    trace_label,
+)
+from gpudoctor.rules.helpers import memory_peak
+from gpudoctor.rules.registry import Rule, all_rules
+
+KINDS = ("profile", "analyze")
+
+
+# --------------------------------------------------------------------------- running rules
+
+
+def _check_selection(config: Config, rules: tuple[Rule, ...]) -> None:
+    """Every select/ignore entry must match at least one rule (a typo would silently run nothing)."""
+    codes = [r.code for r in rules]
+    for what, entries in (("select", config.select), ("ignore", config.ignore)):
+        for entry in entries:
+            if not any(c.startswith(entry.upper()) for c in codes):
+                src = f" in {config.source}" if config.source else ""
+                raise ConfigError(
+                    f"{what}{src}: {entry!r} matches no rule; run `gpudoctor rules` to list the codes"
+                )
+
+
+def internal_error_finding(rule: Rule, err: BaseException) -> Finding:
+    where = ""
+    tb = traceback.extract_tb(err.__traceback__)
+    if tb:
+        last = tb[-1]
+        where = f" at {Path(last.filename).name}:{last.lineno}"
+    return Finding(
+        code=INTERNAL_ERROR_CODE,
+        name=INTERNAL_ERROR_NAME,
+        severity=Severity.WARNING,
+        confidence=Confidence.INFERRED,
+        message=f"rule {rule.code} {rule.name} crashed: {type(err).__name__}: {err}{where}; its checks are missing from this report",
+        fix=Fix(
+            "This is a bug in gpudoctor, not in your script: please report it with this message "
+            "(GPUDOCTOR_DEBUG=1 shows the traceback); `--ignore "
+            f"{rule.code}` silences it meanwhile."
+        ),
+        evidence=Evidence(notes=(f"rule {rule.code}", f"{type(err).__name__}: {err}")),
+        gain=Gain(None, None, "a rule that did not run"),
+    )
+
+
+def run_rules(
+    ctx: RuleContext, config: Config, rules: tuple[Rule, ...]
+) -> tuple[dict[str, RuleResult], dict[str, str], list[Finding], list[str], list[str]]:
+    """(results by code, why others did not run, findings, errors, codes run)."""
+    results: dict[str, RuleResult] = {}
+    skipped: dict[str, str] = {}
+    findings: list[Finding] = []
+    errors: list[str] = []
+    ran: list[str] = []
+    for rule in rules:
+        if not config.rule_enabled(rule.code):
+            src = config.source or "the command line"
+            skipped[rule.code] = f"not run: excluded by select/ignore ({src})"
+            continue
+        if rule.check is None:
+            skipped[rule.code] = "judged by `gpudoctor check` only"
+            continue
+        ran.append(rule.code)
+        try:
+            result = rule.check(ctx.for_rule(rule.code, rule.name))
+            if not isinstance(result, RuleResult):
+                raise TypeError(f"check returned {type(result).__name__}, not RuleResult")
+        except Exception as err:  # a bug in a rule must not take the report down
+            if os.environ.get("GPUDOCTOR_DEBUG"):
+                raise
+            findings.append(internal_error_finding(rule, err))
+            errors.append(f"rule {rule.code} {rule.name} crashed: {type(err).__name__}: {err}")
+            skipped[rule.code] = f"not measurable: rule crashed ({type(err).__name__}: {err})"
+            continue
+        results[rule.code] = result
+        for f in result.findings:
+            if f.code != rule.code or f.name != rule.name:
+                raise TypeError(f"rule {rule.code} returned a finding with code {f.code}")
+        findings.extend(result.findings)
+    return results, skipped, findings, errors, ran
+
+
+def sort_key(f: Finding) -> tuple:
+    share = f.gain.share_pct
+    return (
+        f.severity.rank,
+        share is None,
+        -(share or 0.0),
+        f.code,
+        -1 if f.rank is None else f.rank,
+        f.message,
+    )
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _stat(key: str, label: str, value, unit: str = "", window: str = "") -> SummaryStat:
+    if isinstance(value, float):
+        value = round(value, 3)
+    return SummaryStat(key, label, value, unit, window)
+
+
+def _primary(run: RunData) -> TraceMetrics | None:
+    """The trace the headline numbers come from: the first with GPU activity (rank 0 first)."""
+    gpu = [m for m in run.metrics if m.has_gpu_activity]
+    pool = gpu or list(run.metrics)
+    if not pool:
+        return None
+    return min(pool, key=lambda m: (m.rank if m.rank is not None else -1))
+
+
+def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummaryStat, ...]:
+    run = ctx.run
+    out: list[SummaryStat] = []
+    mf = run.manifest
+    if mf is not None:
+        status = mf.status.value + (f" ({mf.status_detail})" if mf.status_detail else "")
+        out.append(_stat("run_status", "run", status))
+        if mf.duration_s is not None:
+            out.append(_stat("duration", "duration", mf.duration_s, "s"))
+    if run.steps:
+        steady = ctx.steady_steps()
+        out.append(_stat("steps", "steps recorded", len(run.steps), "count"))
+        med = median_int(s.wall_ns for s in steady)
+        p90 = percentile_int((s.wall_ns for s in steady), 90)
+        window = f"{len(steady)} steady steps"
+        out.append(_stat("step_time_median", "step time (median)", (med or 0) / 1e6, "ms", window))
+        out.append(_stat("step_time_p90", "step time (p90)", (p90 or 0) / 1e6, "ms", window))
+        wait = ctx.data_wait_share_pct()
+        if wait is not None:
+            out.append(_stat("data_wait_share", "waiting for data", wait, "%", window))
+    elif mf is not None and mf.steps_seen:
+        out.append(_stat("steps", "steps seen", mf.steps_seen, "count"))
+    m = _primary(run)
+    if m is not None:
+        label = f" ({trace_label(m)})" if len(run.metrics) > 1 else ""
+        if len(run.metrics) > 1:
+            out.append(_stat("traces", "traces", len(run.metrics), "count"))
+        if m.steps:
+            durs = [s.end_ns - s.start_ns for s in m.steps]
+            out.append(_stat("profiled_steps", f"profiled steps{label}", len(m.steps), "count"))
+            if not run.steps:
+                out.append(_stat("step_time_median", "step time (median)", statistics.median(durs) / 1e6, "ms", "trace steps"))
+                out.append(_stat("step_time_p90", "step time (p90)", (percentile_int(durs, 90) or 0) / 1e6, "ms", "trace steps"))
+        u = ctx.util(m)
+        if u is not None:
+            if u.idle_pct_steps is not None:
+                out.append(_stat("gpu_idle", f"GPU idle{label}", u.idle_pct_steps, "%", "steps"))
+            out.append(_stat("gpu_idle_span", f"GPU idle{label}", u.idle_pct_span, "%", "span"))
+            if u.idle_pct_hta is not None:
+                out.append(_stat("gpu_idle_hta", f"GPU idle, HTA window{label}", u.idle_pct_hta, "%", "hta"))
+        elif not m.has_gpu_activity:
+            out.append(_stat("gpu_idle", "GPU idle", f"n/a: {ctx.no_gpu_reason()}"))
+        if m.breakdown_mean_pct:
+            gpu_only = {Component.SYNC_WAIT, Component.H2D, Component.D2H, Component.GPU_COMPUTE}
+            for comp in Component:
+                v = m.breakdown_mean_pct.get(comp.value)
+                if v is not None and (m.has_gpu_activity or comp not in gpu_only):
+                    out.append(_stat(f"breakdown_{comp.value}", f"step: {comp.value.replace('_', ' ')}", v, "%", "steps"))
+        if m.syncs is not None and m.syncs.share_of_steps_pct is not None:
+            out.append(_stat("host_sync_share", "host blocked in syncs", m.syncs.share_of_steps_pct, "%",
+                             "steps" if m.steps else "trace"))
+        h2d = [x for x in m.transfers if x.direction == "HtoD"]
+        if h2d:
+            out.append(_stat("h2d_bytes", "host→device copied", sum(x.bytes for x in h2d), "bytes", "trace"))
+            out.append(_stat("h2d_time", "host→device copy time", sum(x.dur_ns for x in h2d) / 1e6, "ms", "trace"))
+        if m.kernels is not None and m.kernels.count:
+            out.append(_stat("kernels", "kernels", m.kernels.count, "count", "trace"))
+            out.append(_stat("kernels_under_10us", "kernels under 10 µs", m.kernels.under_10us_pct, "%", "kernels"))
+    peak = memory_peak(ctx, m)
+    if peak is not None:
+        out.append(_stat("peak_gpu_memory", "peak GPU memory", peak.pct, "%", f"the device ({peak.source})"))
+    main = ctx.samples_process("main")
+    if main:
+        out.append(_stat("main_cpu", "training process CPU (median)", statistics.median(p.cpu_pct for p in main), "%", "one core"))
+    gpu_util = [g.util_pct for g in ctx.samples_gpu() if g.util_pct is not None]
+    if gpu_util:
+        out.append(_stat("gpu_util_nvml", "GPU utilization, NVML (median)", statistics.median(gpu_util), "%", "samples"))
+    cores = ctx.cpu_count()
+    if cores is not None:
+        out.append(_stat("cpu_count", "CPU cores", cores, "count"))
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
+    out.append(_stat("findings", "findings",
+                     f"{counts[Severity.ERROR]} error, {counts[Severity.WARNING]} warning, {counts[Severity.INFO]} info"))
+    return tuple(out)
+
+
+def build_environment(run: RunData) -> dict[str, str]:
+    env: dict[str, str] = {"gpudoctor": __version__}
+    mf = run.manifest
+    if mf is not None:
+        for k, v in sorted(mf.versions.items()):
+            if v:
+                env[k] = str(v)
+        if mf.hostname:
+            env["host"] = mf.hostname
+        if mf.cpu_count:
+            env["cpu_count"] = str(mf.cpu_count)
+        devices = [
+            d.name
+            + (f" (cc {d.compute_capability}" if d.compute_capability else " (")
+            + (f", {d.total_memory_bytes / 2**30:.0f} GiB)" if d.total_memory_bytes else ")")
+            for d in mf.devices
+        ]
+        env["devices"] = "; ".join(devices) if devices else "none (no GPU)"
+        if mf.world_size:
+            env["world_size"] = str(mf.world_size)
+    elif run.metrics:
+        names = []
+        for m in run.metrics:
+            for d in m.devices:
+                text = d.name + (f" (cc {d.compute_capability})" if d.compute_capability else "")
+                if text and text not in names:
+                    names.append(text)
+        env["devices"] = "; ".join(names) if names else "unknown (not in the trace)"
+        platforms = sorted({m.platform for m in run.metrics})
+        env["platform"] = ", ".join(platforms)
+        ws = [m.world_size for m in run.metrics if m.world_size]
+        if ws:
+            env["world_size"] = str(ws[0])
+    if run.settings is not None:
+        env["device_type"] = run.settings.device_type
+    return env
+
+
+def build_ranks(run: RunData) -> tuple[RankRow, ...]:
+    ranked = [m for m in run.metrics if m.rank is not None]
+    if len(ranked) < 2:
+        return ()
+    rows = []
+    for m in sorted(ranked, key=lambda m: m.rank or 0):
+        durs = [s.end_ns - s.start_ns for s in m.steps]
+        rows.append(RankRow(m.rank or 0, len(m.steps), median_int(durs), percentile_int(durs, 90)))
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
+    """Run the enabled rules over ``run`` and build the ``Report``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    rules = all_rules()
+    _check_selection(config, rules)
+    ctx = RuleContext(run, config.thresholds)
+    results, skipped, findings, errors, ran = run_rules(ctx, config, rules)
+    findings.sort(key=sort_key)
+    checklist = build_checklist(ctx, rules, results, skipped)
+    return Report(
+        schema_version=REPORT_SCHEMA_VERSION,
+        gpudoctor_version=__version__,
+        kind=kind,
+        source=run.source,
+        created_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+        findings=tuple(findings),
+        checklist=checklist,
+        summary=build_summary(ctx, findings),
+        environment=build_environment(run),
+        run=run,
+        ranks=build_ranks(run),
+        errors=tuple(errors),
+        rules_run=tuple(ran),
+        rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),
+    )
+
+
+def write_report_json(report: Report, run_dir: Path) -> None:
+    """Write ``report.json`` (``Report.to_dict()``) into ``run_dir``, atomically."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: not a directory; pass the run directory to write report.json into")
+    target = run_dir / "report.json"
+    tmp = run_dir / ".report.json.tmp"
+    try:
+        tmp.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise RunDirError(f"{target}: cannot write the report ({err.strerror}); check the folder's permissions") from None

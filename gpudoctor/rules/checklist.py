@@ -1,0 +1,263 @@
+"""The checklist of a report: the 13 techniques of the seed checklist, then every rule they leave out.
+
+Each item is applied / recommended / not applicable / not measurable here, with the
+reason. A technique's status comes from, in order:
+
+1. any of its rules fired → recommended (with the largest gain of those findings);
+2. the technique is GPU-only and the run had no GPU → not applicable;
+3. the run's settings say whether it is in use → applied (the setting and its
+   `file:line`), or, when not in use, not applicable when its rules looked and found
+   nothing to gain, not measurable when they could not judge;
+4. otherwise its rules' verdicts: looked and fine → applied, does not apply → not
+   applicable, cannot judge → not measurable.
+
+A rule outside the 13 techniques gets its own item, from its verdict the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpudoctor.model.findings import ChecklistItem, ChecklistStatus, Gain
+from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, location_of
+from gpudoctor.rules.registry import Rule
+
+# (in use?, what the settings say); None when the settings do not tell
+InUse = Callable[[RuleContext], tuple[bool | None, str]]
+
+_STATUS = {
+    Verdict.FIRED: ChecklistStatus.RECOMMENDED,
+    Verdict.FINE: ChecklistStatus.APPLIED,
+    Verdict.NOT_APPLICABLE: ChecklistStatus.NOT_APPLICABLE,
+    Verdict.CANNOT_JUDGE: ChecklistStatus.NOT_MEASURABLE,
+}
+_PREFERENCE = (Verdict.FINE, Verdict.NOT_APPLICABLE, Verdict.CANNOT_JUDGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Technique:
+    number: int
+    key: str
+    title: str
+    codes: tuple[str, ...]
+    gpu_only: str = ""  # why it needs a GPU, when it does
+    in_use: InUse | None = None
+    special: Callable[[RuleContext], tuple[ChecklistStatus, str]] | None = None  # no rule: judged here
+    # When ``in_use`` says no, the technique does not apply at all (prefetching without workers):
+    # its rules' findings belong to the technique that enables it.
+    needs_in_use: bool = False
+    # When not in use and its rules see nothing to fix, why its gain still cannot be judged
+    # (torch.compile fuses kernels: what that wins shows only once compiled).
+    gain_unmeasurable: str = ""
+
+
+def _where(site) -> str:
+    loc = location_of(site)
+    return f" at {loc}" if loc else ""
+
+
+def _pin(ctx: RuleContext) -> tuple[bool | None, str]:
+    dl = ctx.main_dataloader()
+    if dl is None:
+        return None, ""
+    return dl.pin_memory, f"pin_memory={dl.pin_memory}{_where(dl.call_site)}"
+
+
+def _workers(ctx: RuleContext) -> tuple[bool | None, str]:
+    dl = ctx.main_dataloader()
+    if dl is None:
+        if ctx.settings is not None and ctx.manifest is not None:
+            return False, "no DataLoader in this run"
+        return None, ""
+    return dl.num_workers > 0, f"num_workers={dl.num_workers}{_where(dl.call_site)}"
+
+
+def _prefetch(ctx: RuleContext) -> tuple[bool | None, str]:
+    dl = ctx.main_dataloader()
+    if dl is None:
+        return None, ""
+    if dl.num_workers == 0:
+        return False, f"num_workers=0{_where(dl.call_site)}: prefetching starts with workers (technique 2)"
+    pf = dl.prefetch_factor if dl.prefetch_factor is not None else 2
+    return True, f"prefetch_factor={pf} with {dl.num_workers} workers{_where(dl.call_site)}"
+
+
+def _flag(suffix: str) -> InUse:
+    def in_use(ctx: RuleContext) -> tuple[bool | None, str]:
+        s = ctx.settings
+        if s is None:
+            return None, ""
+        for f in s.flags:
+            if f.name.endswith(suffix):
+                where = f" (set{_where(f.call_site)})" if f.call_site is not None else " (default)"
+                return f.value is True, f"{f.name}={f.value!r}{where}"
+        return None, ""
+
+    return in_use
+
+
+def _compile(ctx: RuleContext) -> tuple[bool | None, str]:
+    s = ctx.settings
+    if s is None:
+        return None, ""
+    for w in s.wrappers:
+        if w.kind == "torch.compile":
+            return True, f"torch.compile{_where(w.call_site)}"
+    return False, "torch.compile not used"
+
+
+def _amp(ctx: RuleContext) -> tuple[bool | None, str]:
+    s = ctx.settings
+    if s is None:
+        return None, ""
+    for a in s.autocast:
+        if a.enabled:
+            old = "; deprecated torch.cuda.amp spelling: use torch.amp" if a.deprecated_api else ""
+            return True, f"autocast({a.device_type}, {a.dtype}){_where(a.call_site)}{old}"
+    return False, "no autocast"
+
+
+def _profiler(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
+    n = len(ctx.metrics)
+    if n:
+        return ChecklistStatus.APPLIED, (
+            f"{n} Kineto trace(s) from torch.profiler analysed here; `gpudoctor view` opens them in TensorBoard"
+        )
+    reason = ctx.manifest.not_collected_reason("torch.profiler") if ctx.manifest is not None else ""
+    return ChecklistStatus.NOT_MEASURABLE, f"no torch.profiler trace in this run{': ' + reason if reason else ''}"
+
+
+def _torchscript(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
+    s = ctx.settings
+    if s is not None:
+        for w in s.wrappers:
+            if w.kind.startswith("torch.jit"):
+                return ChecklistStatus.APPLIED, f"{w.kind}{_where(w.call_site)}; torch.compile supersedes it for training"
+    return ChecklistStatus.NOT_APPLICABLE, (
+        "TorchScript is in maintenance: for speed, torch.compile (technique 9) replaces it; "
+        "for deployment, torch.export"
+    )
+
+
+def _monitoring(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
+    gpu = ctx.samples_gpu()
+    if gpu:
+        interval = ctx.run.samples.interval_ms if ctx.run.samples is not None else None
+        every = f" every {interval:g} ms" if interval else ""
+        return ChecklistStatus.APPLIED, (
+            f"NVML sampled{every} ({len(gpu)} samples: utilization, memory, clocks, power); "
+            "nvprof is retired, Nsight Systems replaces it"
+        )
+    if not ctx.has_gpu():
+        return ChecklistStatus.NOT_APPLICABLE, ctx.no_gpu_reason()
+    reason = ctx.manifest.not_collected_reason("nvml") if ctx.manifest is not None else ""
+    return ChecklistStatus.NOT_MEASURABLE, f"no NVML samples{': ' + reason if reason else ' (a bare trace has none)'}"
+
+
+TECHNIQUES: tuple[Technique, ...] = (
+    Technique(1, "pinned-memory", "pin_memory=True in the DataLoader (pinned, non-blocking copies)",
+              ("GD301", "GD302"), gpu_only="pinned memory speeds host→device copies", in_use=_pin),
+    Technique(2, "dataloader-workers", "num_workers > 0 in the DataLoader",
+              ("GD201", "GD202", "GD204"), in_use=_workers),
+    Technique(3, "batch-size", "A batch size that fills the GPU", ("GD104", "GD103")),
+    Technique(4, "cudnn-benchmark", "torch.backends.cudnn.benchmark = True (fixed input shapes)",
+              ("GD403",), gpu_only="cuDNN runs on the GPU", in_use=_flag("cudnn.benchmark")),
+    Technique(5, "loss-on-device", "Loss and criterion on the GPU", ("GD702",),
+              gpu_only="there is no device to move the loss to"),
+    Technique(6, "no-grad-eval", "torch.no_grad() / inference_mode() in evaluation", ("GD701",)),
+    Technique(7, "profiler", "Profile with torch.profiler", (), special=_profiler),
+    Technique(8, "prefetch", "Prefetching with prefetch_factor", ("GD201",), in_use=_prefetch, needs_in_use=True),
+    Technique(9, "torch-compile", "torch.compile(model)", ("GD103",), in_use=_compile,
+              gain_unmeasurable="what kernel fusion wins shows only once compiled: compare two runs"),
+    Technique(10, "amp", "Mixed precision (torch.autocast, TF32)", ("GD401", "GD402"),
+              gpu_only="Tensor Cores are a GPU feature", in_use=_amp),
+    Technique(11, "torchscript", "torch.jit.script / torch.jit.trace", (), special=_torchscript),
+    Technique(12, "gpu-monitoring", "Monitor the GPU (nvidia-smi / NVML, Nsight Systems)", (), special=_monitoring),
+    Technique(13, "cpu-bottlenecks", "Reduce CPU bottlenecks (main process, threads, allocator)",
+              ("GD203", "GD204", "GD503")),
+)
+
+
+def _best_gain(results: list[RuleResult]) -> Gain | None:
+    gains = [f.gain for r in results for f in r.findings]
+    if not gains:
+        return None
+    return max(gains, key=lambda g: (g.share_pct is not None, g.share_pct or 0.0))
+
+
+def _fired_reason(pairs: list[tuple[str, RuleResult]]) -> str:
+    parts = [f"{code}: {r.findings[0].message}" for code, r in pairs if r.verdict == Verdict.FIRED and r.findings]
+    return "; ".join(parts)
+
+
+def _from_verdicts(pairs: list[tuple[str, RuleResult]]) -> tuple[ChecklistStatus, str]:
+    for verdict in _PREFERENCE:
+        chosen = [(c, r) for c, r in pairs if r.verdict == verdict]
+        if chosen:
+            return _STATUS[verdict], "; ".join(f"{c}: {r.reason}" for c, r in chosen)
+    return ChecklistStatus.NOT_MEASURABLE, "no rule judged it"
+
+
+def build_checklist(
+    ctx: RuleContext,
+    rules: tuple[Rule, ...],
+    results: dict[str, RuleResult],
+    skipped: dict[str, str],
+) -> tuple[ChecklistItem, ...]:
+    """``results``: code → the rule's result; ``skipped``: code → why it did not run (ignored by
+    the configuration, crashed, static only)."""
+    items: list[ChecklistItem] = []
+    covered: set[str] = set()
+    for t in TECHNIQUES:
+        covered.update(t.codes)
+        items.append(_technique_item(ctx, t, results, skipped))
+    for rule in rules:
+        if rule.code in covered:
+            continue
+        if rule.code in results:
+            r = results[rule.code]
+            status = _STATUS[r.verdict]
+            gain = _best_gain([r]) if r.verdict == Verdict.FIRED else None
+            reason = r.findings[0].message if r.verdict == Verdict.FIRED and r.findings else r.reason
+        else:
+            status, reason, gain = ChecklistStatus.NOT_MEASURABLE, skipped.get(rule.code, "not run"), None
+        items.append(ChecklistItem(rule.name, rule.title, status, reason, (rule.code,), gain, None))
+    return tuple(items)
+
+
+def _technique_item(
+    ctx: RuleContext, t: Technique, results: dict[str, RuleResult], skipped: dict[str, str]
+) -> ChecklistItem:
+    missing = "; ".join(f"{c}: {skipped[c]}" for c in t.codes if c not in results and c in skipped)
+
+    def item(status: ChecklistStatus, reason: str, gain: Gain | None = None) -> ChecklistItem:
+        if missing and missing not in reason:
+            reason = f"{reason}; {missing}" if reason else missing
+        return ChecklistItem(t.key, t.title, status, reason, t.codes, gain, t.number)
+
+    if t.special is not None:
+        status, reason = t.special(ctx)
+        return item(status, reason)
+    in_use, text = t.in_use(ctx) if t.in_use is not None else (None, "")
+    if t.needs_in_use and in_use is False:
+        return item(ChecklistStatus.NOT_APPLICABLE, text)
+    pairs = [(c, results[c]) for c in t.codes if c in results]
+    fired = [(c, r) for c, r in pairs if r.verdict == Verdict.FIRED]
+    if fired:
+        return item(ChecklistStatus.RECOMMENDED, _fired_reason(fired), _best_gain([r for _, r in fired]))
+    if t.gpu_only and not ctx.has_gpu():
+        return item(ChecklistStatus.NOT_APPLICABLE, f"{ctx.no_gpu_reason()}: {t.gpu_only}")
+    if not pairs:
+        why = "; ".join(f"{c}: {skipped.get(c, 'not run')}" for c in t.codes)
+        return item(ChecklistStatus.NOT_MEASURABLE, why or "no rule judges it")
+    if in_use is True:
+        return item(ChecklistStatus.APPLIED, text)
+    status, reason = _from_verdicts(pairs)
+    if in_use is False:
+        if status == ChecklistStatus.APPLIED and t.gain_unmeasurable:
+            return item(ChecklistStatus.NOT_MEASURABLE, f"{text}; {t.gain_unmeasurable} ({reason})")
+        if status == ChecklistStatus.APPLIED:
+            return item(ChecklistStatus.NOT_APPLICABLE, f"{text}; nothing to gain in this run ({reason})")
+        return item(status, f"{text}; {reason}")
+    return item(status, reason)

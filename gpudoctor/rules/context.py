@@ -1,0 +1,466 @@
+"""What a rule reads (``RuleContext``) and what it returns (``RuleResult``).
+
+A rule's ``check(ctx)`` returns a ``RuleResult``: its findings and a verdict for
+the checklist. The verdict is one of
+
+- ``FIRED``: it found something; the findings say what;
+- ``FINE``: it looked at the evidence and found nothing to fix (the reason says
+  what it looked at, with the numbers);
+- ``NOT_APPLICABLE``: the technique does not apply to this run (a CPU run for a
+  GPU-only setting, one epoch for a per-epoch cost, …);
+- ``CANNOT_JUDGE``: the evidence it needs is missing ("no GPU in this run",
+  "no stacks recorded", "no per-step records: analyse a run directory"); a rule
+  never guesses silently.
+
+``RuleContext`` bundles the run, one ``TraceMetrics`` per trace (rank), the
+thresholds, and the helpers every rule shares: the step time, "share of step
+time", the severity scale, locations and setting references, and merging the
+per-rank results of a multi-trace run into one finding.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from gpudoctor.config import Thresholds
+from gpudoctor.model.findings import (
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Gain,
+    Location,
+    Metric,
+    RunData,
+    SettingRef,
+    Severity,
+    TimeRange,
+)
+from gpudoctor.model.metrics import (
+    DeviceUtilization,
+    GapCause,
+    TraceMetrics,
+    Window,
+    WindowKind,
+)
+from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
+
+
+class Verdict(str, Enum):
+    FIRED = "fired"
+    FINE = "fine"
+    NOT_APPLICABLE = "not_applicable"
+    CANNOT_JUDGE = "cannot_judge"
+
+
+# When several traces (ranks) give different verdicts, the combined verdict is the
+# most informative one: something fired > looked and fine > does not apply > cannot judge.
+_VERDICT_ORDER = {Verdict.FIRED: 0, Verdict.FINE: 1, Verdict.NOT_APPLICABLE: 2, Verdict.CANNOT_JUDGE: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleResult:
+    verdict: Verdict
+    reason: str  # one line: what was looked at and what it showed, or what is missing
+    findings: tuple[Finding, ...] = ()
+
+    @staticmethod
+    def fired(findings: Finding | Sequence[Finding], reason: str = "") -> RuleResult:
+        fs = (findings,) if isinstance(findings, Finding) else tuple(findings)
+        if not fs:
+            raise ValueError("a fired result needs at least one finding")
+        return RuleResult(Verdict.FIRED, reason or fs[0].message, fs)
+
+    @staticmethod
+    def fine(reason: str) -> RuleResult:
+        return RuleResult(Verdict.FINE, reason)
+
+    @staticmethod
+    def not_applicable(reason: str) -> RuleResult:
+        return RuleResult(Verdict.NOT_APPLICABLE, reason)
+
+    @staticmethod
+    def cannot_judge(reason: str) -> RuleResult:
+        return RuleResult(Verdict.CANNOT_JUDGE, reason)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration for a message: 850 ns, 12.3 µs, 4.56 ms, 1.23 s."""
+    if ns is None:
+        return "?"
+    a = abs(ns)
+    if a < 1_000:
+        return f"{ns:.0f} ns"
+    if a < 1_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1_000_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_pct(p: float | None) -> str:
+    return "?" if p is None else f"{p:.1f}%"
+
+
+def median_int(values: Iterable[int]) -> int | None:
+    vals = list(values)
+    return int(statistics.median(vals)) if vals else None
+
+
+def percentile_int(values: Iterable[int], pct: float) -> int | None:
+    """Nearest-rank percentile (``pct`` in 0..100)."""
+    vals = sorted(values)
+    if not vals:
+        return None
+    k = max(0, min(len(vals) - 1, int(-(-pct * len(vals) // 100)) - 1))
+    return vals[k]
+
+
+def location_of(site: CallSite | None) -> Location | None:
+    return None if site is None else Location(file=site.file, line=site.line, function=site.function)
+
+
+def trace_label(m: TraceMetrics) -> str:
+    """How a message names a trace: "rank 3" in multi-rank jobs, else the file name."""
+    if m.rank is not None:
+        return f"rank {m.rank}"
+    return m.path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+# --------------------------------------------------------------------------- the context
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    run: RunData
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    code: str = ""  # the rule being run (set by the engine through ``for_rule``)
+    name: str = ""
+
+    # ---------------------------------------------------------------- basics
+
+    def for_rule(self, code: str, name: str) -> RuleContext:
+        return replace(self, code=code, name=name)
+
+    @property
+    def metrics(self) -> tuple[TraceMetrics, ...]:
+        return self.run.metrics
+
+    @property
+    def settings(self):
+        return self.run.settings
+
+    @property
+    def manifest(self):
+        return self.run.manifest
+
+    def gpu_traces(self) -> tuple[TraceMetrics, ...]:
+        return tuple(m for m in self.metrics if m.has_gpu_activity)
+
+    def has_gpu(self) -> bool:
+        """GPU work seen in a trace, or the run used a CUDA device."""
+        if self.gpu_traces():
+            return True
+        s = self.settings
+        if s is not None and s.device_type not in ("cpu", ""):
+            return True
+        return any(g.util_pct is not None for g in self.samples_gpu())
+
+    def no_gpu_reason(self) -> str:
+        """Why there is no GPU evidence, in the user's terms."""
+        if self.manifest is not None:
+            r = self.manifest.not_collected_reason("cuda")
+            if r:
+                return r
+            if not self.manifest.devices:
+                return "no GPU in this run"
+        if self.metrics:
+            return "no GPU activity in the trace"
+        return "no GPU in this run"
+
+    def samples_gpu(self):
+        return self.run.samples.gpu if self.run.samples else ()
+
+    def samples_process(self, role: str | None = None):
+        ps = self.run.samples.process if self.run.samples else ()
+        return tuple(p for p in ps if role is None or p.role == role)
+
+    def cpu_count(self) -> int | None:
+        """Cores available to the training process (settings, then manifest, then samples)."""
+        if self.settings is not None and self.settings.cpu_count:
+            return self.settings.cpu_count
+        if self.manifest is not None and self.manifest.cpu_count:
+            return self.manifest.cpu_count
+        if self.run.samples is not None and self.run.samples.system_cpu_count:
+            return self.run.samples.system_cpu_count
+        return None
+
+    def device_cc(self) -> tuple[str, float | None]:
+        """Name and compute capability of the (first) GPU, from the trace or the manifest."""
+        for m in self.metrics:
+            for d in m.devices:
+                if d.compute_capability:
+                    return d.name, _cc(d.compute_capability)
+        if self.manifest is not None:
+            for d in self.manifest.devices:
+                if d.compute_capability:
+                    return d.name, _cc(d.compute_capability)
+        for m in self.metrics:
+            for d in m.devices:
+                return d.name, None
+        return "", None
+
+    def device_total_bytes(self) -> int | None:
+        for m in self.metrics:
+            for mem in m.memory:
+                if mem.total_bytes:
+                    return mem.total_bytes
+            for d in m.devices:
+                if d.total_memory_bytes:
+                    return d.total_memory_bytes
+        if self.manifest is not None:
+            for d in self.manifest.devices:
+                if d.total_memory_bytes:
+                    return d.total_memory_bytes
+        for g in self.samples_gpu():
+            if g.mem_total_bytes:
+                return g.mem_total_bytes
+        return None
+
+    # ---------------------------------------------------------------- steps (run directory)
+
+    def steps(self) -> tuple[StepRecord, ...]:
+        return self.run.steps
+
+    def steady_steps(self) -> tuple[StepRecord, ...]:
+        """Steps without the first of the run (and the first of each epoch when epochs are known):
+        those carry one-off costs (worker start-up, cuDNN autotuning, allocator warm-up)."""
+        steps = self.run.steps
+        if len(steps) < 2:
+            return steps
+        first_of_epoch: set[int] = set()
+        seen: set[int | None] = set()
+        for s in steps:
+            key = s.epoch
+            if key not in seen:
+                seen.add(key)
+                first_of_epoch.add(s.index)
+        if all(s.epoch is None for s in steps):
+            first_of_epoch = {steps[0].index}
+        rest = tuple(s for s in steps if s.index not in first_of_epoch)
+        return rest or steps
+
+    def step_time_ns(self) -> int | None:
+        """Median wall time of a steady step: run records first, else the trace's step windows."""
+        med = median_int(s.wall_ns for s in self.steady_steps())
+        if med:
+            return med
+        for m in self.metrics:
+            if m.steps:
+                return median_int(s.end_ns - s.start_ns for s in m.steps)
+        return None
+
+    def step_time_p90_ns(self) -> int | None:
+        p = percentile_int((s.wall_ns for s in self.steady_steps()), 90)
+        if p:
+            return p
+        for m in self.metrics:
+            if m.steps:
+                return percentile_int((s.end_ns - s.start_ns for s in m.steps), 90)
+        return None
+
+    def share_of_steps(self, ns: int, steps: Sequence[StepRecord] | None = None) -> float | None:
+        """``ns`` as a percentage of the total wall time of ``steps`` (default: steady steps)."""
+        steps = self.steady_steps() if steps is None else steps
+        total = sum(s.wall_ns for s in steps)
+        return 100.0 * ns / total if total > 0 else None
+
+    def data_wait_share_pct(self) -> float | None:
+        steps = self.steady_steps()
+        if not steps:
+            return None
+        return self.share_of_steps(sum(s.data_wait_ns for s in steps), steps)
+
+    # ---------------------------------------------------------------- trace windows
+
+    @staticmethod
+    def util(m: TraceMetrics) -> DeviceUtilization | None:
+        """The utilization of the busiest device of a trace (the one the rule judges)."""
+        if not m.utilization:
+            return None
+        return max(m.utilization, key=lambda u: u.busy_ns_span)
+
+    @staticmethod
+    def window(m: TraceMetrics) -> Window | None:
+        """The window step-time percentages of this trace are of: the ProfilerStep windows when
+        present, else the first-to-last GPU activity span, else the whole trace."""
+        u = RuleContext.util(m)
+        if u is not None and u.steps_window is not None and u.steps_window.dur_ns > 0:
+            return u.steps_window
+        for w in m.windows:
+            if w.kind == WindowKind.STEPS and w.dur_ns > 0:
+                return w
+        if u is not None and u.span.dur_ns > 0:
+            return u.span
+        for kind in (WindowKind.SPAN, WindowKind.TRACE):
+            for w in m.windows:
+                if w.kind == kind and w.dur_ns > 0:
+                    return w
+        if m.cpu is not None and m.cpu.window.dur_ns > 0:
+            return m.cpu.window
+        return None
+
+    @staticmethod
+    def window_label(w: Window | None) -> str:
+        if w is None:
+            return "?"
+        if w.kind == WindowKind.STEPS:
+            return "steps"
+        if w.kind == WindowKind.SPAN:
+            return "span (first to last GPU activity)"
+        return w.kind.value
+
+    @staticmethod
+    def idle(m: TraceMetrics) -> tuple[float | None, str]:
+        """GPU idle % of a trace and the window it is of (steps when present, else span)."""
+        u = RuleContext.util(m)
+        if u is None:
+            return None, ""
+        if u.idle_pct_steps is not None:
+            return u.idle_pct_steps, "steps"
+        return u.idle_pct_span, "span"
+
+    @staticmethod
+    def gap_cause_ns(m: TraceMetrics, *causes: GapCause) -> int:
+        u = RuleContext.util(m)
+        if u is None:
+            return 0
+        return sum(c.total_ns for c in u.gap_causes if c.cause in causes)
+
+    def trace_share(self, m: TraceMetrics, ns: int) -> float | None:
+        w = self.window(m)
+        return 100.0 * ns / w.dur_ns if w is not None and w.dur_ns > 0 else None
+
+    @staticmethod
+    def gap_ranges(m: TraceMetrics, *causes: GapCause, limit: int = 5) -> tuple[TimeRange, ...]:
+        u = RuleContext.util(m)
+        if u is None:
+            return ()
+        gaps = [g for g in u.top_gaps if not causes or g.cause in causes]
+        gaps.sort(key=lambda g: (g.start_ns - g.end_ns, g.start_ns))
+        return tuple(
+            TimeRange(g.start_ns, g.end_ns, f"idle gap ({g.cause.value}{': ' + g.detail if g.detail else ''})")
+            for g in gaps[:limit]
+        )
+
+    # ---------------------------------------------------------------- settings
+
+    def main_dataloader(self) -> DataLoaderSetting | None:
+        """The DataLoader the training loop iterates: most iterations started, first on ties."""
+        s = self.settings
+        if s is None or not s.dataloaders:
+            return None
+        return max(s.dataloaders, key=lambda d: d.iterations_started)
+
+    # ---------------------------------------------------------------- findings
+
+    def severity(self, share_pct: float | None) -> Severity:
+        """The one severity scale: share of step time at stake (``Thresholds``)."""
+        t = self.thresholds
+        if share_pct is None:
+            return Severity(t.unquantified_severity)
+        if share_pct >= t.error_share_pct:
+            return Severity.ERROR
+        if share_pct >= t.warning_share_pct:
+            return Severity.WARNING
+        return Severity.INFO
+
+    @staticmethod
+    def gain(share_pct: float | None, note: str = "") -> Gain:
+        if share_pct is None:
+            return Gain(None, None, note)
+        share = max(0.0, min(share_pct, 99.9))
+        return Gain(round(share, 2), round(1.0 / (1.0 - share / 100.0), 3), note)
+
+    def finding(
+        self,
+        message: str,
+        fix: Fix,
+        *,
+        share_pct: float | None,
+        confidence: Confidence = Confidence.MEASURED,
+        metrics: Sequence[Metric] = (),
+        time_ranges: Sequence[TimeRange] = (),
+        settings: Sequence[SettingRef] = (),
+        notes: Sequence[str] = (),
+        location: Location | None = None,
+        gain_note: str = "",
+        rank: int | None = None,
+    ) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=self.severity(share_pct),
+            confidence=confidence,
+            message=message,
+            fix=fix,
+            evidence=Evidence(tuple(metrics), tuple(time_ranges), tuple(settings), tuple(notes)),
+            gain=self.gain(share_pct, gain_note),
+            location=location,
+            rank=rank,
+        )
+
+    # ---------------------------------------------------------------- multi-trace
+
+    def per_trace(self, judge: Callable[[TraceMetrics], RuleResult]) -> RuleResult:
+        """Judge every trace; keep the worst finding and name the other ranks where it also fired."""
+        if not self.metrics:
+            return RuleResult.cannot_judge("no trace in this run")
+        results = [(m, judge(m)) for m in self.metrics]
+        return merge_results(results)
+
+
+def merge_results(results: Sequence[tuple[TraceMetrics, RuleResult]]) -> RuleResult:
+    if len(results) == 1:
+        return results[0][1]
+    fired = [(m, r) for m, r in results if r.verdict == Verdict.FIRED]
+    if fired:
+        fired.sort(key=lambda mr: -max((f.gain.share_pct or 0.0) for f in mr[1].findings))
+        best_m, best = fired[0]
+        others = [trace_label(m) for m, _ in fired[1:]]
+        if others:
+            note = f"also on {len(others)} other trace(s): {', '.join(others[:12])}" + (
+                " …" if len(others) > 12 else ""
+            )
+            findings = tuple(
+                replace(f, evidence=replace(f.evidence, notes=(*f.evidence.notes, note)))
+                for f in best.findings
+            )
+            return RuleResult(Verdict.FIRED, best.reason, findings)
+        return best
+    best_verdict = min((r.verdict for _, r in results), key=lambda v: _VERDICT_ORDER[v])
+    reasons = [f"{trace_label(m)}: {r.reason}" for m, r in results if r.verdict == best_verdict]
+    reason = reasons[0] if len(reasons) == 1 else f"{reasons[0]} (and {len(reasons) - 1} more trace(s))"
+    return RuleResult(best_verdict, reason)
+
+
+def _cc(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None

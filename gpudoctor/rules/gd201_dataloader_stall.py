@@ -1,0 +1,252 @@
+"""GD201 dataloader-stall: the training loop waits for the next batch.
+
+What it detects
+---------------
+The time each step spends blocked in `DataLoader.__next__` waiting for the
+next batch, as a share of step time: from gpudoctor's per-step records (every
+step of the run), or from the `enumerate(DataLoader)#…__next__` events of a
+trace. The first step of each epoch is left out (worker start-up is GD202).
+
+Why it matters
+--------------
+While the loop waits for data, neither the CPU's compute threads nor the GPU
+do useful work. With `num_workers=0` the main process loads and transforms
+every batch itself, serially with the training step.
+
+How to fix
+----------
+Load batches in worker processes, in parallel with the step. The finding
+derives a `num_workers` value from the measured per-batch load time, the
+compute time of a step and the cores available; also keep workers alive
+across epochs (`persistent_workers=True`), and raise `prefetch_factor` when
+load times vary.
+
+Before:
+
+```python
+loader = DataLoader(ds, batch_size=64, shuffle=True)
+```
+
+After:
+
+```python
+loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
+                    persistent_workers=True, prefetch_factor=4, pin_memory=True)
+```
+
+Evidence used
+-------------
+Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`), or the trace's
+DataLoader share; the DataLoader's settings (`num_workers`, `prefetch_factor`,
+`persistent_workers`, `pin_memory`) with their `file:line`; the cores
+available (`settings.cpu_count`).
+
+Thresholds
+----------
+- `dataloader_wait_share_pct` (5): fires above this share of step time.
+- `dataloader_reserved_cores` (1): cores left to the training process when
+  deriving `num_workers`.
+- `dataloader_spare_workers_count` (1): workers added for load-time jitter.
+- `error_share_pct`, `warning_share_pct`: the severity scale.
+
+Known limits
+------------
+The suggested `num_workers` assumes the per-batch load time stays the same in
+a worker and that workers scale until the cores run out; disk or network
+bandwidth may end the scaling first. If the derived value exceeds the cores,
+the data pipeline itself must get cheaper (cache decoded data, move
+augmentation to the GPU).
+
+References
+----------
+- PyTorch, single- and multi-process data loading:
+  https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading
+- PyTorch performance tuning guide:
+  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- torch-tb-profiler's DataLoader recommendation (5% of step time):
+  https://github.com/pytorch/kineto/tree/main/tb_plugin
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import DataLoaderSetting
+from gpudoctor.rules.context import (
+    RuleContext,
+    RuleResult,
+    fmt_ns,
+    fmt_pct,
+    location_of,
+    median_int,
+)
+from gpudoctor.rules.helpers import dataloader_call, dataloader_settings
+from gpudoctor.rules.registry import Rule
+
+
+def suggest_num_workers(
+    dl: DataLoaderSetting | None,
+    wait_ns: int,
+    step_ns: int,
+    cores: int | None,
+    reserved_cores: int,
+    spare: int = 0,
+) -> tuple[int, int, int, str]:
+    """(suggested num_workers, estimated per-batch load time, compute time per step, how it was derived).
+
+    With ``num_workers=0`` the main process loads each batch inside ``__next__``: the
+    per-batch load time is the wait itself. With ``n`` workers that cannot keep up, they
+    deliver ``n`` batches per load time, one per step: load ≈ n × step time. Enough
+    workers deliver one batch per compute time: ``ceil(load / compute)``, plus ``spare``
+    workers for load-time jitter; capped at the cores left after the training process.
+    """
+    compute_ns = max(step_ns - wait_ns, 1)
+    workers = dl.num_workers if dl is not None else 0
+    load_ns = wait_ns if workers == 0 else workers * step_ns
+    needed = max(1, math.ceil(load_ns / compute_ns)) + spare
+    if workers > 0:
+        needed = max(needed, workers + 1)
+    how = f"per-batch load {fmt_ns(load_ns)} ÷ compute {fmt_ns(compute_ns)} per step"
+    if spare:
+        how += f", +{spare} spare"
+    if cores is not None:
+        cap = max(1, cores - reserved_cores)
+        if needed > cap:
+            how += f", capped at {cap} ({cores} cores, {reserved_cores} left to the training process)"
+            needed = cap
+        else:
+            how += f", within {cores} cores"
+    return needed, load_ns, compute_ns, how
+
+
+def _from_steps(ctx: RuleContext) -> RuleResult:
+    t = ctx.thresholds
+    steps = ctx.steady_steps()
+    share = ctx.data_wait_share_pct()
+    dl = ctx.main_dataloader()
+    if share is None:
+        return RuleResult.cannot_judge("no per-step records")
+    wait_med = median_int(s.data_wait_ns for s in steps) or 0
+    step_med = median_int(s.wall_ns for s in steps) or 0
+    loc = location_of(dl.call_site) if dl is not None else None
+    where = f" at {loc}" if loc else ""
+    if share <= t.dataloader_wait_share_pct:
+        if dl is None and ctx.settings is not None and not ctx.settings.dataloaders:
+            return RuleResult.not_applicable("no DataLoader in this run")
+        return RuleResult.fine(
+            f"the loop waits {fmt_pct(share)} of step time for data over {len(steps)} steps "
+            f"(threshold {t.dataloader_wait_share_pct:g}%)"
+        )
+    cores = ctx.cpu_count()
+    n, load_ns, compute_ns, how = suggest_num_workers(
+        dl,
+        wait_med,
+        step_med,
+        cores,
+        t.dataloader_reserved_cores,
+        t.dataloader_spare_workers_count,
+    )
+    workers = dl.num_workers if dl is not None else None
+    message = (
+        f"the loop waits {fmt_pct(share)} of step time for the next batch ({fmt_ns(wait_med)} of a "
+        f"{fmt_ns(step_med)} step, median over {len(steps)} steps)"
+        + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
+    )
+    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
+    extra = ""
+    if workers and workers >= n:
+        # already as many workers as cores allow: deepen the queue instead
+        pf = (dl.prefetch_factor or 2) * 2
+        changes = {"prefetch_factor": pf, "persistent_workers": True}
+        extra = f"; the cores allow no more workers than {workers}: raise prefetch_factor to {pf} and make loading cheaper"
+    elif workers:
+        changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
+    if ctx.has_gpu() and dl is not None and not dl.pin_memory:
+        changes["pin_memory"] = True
+    args = ", ".join(f"{k}={v}" for k, v in changes.items())
+    instruction = f"Set {args} on the DataLoader{where} ({how}){extra}."
+    if cores is not None and math.ceil(load_ns / compute_ns) > max(1, cores - t.dataloader_reserved_cores):
+        extra_note = "loading one batch takes longer than all cores can hide: cache decoded data or move augmentation to the GPU"
+    else:
+        extra_note = ""
+    metrics = [
+        Metric("data_wait_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
+        Metric("data_wait_median_ns", wait_med, "ns"),
+        Metric("step_median_ns", step_med, "ns"),
+        Metric("per_batch_load_ns", load_ns, "ns"),
+        Metric("compute_per_step_ns", compute_ns, "ns"),
+        Metric("suggested_num_workers", n, "count"),
+    ]
+    if cores is not None:
+        metrics.append(Metric("cpu_count", cores, "count"))
+    notes = ["first step of each epoch left out (worker start-up is GD202)"]
+    if extra_note:
+        notes.append(extra_note)
+    finding = ctx.finding(
+        message,
+        Fix(instruction, dataloader_call(dl), dataloader_call(dl, **changes)),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=metrics,
+        settings=dataloader_settings(dl) if dl is not None else (),
+        notes=notes,
+        location=loc,
+        gain_note="time the loop waits for data; workers hide it behind the step",
+    )
+    return RuleResult.fired(finding)
+
+
+def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    share = m.breakdown_mean_pct.get(Component.DATA_LOADING.value)
+    window = ctx.window_label(ctx.window(m)) if not m.steps else "steps"
+    if share is None and m.cpu is not None:
+        share = m.cpu.dataloader_pct
+        window = ctx.window_label(m.cpu.window)
+    if share is None:
+        return RuleResult.cannot_judge("no step breakdown or DataLoader events in the trace")
+    if share <= t.dataloader_wait_share_pct:
+        return RuleResult.fine(
+            f"DataLoader {fmt_pct(share)} of step time in the trace (threshold {t.dataloader_wait_share_pct:g}%)"
+        )
+    dl = ctx.main_dataloader()
+    loc = location_of(dl.call_site) if dl is not None else None
+    what = "step time" if m.steps else "the trace (no step markers)"
+    message = f"the loop waits {fmt_pct(share)} of {what} in the DataLoader (window: {window})"
+    instruction = (
+        "Load batches in worker processes: set num_workers > 0 (one per batch load time ÷ step compute time, "
+        "up to the cores less one), persistent_workers=True, pin_memory=True. The trace does not record the "
+        "DataLoader's settings; `gpudoctor profile` derives a value from them."
+    )
+    finding = ctx.finding(
+        message,
+        Fix(instruction, dataloader_call(dl), dataloader_call(dl, num_workers=4, persistent_workers=True)),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=[Metric("data_wait_share_pct", round(share, 2), "%", window)],
+        settings=dataloader_settings(dl) if dl is not None else (),
+        location=loc,
+        gain_note="time in DataLoader.__next__; workers hide it behind the step",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if ctx.steps():
+        return _from_steps(ctx)
+    if ctx.metrics:
+        return ctx.per_trace(lambda m: _from_trace(ctx, m))
+    return RuleResult.cannot_judge("no per-step records and no trace: nothing says how long the loop waited for data")
+
+
+RULE = Rule(
+    code="GD201",
+    name="dataloader-stall",
+    title="The training loop waits for the next batch",
+    doc=__doc__,
+    check=check,
+    needs=("steps",),
+)

@@ -1,0 +1,258 @@
+"""GD203 main-process-cpu-bound: the training process saturates a core outside the DataLoader.
+
+What it detects
+---------------
+The training process runs at a full core (psutil samples) while the GPU waits
+and the wait is not for the DataLoader: Python work in the training loop
+(preprocessing, augmentation, metric computation, logging) serializes the
+step. On a CPU-only run, the same signature means the step is bound by one
+Python thread while torch's intra-op threads sit idle.
+
+Why it matters
+--------------
+One core is the ceiling of Python code. Work done in the loop body runs
+serially with the model; the GPU (or the other cores) wait for it.
+
+How to fix
+----------
+Move per-sample preprocessing into the Dataset, where DataLoader workers run
+it in parallel; move batch-level transforms onto the GPU; compute metrics on
+the device and fetch them every N steps.
+
+Before:
+
+```python
+for x, y in loader:
+    x = torch.stack([augment(img) for img in x])    # Python, in the main process
+    loss = step(x.cuda(), y.cuda())
+```
+
+After:
+
+```python
+class Augmented(Dataset):
+    def __getitem__(self, i):
+        img, label = self.base[i]
+        return augment(img), label                   # runs in the workers
+
+loader = DataLoader(Augmented(base), batch_size=64, num_workers=4)
+for x, y in loader:
+    loss = step(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+```
+
+Evidence used
+-------------
+psutil samples of the main process (`cpu_pct`, 100 = one core), the
+DataLoader wait share (per-step records), GPU idle share (trace) or NVML
+utilization; the user functions with the most self time from `profile.pstats`
+when cProfile ran.
+
+Thresholds
+----------
+- `main_cpu_busy_pct` (90): the main process's median CPU, % of one core.
+- `dataloader_wait_share_pct` (5): above it the wait is GD201's, not this rule's.
+- `gpu_idle_share_pct` (20): the GPU waits.
+- `error_share_pct`, `warning_share_pct`: the severity scale.
+
+Known limits
+------------
+Needs psutil samples (`gpudoctor profile`); a bare trace has none. The share
+at stake is the GPU idle time not explained by the DataLoader, syncs or
+launches (on CPU runs, the Python self time of the user's functions), an
+upper bound of what moving the work can win.
+
+References
+----------
+- PyTorch performance tuning guide:
+  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- PyTorch data loading: https://pytorch.org/docs/stable/data.html
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
+from gpudoctor.model.metrics import GapCause
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
+from gpudoctor.rules.helpers import pstats_total_s, user_functions
+from gpudoctor.rules.registry import Rule
+
+_BEFORE = """for x, y in loader:
+    x = torch.stack([augment(img) for img in x])   # Python, in the main process
+    loss = step(x, y)"""
+_AFTER = """class Augmented(Dataset):
+    def __getitem__(self, i):
+        img, label = self.base[i]
+        return augment(img), label                  # runs in the DataLoader workers
+
+loader = DataLoader(Augmented(base), batch_size=64, num_workers=4)
+for x, y in loader:
+    loss = step(x, y)"""
+
+
+def main_cpu_pct(ctx: RuleContext) -> tuple[float | None, int]:
+    """Median CPU % of the training process over the steps (all samples without steps)."""
+    samples = ctx.samples_process("main")
+    steps = ctx.steps()
+    if steps:
+        lo = steps[0].start_ns
+        hi = max(s.start_ns + s.wall_ns for s in steps)
+        inside = [p for p in samples if lo <= p.t_ns <= hi]
+        samples = inside or samples
+    if not samples:
+        return None, 0
+    return statistics.median(p.cpu_pct for p in samples), len(samples)
+
+
+def _hot_user_code(ctx: RuleContext) -> tuple[Location | None, list[str], float | None]:
+    """The user's function with the most self time (cProfile), notes, and the user code's share."""
+    entries = ctx.run.pstats
+    users = user_functions(entries)
+    total = pstats_total_s(entries)
+    if not users or total <= 0:
+        return None, [], None
+    top = users[0]
+    notes = [f"{e.file}:{e.line} {e.function}: {e.tottime_s:.3f} s self time, {e.calls} calls" for e in users[:5]]
+    share = 100.0 * sum(e.tottime_s for e in users) / total
+    return Location(top.file, top.line, function=top.function), notes, min(share, 100.0)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    t = ctx.thresholds
+    cpu, n = main_cpu_pct(ctx)
+    if cpu is None:
+        return RuleResult.cannot_judge("no CPU samples of the training process (psutil; run `gpudoctor profile`)")
+    if cpu < t.main_cpu_busy_pct:
+        return RuleResult.fine(
+            f"training process at {cpu:.0f}% of one core (median of {n} samples; threshold {t.main_cpu_busy_pct:g}%)"
+        )
+    wait = ctx.data_wait_share_pct()
+    if wait is not None and wait > t.dataloader_wait_share_pct:
+        return RuleResult.not_applicable(
+            f"the training process is busy loading batches ({fmt_pct(wait)} of step time waiting for data): see GD201"
+        )
+    location, notes, user_share = _hot_user_code(ctx)
+    metrics = [Metric("main_cpu_pct", round(cpu, 1), "%", f"one core (median of {n} samples)")]
+    if wait is not None:
+        metrics.append(Metric("data_wait_share_pct", round(wait, 2), "%", "steps"))
+    if ctx.has_gpu():
+        return _gpu_case(ctx, cpu, metrics, notes, location)
+    return _cpu_case(ctx, cpu, metrics, notes, location, user_share)
+
+
+def _gpu_case(ctx, cpu, metrics, notes, location) -> RuleResult:
+    t = ctx.thresholds
+    best = None
+    for m in ctx.gpu_traces():
+        idle_pct, wname = ctx.idle(m)
+        if idle_pct is None:
+            continue
+        u = ctx.util(m)
+        other_ns = ctx.gap_cause_ns(m, GapCause.OTHER)
+        at_stake = ctx.trace_share(m, other_ns) if u is not None and u.gap_causes else None
+        if best is None or idle_pct > best[1]:
+            best = (m, idle_pct, wname, at_stake)
+    if best is None:
+        util = [g.util_pct for g in ctx.samples_gpu() if g.util_pct is not None]
+        if not util:
+            return RuleResult.cannot_judge("no GPU utilization figures (no trace with GPU activity, no NVML samples)")
+        idle_pct, wname, at_stake, m = 100.0 - statistics.median(util), "NVML samples", None, None
+    else:
+        m, idle_pct, wname, at_stake = best
+    if idle_pct < t.gpu_idle_share_pct:
+        return RuleResult.fine(
+            f"training process at {cpu:.0f}% of one core, but the GPU is busy (idle {fmt_pct(idle_pct)}, {wname})"
+        )
+    confidence = Confidence.MEASURED
+    gain_note = "GPU idle time while the host was busy elsewhere (not DataLoader, sync or launches)"
+    if at_stake is None:
+        wait = ctx.data_wait_share_pct() or 0.0
+        at_stake = max(0.0, idle_pct - wait)
+        confidence = Confidence.INFERRED
+        gain_note = "GPU idle share less the DataLoader wait (no idle-gap causes measured)"
+    metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
+    message = (
+        f"training process at {cpu:.0f}% of one core while the GPU idles {fmt_pct(idle_pct)} of step time, "
+        f"not waiting for data: Python work in the loop holds the GPU back"
+        + (f"; hottest user code {location}" if location else "")
+    )
+    instruction = (
+        "Move per-sample preprocessing into the Dataset (it then runs in the DataLoader workers), "
+        "batch transforms onto the GPU, and metric computation onto the device"
+        + (f"; start with {location.function or 'the function'} at {location}." if location else ".")
+    )
+    finding = ctx.finding(
+        message,
+        Fix(instruction, _BEFORE, _AFTER),
+        share_pct=at_stake,
+        confidence=confidence,
+        metrics=metrics,
+        time_ranges=ctx.gap_ranges(m, GapCause.OTHER) if m is not None else (),
+        notes=notes + ([f"trace: {trace_label(m)}"] if m is not None else []),
+        location=location,
+        gain_note=gain_note,
+    )
+    return RuleResult.fired(finding)
+
+
+def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
+    t = ctx.thresholds
+    s = ctx.settings
+    cores = ctx.cpu_count()
+    threads = s.num_threads if s is not None else None
+    if threads is None or cores is None:
+        return RuleResult.cannot_judge("no GPU in this run, and torch's thread count or the core count is unknown")
+    capacity = 100.0 * min(threads, cores)
+    if capacity <= 100.0:
+        return RuleResult.not_applicable(
+            f"no GPU, and torch runs {threads} intra-op thread(s) on {cores} core(s): one core is the ceiling anyway"
+        )
+    use_pct = 100.0 * cpu / capacity
+    if use_pct >= t.cpu_run_thread_use_max_pct:
+        return RuleResult.fine(
+            f"no GPU; the training process uses {use_pct:.0f}% of its {min(threads, cores)} threads' capacity "
+            f"({cpu:.0f}% CPU)"
+        )
+    metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{min(threads, cores)} threads' capacity"))
+    if user_share is not None:
+        at_stake = user_share
+        confidence = Confidence.MEASURED
+        gain_note = "self time of the user's own functions (cProfile) in the profiled time"
+        metrics.append(Metric("user_code_self_time_pct", round(user_share, 1), "%", "cProfile time"))
+    else:
+        at_stake = None
+        confidence = Confidence.INFERRED
+        gain_note = "no cProfile of the user's code to put it in time"
+    message = (
+        f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU, "
+        f"{use_pct:.0f}% of what its {min(threads, cores)} intra-op threads could use"
+        + (f"; hottest user code {location}" if location else "")
+    )
+    instruction = (
+        "Move per-sample Python work (transforms, decoding, metric bookkeeping) out of the loop body into the "
+        "Dataset with DataLoader workers, or express it as batched tensor operations"
+        + (f"; start with {location.function or 'the function'} at {location}." if location else ".")
+    )
+    finding = ctx.finding(
+        message,
+        Fix(instruction, _BEFORE, _AFTER),
+        share_pct=at_stake,
+        confidence=confidence,
+        metrics=metrics,
+        settings=[SettingRef("torch.get_num_threads()", threads), SettingRef("cpu_count", cores)],
+        notes=notes,
+        location=location,
+        gain_note=gain_note,
+    )
+    return RuleResult.fired(finding)
+
+
+RULE = Rule(
+    code="GD203",
+    name="main-process-cpu-bound",
+    title="The training process is CPU-bound outside the DataLoader",
+    doc=__doc__,
+    check=check,
+    needs=("samples",),
+)

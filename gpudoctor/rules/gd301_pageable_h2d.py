@@ -1,0 +1,174 @@
+"""GD301 pageable-h2d: host-to-device copies read from pageable (not pinned) memory.
+
+What it detects
+---------------
+`Memcpy HtoD (Pageable -> Device)` copies in the trace: a tensor in ordinary
+(pageable) host memory copied to the GPU. Fires when they take more than a
+small share of step time, or when single copies exceed 64 KB (Nsight Systems'
+`cuda_memcpy_async` rule).
+
+Why it matters
+--------------
+The GPU's DMA engines can only read page-locked memory, so the driver first
+copies a pageable buffer into a pinned staging buffer, synchronously with the
+host: the copy runs at a fraction of the bus bandwidth, `non_blocking=True`
+has no effect, and the host waits for it.
+
+How to fix
+----------
+Pin the batches at the DataLoader and copy them asynchronously.
+
+Before:
+
+```python
+loader = DataLoader(ds, batch_size=64, num_workers=4)
+for x, y in loader:
+    x, y = x.cuda(), y.cuda()
+```
+
+After:
+
+```python
+loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)
+for x, y in loader:
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+```
+
+Evidence used
+-------------
+Trace: host-to-device copies per memory kind with count, bytes, time and
+bandwidth (`TraceMetrics.transfers`); the DataLoader's `pin_memory` and its
+`file:line`.
+
+Thresholds
+----------
+- `pageable_h2d_share_pct` (2): pageable copy time, % of step time.
+- `pageable_h2d_max_bytes` (65536): a single pageable copy larger than this.
+- `error_share_pct`, `warning_share_pct`: severity from the copy time's share.
+
+Known limits
+------------
+Copies of tensors created outside the DataLoader (a dataset held in host
+memory, `torch.tensor(numpy_array).cuda()`) need `.pin_memory()` on the
+tensor itself. Pinned memory is a scarce resource: pin batches, not whole
+datasets.
+
+References
+----------
+- PyTorch, pinned memory buffers: https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers
+- PyTorch tutorial, a guide on good usage of `non_blocking` and `pin_memory()`:
+  https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html
+- Nsight Systems expert rules (`cuda_memcpy_async`):
+  https://docs.nvidia.com/nsight-systems/UserGuide/index.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.helpers import dataloader_call
+from gpudoctor.rules.registry import Rule
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    h2d = [x for x in m.transfers if x.direction == "HtoD"]
+    pageable = [x for x in h2d if x.memory_kind == "pageable"]
+    if not pageable:
+        pinned = sum(x.count for x in h2d if x.memory_kind == "pinned")
+        return RuleResult.fine(
+            f"no host→device copies from pageable memory ({pinned} from pinned memory)"
+            if h2d
+            else "no host→device copies in the trace"
+        )
+    count = sum(x.count for x in pageable)
+    nbytes = sum(x.bytes for x in pageable)
+    dur = sum(x.dur_ns for x in pageable)
+    biggest = max(x.max_bytes for x in pageable)
+    blocking = sum(x.blocking_count for x in pageable)
+    share = ctx.trace_share(m, dur)
+    window = ctx.window(m)
+    wlabel = ctx.window_label(window)
+    if share is None:
+        return RuleResult.cannot_judge("no window to put the copy time in")
+    if share <= t.pageable_h2d_share_pct and biggest <= t.pageable_h2d_max_bytes:
+        return RuleResult.fine(
+            f"{count} pageable host→device copies, {fmt_pct(share)} of step time, largest {fmt_bytes(biggest)} "
+            f"(thresholds {t.pageable_h2d_share_pct:g}%, {fmt_bytes(t.pageable_h2d_max_bytes)})"
+        )
+    gbps = nbytes / dur if dur else None  # bytes per ns == GB/s
+    dl = ctx.main_dataloader()
+    loc = location_of(dl.call_site) if dl is not None else None
+    settings = []
+    notes = [f"window: {window.description or wlabel}" if window is not None else ""]
+    if dl is not None:
+        settings.append(SettingRef("DataLoader.pin_memory", dl.pin_memory, loc))
+        if dl.pin_memory:
+            notes.append(
+                "the DataLoader already pins its batches: these copies come from tensors made elsewhere "
+                "(a dataset held in memory, torch.tensor(...) in the loop); call .pin_memory() on them"
+            )
+    message = (
+        f"{count} host→device copies from pageable memory move {fmt_bytes(nbytes)} in {fmt_ns(dur)}, "
+        f"{fmt_pct(share)} of step time"
+        + (f" at {gbps:.1f} GB/s" if gbps is not None else "")
+        + f"; largest {fmt_bytes(biggest)}"
+        + (f"; pin_memory=False at {loc}" if dl is not None and not dl.pin_memory and loc else "")
+    )
+    where = f" at {loc}" if loc else ""
+    instruction = (
+        f"Set pin_memory=True on the DataLoader{where} and copy with `.to(device, non_blocking=True)`."
+        if dl is None or not dl.pin_memory
+        else "Pin the tensors that are copied (`t.pin_memory()` once, outside the loop) and copy with "
+        "`.to(device, non_blocking=True)`."
+    )
+    before = dataloader_call(dl) + "\nfor x, y in loader:\n    x, y = x.to(device), y.to(device)"
+    after = (
+        dataloader_call(dl, pin_memory=True)
+        + "\nfor x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"
+    )
+    metrics = [
+        Metric("pageable_h2d_count", count, "count"),
+        Metric("pageable_h2d_bytes", nbytes, "bytes"),
+        Metric("pageable_h2d_ns", dur, "ns"),
+        Metric("pageable_h2d_share_pct", round(share, 2), "%", wlabel),
+        Metric("pageable_h2d_max_bytes", biggest, "bytes"),
+        Metric("pageable_h2d_blocking_count", blocking, "count"),
+    ]
+    if gbps is not None:
+        metrics.append(Metric("pageable_h2d_bandwidth", round(gbps, 2), "GB/s"))
+    pinned = [x for x in h2d if x.memory_kind == "pinned" and x.bandwidth_gbps]
+    if pinned:
+        metrics.append(Metric("pinned_h2d_bandwidth", round(pinned[0].bandwidth_gbps or 0.0, 2), "GB/s"))
+    finding = ctx.finding(
+        message,
+        Fix(instruction, before, after),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=metrics,
+        settings=settings,
+        notes=[n for n in notes if n],
+        location=loc,
+        gain_note="time of the pageable copies; pinned asynchronous copies overlap with compute",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+RULE = Rule(
+    code="GD301",
+    name="pageable-h2d",
+    title="Host-to-device copies from pageable memory",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "trace"),
+)

@@ -1,0 +1,169 @@
+"""GD302 blocking-copy: copies between host and device block the host.
+
+What it detects
+---------------
+Memory copies issued synchronously (`cudaMemcpy`, or `cudaMemcpyAsync`
+followed by a stream synchronization), during which the host can do nothing
+else. Host-to-device copies of 64 KB or less are exempt, as in Nsight
+Systems' `cuda_memcpy_sync` rule.
+
+Why it matters
+--------------
+While the host waits for a copy it cannot queue the next kernels; the GPU then
+runs dry after the copy. An asynchronous copy from pinned memory lets the host
+move on and overlaps the transfer with compute.
+
+How to fix
+----------
+Copy with `non_blocking=True` from pinned memory, and do not read the result
+on the host right after the copy.
+
+Before:
+
+```python
+x = batch.to("cuda")                      # pageable: synchronous
+```
+
+After:
+
+```python
+x = batch.pin_memory().to("cuda", non_blocking=True)   # or pin_memory=True at the DataLoader
+```
+
+Evidence used
+-------------
+Trace: copies per direction and memory kind, how many were blocking and the
+time they took (`TraceMetrics.transfers`).
+
+Thresholds
+----------
+- `blocking_copy_share_pct` (2): blocking copy time, % of step time.
+- `blocking_h2d_exempt_bytes` (65536): synchronous H2D copies up to this size
+  are exempt.
+- `error_share_pct`, `warning_share_pct`: severity from the GPU idle time that
+  follows host synchronizations, at most the blocked time (a copy that blocks
+  the host while the GPU is saturated costs little).
+
+Known limits
+------------
+A device-to-host copy whose result the host needs at once (a loss for
+logging) is blocking by nature: make it rarer (GD303). The blocking time of a
+copy followed by a stream synchronization includes the wait for earlier
+kernels.
+
+References
+----------
+- PyTorch tutorial on `non_blocking` and `pin_memory()`:
+  https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html
+- Nsight Systems expert rules (`cuda_memcpy_sync`):
+  https://docs.nvidia.com/nsight-systems/UserGuide/index.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import GapCause, TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.registry import Rule
+
+_ARROWS = {"HtoD": "host→device", "DtoH": "device→host", "DtoD": "device→device", "HtoH": "host→host"}
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    copies = [x for x in m.transfers if x.direction in _ARROWS]
+    if not copies:
+        return RuleResult.fine("no host↔device copies in the trace")
+    blocking_ns = 0
+    blocking_count = 0
+    estimated = False
+    parts: list[str] = []
+    exempt = 0
+    for x in copies:
+        if x.blocking_count <= 0 or x.count <= 0:
+            continue
+        if x.direction == "HtoD" and x.max_bytes and x.max_bytes <= t.blocking_h2d_exempt_bytes:
+            exempt += x.blocking_count
+            continue
+        if x.blocking_dur_ns is not None:
+            ns = x.blocking_dur_ns
+        else:
+            ns = int(x.dur_ns * x.blocking_count / x.count)
+            estimated = True
+        blocking_ns += ns
+        blocking_count += x.blocking_count
+        parts.append(f"{x.blocking_count} {_ARROWS[x.direction]} ({x.memory_kind}) {fmt_ns(ns)}")
+    share = ctx.trace_share(m, blocking_ns)
+    if share is None:
+        return RuleResult.cannot_judge("no window to put the copy time in")
+    if share <= t.blocking_copy_share_pct:
+        return RuleResult.fine(
+            f"{blocking_count} blocking copies take {fmt_pct(share)} of step time "
+            f"(threshold {t.blocking_copy_share_pct:g}%; {exempt} small host→device copies exempt)"
+        )
+    dl = ctx.main_dataloader()
+    loc = location_of(dl.call_site) if dl is not None else None
+    wlabel = ctx.window_label(ctx.window(m))
+    # While the host waits in a copy it queues no work: what that costs is the GPU idle time that
+    # follows (the analysis attributes it to synchronization), at most the blocked time itself.
+    # A blocking copy on a saturated GPU costs little.
+    u = ctx.util(m)
+    if u is not None and u.gap_causes:
+        lost = ctx.trace_share(m, ctx.gap_cause_ns(m, GapCause.SYNC)) or 0.0
+        at_stake = min(share, lost)
+        gain_note = "GPU idle time after host synchronizations (blocking copies among them), at most the blocked time"
+    else:
+        at_stake = share
+        estimated = True
+        gain_note = "host time blocked in copies (no idle-gap causes in the trace)"
+    message = (
+        f"{blocking_count} copies block the host for {fmt_ns(blocking_ns)}, {fmt_pct(share)} of step time: "
+        + "; ".join(parts)
+        + f"; GPU idle after syncs {fmt_pct(at_stake)} of step time"
+    )
+    instruction = (
+        "Copy from pinned memory with `non_blocking=True` (pin_memory=True at the DataLoader"
+        + (f" at {loc}" if loc else "")
+        + "), and read device results on the host only every N steps (GD303)."
+    )
+    metrics = [
+        Metric("blocking_copy_count", blocking_count, "count"),
+        Metric("blocking_copy_ns", blocking_ns, "ns"),
+        Metric("blocking_copy_share_pct", round(share, 2), "%", wlabel),
+        Metric("exempt_small_h2d_count", exempt, "count", f"≤ {t.blocking_h2d_exempt_bytes} bytes"),
+    ]
+    notes = ["blocking time estimated from the blocking copies' share of all copies"] if estimated else []
+    finding = ctx.finding(
+        message,
+        Fix(
+            instruction,
+            "x = batch.to(device)",
+            "x = batch.pin_memory().to(device, non_blocking=True)  # or pin_memory=True at the DataLoader",
+        ),
+        share_pct=at_stake,
+        confidence=Confidence.INFERRED if estimated else Confidence.MEASURED,
+        metrics=metrics,
+        notes=notes,
+        location=loc,
+        gain_note=gain_note,
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+RULE = Rule(
+    code="GD302",
+    name="blocking-copy",
+    title="Synchronous copies block the host",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "trace"),
+)

@@ -1,0 +1,192 @@
+"""GD401 no-amp: convolutions and matrix multiplications run in FP32 on a GPU with Tensor Cores.
+
+What it detects
+---------------
+A GPU of compute capability 7.0 or later (Volta and newer) where
+convolution/matmul/linear/bmm operators with float32 inputs account for a
+large share of GPU kernel time and no Tensor Core kernels run (the
+recommendation torch-tb-profiler makes on its overview page).
+
+Why it matters
+--------------
+Tensor Cores run FP16/BF16 matrix math several times faster than FP32 on the
+regular units, and half-precision activations halve memory traffic and
+footprint. Automatic mixed precision keeps FP32 where it is needed (losses,
+reductions, normalization) and uses Tensor Cores elsewhere.
+
+How to fix
+----------
+Wrap the forward pass and the loss in `torch.autocast`. Use bfloat16 on
+Ampere and later (no loss scaling needed); on Volta and Turing use float16
+with `torch.amp.GradScaler`. Use the `torch.amp` API, not the deprecated
+`torch.cuda.amp` spelling.
+
+Before:
+
+```python
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step(); opt.zero_grad()
+```
+
+After (Ampere and later):
+
+```python
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step(); opt.zero_grad()
+```
+
+After (Volta, Turing):
+
+```python
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(opt); scaler.update(); opt.zero_grad()
+```
+
+Evidence used
+-------------
+Trace: the device's compute capability, Tensor Core kernel share by kernel
+name, GPU time of Tensor-Core-eligible ops with float32 inputs
+(`TraceMetrics.kernels`; needs recorded shapes); settings: `autocast` and
+`GradScaler` uses with their call sites.
+
+Thresholds
+----------
+- `amp_min_compute_capability` (7.0), `bf16_min_compute_capability` (8.0).
+- `amp_fp32_share_pct` (30): FP32 eligible kernel time, % of kernel time.
+- `amp_tensor_core_max_pct` (1): Tensor Core kernel share below which "none run".
+- `error_share_pct`, `warning_share_pct`: severity from the eligible kernels'
+  share of step time (the upper bound of what AMP can win).
+
+Known limits
+------------
+Needs input dtypes (`record_shapes`, on by default in `gpudoctor profile`).
+Tensor Core use is read from kernel names, which is a heuristic. Some models
+lose accuracy in FP16; BF16 or keeping sensitive layers in FP32 fixes most.
+
+References
+----------
+- `torch.amp`: https://pytorch.org/docs/stable/amp.html
+- PyTorch AMP recipe: https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html
+- torch-tb-profiler's AMP recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.registry import Rule
+
+_BEFORE = """for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step(); opt.zero_grad()"""
+_AFTER_BF16 = """for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step(); opt.zero_grad()"""
+_AFTER_FP16 = """scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(opt); scaler.update(); opt.zero_grad()"""
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    k = m.kernels
+    if k is None or k.count == 0:
+        return RuleResult.cannot_judge("no kernels in the trace")
+    if k.tensor_core_pct >= t.amp_tensor_core_max_pct:
+        return RuleResult.fine(f"Tensor Core kernels run {fmt_pct(k.tensor_core_pct)} of kernel time")
+    if not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None:
+        return RuleResult.cannot_judge(
+            "no input dtypes in the trace: record shapes (`gpudoctor profile --shapes`, the default) to see FP32 ops"
+        )
+    fp32 = k.fp32_eligible_pct_of_gpu
+    if fp32 <= t.amp_fp32_share_pct:
+        return RuleResult.fine(
+            f"FP32 conv/matmul kernels {fmt_pct(fp32)} of kernel time (threshold {t.amp_fp32_share_pct:g}%)"
+        )
+    eligible_ns = int(k.total_ns * fp32 / 100.0)
+    share = ctx.trace_share(m, eligible_ns)
+    bf16 = cc >= t.bf16_min_compute_capability
+    dtype = "torch.bfloat16" if bf16 else "torch.float16 with torch.amp.GradScaler"
+    message = (
+        f"{fmt_pct(fp32)} of GPU kernel time is FP32 conv/matmul and no Tensor Core kernels run "
+        f"({fmt_pct(k.tensor_core_pct)}) on {name or 'a GPU'} (compute capability {cc:g}): no mixed precision"
+    )
+    instruction = (
+        f"Wrap the forward pass and the loss in `torch.autocast(\"cuda\", dtype={dtype.split(' ')[0]})`"
+        + ("" if bf16 else " and scale the loss with `torch.amp.GradScaler(\"cuda\")`")
+        + " (the `torch.amp` API; `torch.cuda.amp` is deprecated)."
+    )
+    settings = []
+    s = ctx.settings
+    if s is not None:
+        for a in s.autocast:
+            settings.append(SettingRef(f"autocast({a.device_type}, {a.dtype})", a.enabled, location_of(a.call_site)))
+    metrics = [
+        Metric("fp32_eligible_kernel_pct", round(fp32, 1), "%", "kernel time"),
+        Metric("fp32_eligible_kernel_ns", eligible_ns, "ns"),
+        Metric("tensor_core_kernel_pct", round(k.tensor_core_pct, 2), "%", "kernel time"),
+        Metric("compute_capability", cc, ""),
+    ]
+    if share is not None:
+        metrics.append(Metric("fp32_eligible_share_pct", round(share, 2), "%", ctx.window_label(ctx.window(m))))
+    finding = ctx.finding(
+        message,
+        Fix(instruction, _BEFORE, _AFTER_BF16 if bf16 else _AFTER_FP16),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=metrics,
+        settings=settings,
+        notes=["Tensor Core use is read from kernel names"],
+        gain_note="GPU time of FP32 conv/matmul kernels; Tensor Cores shorten it several-fold (upper bound)",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    t = ctx.thresholds
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    s = ctx.settings
+    if s is not None:
+        used = [a for a in s.autocast if a.enabled and a.device_type == "cuda"]
+        if used:
+            a = used[0]
+            old = " (deprecated torch.cuda.amp spelling: use torch.amp)" if a.deprecated_api else ""
+            return RuleResult.fine(f"autocast({a.dtype}) at {location_of(a.call_site) or '?'}{old}")
+    if not ctx.gpu_traces():
+        return RuleResult.cannot_judge("no trace with GPU kernels in this run")
+    name, cc = ctx.device_cc()
+    if cc is None:
+        return RuleResult.cannot_judge("the trace does not say which GPU ran it (no compute capability)")
+    if cc < t.amp_min_compute_capability:
+        return RuleResult.not_applicable(f"{name or 'the GPU'} (compute capability {cc:g}) has no Tensor Cores")
+    return ctx.per_trace(lambda m: _judge(ctx, m, name, cc))
+
+
+RULE = Rule(
+    code="GD401",
+    name="no-amp",
+    title="FP32 conv/matmul on a GPU with Tensor Cores, without AMP",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "trace", "shapes"),
+)

@@ -1,0 +1,171 @@
+"""GD402 tf32-off: float32 matrix multiplications on Ampere or later run without TF32.
+
+What it detects
+---------------
+An Ampere-or-later GPU (compute capability 8.0+) running float32 matmul or
+convolution kernels while the script left TF32 off for matmuls
+(`torch.backends.cuda.matmul.allow_tf32` False and
+`torch.get_float32_matmul_precision()` "highest", the default since
+PyTorch 1.12; on PyTorch 2.9 and later also
+`torch.backends.cuda.matmul.fp32_precision` not "tf32").
+
+Why it matters
+--------------
+TF32 runs float32 matmuls on Tensor Cores with a 10-bit mantissa, several
+times faster than full FP32, with accuracy that suffices for most training.
+It is a one-line change where AMP is not wanted.
+
+How to fix
+----------
+Allow TF32 for matmuls (cuDNN convolutions already use it by default).
+
+Before:
+
+```python
+model = Net().cuda()
+```
+
+After:
+
+```python
+torch.set_float32_matmul_precision("high")   # TF32 for float32 matmuls
+model = Net().cuda()
+```
+
+Evidence used
+-------------
+The device's compute capability (trace or manifest); settings: the TF32 flags
+and `float32_matmul_precision` with the `file:line` that set them; trace:
+FP32 Tensor-Core-eligible kernel time and whether TF32 kernels already run.
+
+Thresholds
+----------
+- `tf32_min_compute_capability` (8.0).
+- `tf32_fp32_share_pct` (10): FP32 eligible kernel time, % of kernel time.
+- `error_share_pct`, `warning_share_pct`: severity from that time's share of
+  step time (an upper bound).
+
+Known limits
+------------
+Needs the run's settings (`gpudoctor profile`): a trace does not record the
+flags. Not for code that needs full FP32 precision (some scientific models);
+with AMP in use the rule matters less.
+
+References
+----------
+- PyTorch CUDA semantics, TF32 on Ampere:
+  https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices
+- `torch.set_float32_matmul_precision`:
+  https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
+from gpudoctor.rules.registry import Rule
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    k = m.kernels
+    if k is None or not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None:
+        return RuleResult.cannot_judge("no input dtypes in the trace: record shapes to see FP32 matmuls")
+    fp32_ns = int(k.total_ns * k.fp32_eligible_pct_of_gpu / 100.0)
+    conv_ns = k.conv_kernel_ns or 0
+    matmul_ns = max(0, fp32_ns - conv_ns)  # cuDNN convolutions use TF32 by default already
+    matmul_pct = 100.0 * matmul_ns / k.total_ns if k.total_ns else 0.0
+    if matmul_pct <= t.tf32_fp32_share_pct:
+        return RuleResult.fine(
+            f"FP32 matmul kernels {fmt_pct(matmul_pct)} of kernel time (threshold {t.tf32_fp32_share_pct:g}%)"
+        )
+    share = ctx.trace_share(m, matmul_ns)
+    message = (
+        f"{fmt_pct(matmul_pct)} of kernel time is FP32 matmul on {name or 'an'} (compute capability {cc:g}) "
+        "with TF32 off: " + "; ".join(flag_text(f) for f in refs)
+    )
+    loc = next((location_of(f.call_site) for f in refs if f.call_site is not None), None)
+    finding = ctx.finding(
+        message,
+        Fix(
+            "Call `torch.set_float32_matmul_precision(\"high\")` at start-up (TF32 for float32 matmuls)"
+            + (f", replacing the setting at {loc}" if loc else "")
+            + ".",
+            "model = Net().cuda()",
+            "torch.set_float32_matmul_precision(\"high\")\nmodel = Net().cuda()",
+        ),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=[
+            Metric("fp32_matmul_kernel_ns", matmul_ns, "ns"),
+            Metric("fp32_matmul_kernel_pct", round(matmul_pct, 1), "%", "kernel time"),
+            Metric("compute_capability", cc, ""),
+        ],
+        settings=[flag_ref(f) for f in refs],
+        location=loc,
+        notes=["convolution kernels are left out: cuDNN runs them in TF32 unless cudnn.allow_tf32 is False"],
+        gain_note="GPU time of FP32 matmul kernels; TF32 shortens it (upper bound)",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    t = ctx.thresholds
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    name, cc = ctx.device_cc()
+    if cc is None:
+        return RuleResult.cannot_judge("the compute capability of the GPU is not known")
+    if cc < t.tf32_min_compute_capability:
+        return RuleResult.not_applicable(f"{name or 'the GPU'} (compute capability {cc:g}) has no TF32")
+    if ctx.settings is None:
+        return RuleResult.cannot_judge("the TF32 flags are not recorded in a trace: run `gpudoctor profile`")
+    allow = find_flag(ctx, "matmul.allow_tf32")
+    precision = find_flag(ctx, "float32_matmul_precision")
+    # PyTorch 2.9+: torch.backends.cuda.matmul.fp32_precision ("tf32" / "ieee" / "none": inherit the generic one)
+    fp32_matmul = find_flag(ctx, "cuda.matmul.fp32_precision")
+    fp32_generic = find_flag(ctx, "torch.backends.fp32_precision")
+    if allow is None and precision is None and fp32_matmul is None:
+        return RuleResult.cannot_judge("the run's settings do not record the TF32 flags")
+    enabling = [
+        f
+        for f, on_values in (
+            (precision, ("high", "medium")),
+            (allow, (True,)),
+            (fp32_matmul, ("tf32",)),
+        )
+        if f is not None and (f.value.lower() if isinstance(f.value, str) else f.value) in on_values
+    ]
+    if (
+        fp32_matmul is not None
+        and str(fp32_matmul.value).lower() == "none"
+        and fp32_generic is not None
+        and str(fp32_generic.value).lower() == "tf32"
+    ):
+        enabling.append(fp32_generic)
+    if enabling:
+        return RuleResult.fine(f"TF32 on: {flag_text(enabling[0])}")
+    autocast = [a for a in ctx.settings.autocast if a.enabled and a.device_type == "cuda"]
+    if autocast:
+        return RuleResult.not_applicable(
+            f"autocast({autocast[0].dtype}) at {location_of(autocast[0].call_site) or '?'} runs the matmuls in half precision"
+        )
+    if not ctx.gpu_traces():
+        return RuleResult.cannot_judge("no trace with GPU kernels to measure FP32 matmul time")
+    refs = [f for f in (allow, precision, fp32_matmul) if f is not None]
+    return ctx.per_trace(lambda m: _judge(ctx, m, refs, name, cc))
+
+
+RULE = Rule(
+    code="GD402",
+    name="tf32-off",
+    title="FP32 matmuls on Ampere+ with TF32 disabled",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "settings"),
+)

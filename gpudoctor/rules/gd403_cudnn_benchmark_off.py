@@ -1,0 +1,153 @@
+"""GD403 cudnn-benchmark-off: convolutions with fixed input shapes run with `cudnn.benchmark` off.
+
+What it detects
+---------------
+A run whose GPU time includes convolution kernels, whose convolution input
+shapes do not change from step to step, and where
+`torch.backends.cudnn.benchmark` was left False.
+
+Why it matters
+--------------
+With `benchmark=True`, cuDNN times the available convolution algorithms for
+each new input shape once and keeps the fastest; with it off, a heuristic
+picks one, often slower. For fixed shapes the autotuning cost is paid once.
+
+How to fix
+----------
+Turn it on at start-up, unless input shapes vary (every new shape is
+re-benchmarked) or bit-wise determinism is required.
+
+Before:
+
+```python
+model = ResNet50().cuda()
+```
+
+After:
+
+```python
+torch.backends.cudnn.benchmark = True
+model = ResNet50().cuda()
+```
+
+Evidence used
+-------------
+Settings: `torch.backends.cudnn.benchmark` and
+`torch.backends.cudnn.deterministic` with the `file:line` that set them;
+trace: convolution kernel time and the number of distinct convolution input
+shapes (needs recorded shapes).
+
+Thresholds
+----------
+- `cudnn_conv_share_pct` (5): convolution kernel time, % of kernel time.
+- `error_share_pct`, `warning_share_pct`: severity from the convolution
+  time's share of step time (an upper bound: autotuning speeds convolutions
+  up, it does not remove them).
+
+Known limits
+------------
+Needs the run's settings (a trace does not record the flag). Without
+recorded shapes, fixed shapes are inferred from the DataLoader (`drop_last`).
+Not when `cudnn.deterministic` is required.
+
+References
+----------
+- PyTorch performance tuning guide, `cudnn.benchmark`:
+  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- PyTorch reproducibility notes: https://pytorch.org/docs/stable/notes/randomness.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
+from gpudoctor.rules.registry import Rule
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics, bench) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    k = m.kernels
+    if k is None or k.count == 0 or k.conv_kernel_ns is None:
+        return RuleResult.cannot_judge("convolution kernel time is not measured in this trace")
+    conv_pct = 100.0 * k.conv_kernel_ns / k.total_ns if k.total_ns else 0.0
+    if conv_pct < t.cudnn_conv_share_pct:
+        return RuleResult.not_applicable(
+            f"convolutions take {fmt_pct(conv_pct)} of kernel time (threshold {t.cudnn_conv_share_pct:g}%)"
+        )
+    notes: list[str] = []
+    confidence = Confidence.MEASURED
+    if m.conv_shapes_total is not None and m.conv_shapes_max_per_step:
+        variety = m.conv_shapes_total / m.conv_shapes_max_per_step
+        if variety > t.cudnn_shape_variety_ratio:
+            return RuleResult.not_applicable(
+                f"convolution input shapes vary ({m.conv_shapes_total} distinct, {m.conv_shapes_max_per_step} in "
+                "one step): benchmark mode would re-tune for each new shape"
+            )
+        notes.append(
+            f"fixed shapes: {m.conv_shapes_total} distinct convolution input shapes, {m.conv_shapes_max_per_step} per step"
+        )
+    else:
+        dl = ctx.main_dataloader()
+        confidence = Confidence.INFERRED
+        notes.append("input shapes not recorded: fixed shapes assumed (batches of one size"
+                     + (", drop_last=True" if dl is not None and dl.drop_last else "") + ")")
+    share = ctx.trace_share(m, k.conv_kernel_ns)
+    message = (
+        f"convolutions take {fmt_pct(conv_pct)} of kernel time with fixed input shapes and "
+        f"{flag_text(bench)}: cuDNN picks algorithms by heuristic instead of timing them"
+    )
+    loc = location_of(bench.call_site)
+    finding = ctx.finding(
+        message,
+        Fix(
+            "Set `torch.backends.cudnn.benchmark = True` at start-up"
+            + (f" (now False at {loc})" if loc else "")
+            + "; not when input shapes vary or bit-wise determinism is required.",
+            "model = ResNet50().cuda()",
+            "torch.backends.cudnn.benchmark = True\nmodel = ResNet50().cuda()",
+        ),
+        share_pct=share,
+        confidence=confidence,
+        metrics=[
+            Metric("conv_kernel_ns", k.conv_kernel_ns, "ns"),
+            Metric("conv_kernel_pct", round(conv_pct, 1), "%", "kernel time"),
+        ],
+        settings=[flag_ref(bench)],
+        notes=notes,
+        location=loc,
+        gain_note="GPU time of convolution kernels; autotuning shortens it (upper bound)",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    if ctx.settings is None:
+        return RuleResult.cannot_judge("cudnn.benchmark is not recorded in a trace: run `gpudoctor profile`")
+    bench = find_flag(ctx, "cudnn.benchmark")
+    if bench is None:
+        return RuleResult.cannot_judge("the run's settings do not record cudnn.benchmark")
+    if bench.value is True:
+        return RuleResult.fine(flag_text(bench))
+    det = find_flag(ctx, "cudnn.deterministic")
+    if det is not None and det.value is True:
+        return RuleResult.not_applicable(f"determinism required: {flag_text(det)}")
+    if not ctx.gpu_traces():
+        return RuleResult.cannot_judge("no trace with GPU kernels to measure convolution time")
+    return ctx.per_trace(lambda m: _judge(ctx, m, bench))
+
+
+RULE = Rule(
+    code="GD403",
+    name="cudnn-benchmark-off",
+    title="Convolutions with fixed shapes and cudnn.benchmark off",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "settings"),
+)

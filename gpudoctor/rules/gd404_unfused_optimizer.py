@@ -1,0 +1,152 @@
+"""GD404 unfused-optimizer: `optimizer.step()` launches many small kernels, one loop per parameter.
+
+What it detects
+---------------
+An optimizer step that launches at least one kernel per parameter tensor (or
+many kernels when the parameter count is unknown): the per-tensor
+implementation of `torch.optim`, rather than the multi-tensor (`foreach=True`)
+or fused (`fused=True`) one.
+
+Why it matters
+--------------
+The per-tensor loop launches several tiny kernels for every parameter:
+thousands per step for a large model, each too short to keep the GPU busy
+(see GD103). The foreach implementation batches tensors into a few launches;
+the fused one does the whole update in one kernel per group.
+
+How to fix
+----------
+Ask for the fused implementation where the optimizer supports it (Adam,
+AdamW, SGD, Adagrad on CUDA), else `foreach=True`.
+
+Before:
+
+```python
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+```
+
+After:
+
+```python
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+```
+
+Evidence used
+-------------
+Trace: kernels launched per optimizer step (`kernels.optimizer_kernels_per_step`)
+and the optimizer's share of step time; settings: the optimizer class,
+`foreach`/`fused` and the number of parameter tensors, with the `file:line`
+that built it.
+
+Thresholds
+----------
+- `optimizer_kernels_per_tensor` (1): kernels per parameter tensor per step.
+- `optimizer_min_kernels_per_step` (100): kernels per step when the
+  parameter count is unknown.
+- `error_share_pct`, `warning_share_pct`: severity from the optimizer's
+  share of step time (an upper bound).
+
+Known limits
+------------
+Needs `Optimizer.step` annotations in the trace (torch.profiler records them).
+Some optimizers have no fused implementation; `foreach` then helps. A
+sparse-gradient or complex-parameter model may need the per-tensor path.
+
+References
+----------
+- `torch.optim` (foreach and fused implementations):
+  https://pytorch.org/docs/stable/optim.html#algorithms
+- PyTorch performance tuning guide:
+  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.registry import Rule
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    k = m.kernels
+    if k is None or k.optimizer_kernels_per_step is None:
+        return RuleResult.cannot_judge("no Optimizer.step annotations with kernels in the trace")
+    kps = k.optimizer_kernels_per_step
+    opts = ctx.settings.optimizers if ctx.settings is not None else ()
+    tensors = sum(o.num_param_tensors for o in opts)
+    if tensors:
+        per_param = kps / tensors
+        many = per_param >= t.optimizer_kernels_per_tensor
+        measure = f"{kps:.0f} kernels per optimizer step for {tensors} parameter tensors ({per_param:.1f} each)"
+    else:
+        per_param = None
+        many = kps >= t.optimizer_min_kernels_per_step
+        measure = f"{kps:.0f} kernels per optimizer step"
+    if not many:
+        return RuleResult.fine(measure)
+    opt = opts[0] if opts else None
+    if opt is not None and opt.fused:
+        return RuleResult.fine(f"{opt.cls} is already fused ({measure})")
+    share = m.breakdown_mean_pct.get(Component.OPTIMIZER.value)
+    loc = location_of(opt.call_site) if opt is not None else None
+    cls = opt.cls.rsplit(".", 1)[-1] if opt is not None else "AdamW"
+    knob = "fused=True" if opt is None or opt.supports_fused else "foreach=True"
+    message = (
+        f"optimizer.step launches {measure}"
+        + (f"; {opt.cls}(foreach={opt.foreach}, fused={opt.fused}) at {loc}" if opt is not None else "")
+        + (f"; the optimizer takes {fmt_pct(share)} of step time" if share is not None else "")
+    )
+    settings = []
+    if opt is not None:
+        settings = [
+            SettingRef(f"{cls}.foreach", opt.foreach, loc),
+            SettingRef(f"{cls}.fused", opt.fused, loc),
+            SettingRef(f"{cls}.num_param_tensors", opt.num_param_tensors, loc),
+        ]
+    metrics = [Metric("optimizer_kernels_per_step", round(kps, 1), "count")]
+    if per_param is not None:
+        metrics.append(Metric("optimizer_kernels_per_param_tensor", round(per_param, 2), "count"))
+    if share is not None:
+        metrics.append(Metric("optimizer_share_pct", round(share, 2), "%", "steps"))
+    finding = ctx.finding(
+        message,
+        Fix(
+            f"Build the optimizer with {knob}" + (f" at {loc}" if loc else "") + ".",
+            f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3)",
+            f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, {knob})",
+        ),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=metrics,
+        settings=settings,
+        location=loc,
+        gain_note="the optimizer's share of step time; a fused step keeps a small part of it (upper bound)",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    s = ctx.settings
+    if s is not None and s.optimizers and all(o.fused for o in s.optimizers):
+        o = s.optimizers[0]
+        return RuleResult.fine(f"{o.cls}(fused=True) at {location_of(o.call_site) or '?'}")
+    if s is not None and not s.optimizers and ctx.manifest is not None and ctx.manifest.step_source == "dataloader":
+        return RuleResult.not_applicable("no optimizer in this run (evaluation or inference)")
+    return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+RULE = Rule(
+    code="GD404",
+    name="unfused-optimizer",
+    title="optimizer.step launches many small kernels",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "trace"),
+)

@@ -1,0 +1,196 @@
+"""GD502 allocator-churn: the CUDA caching allocator goes back to the driver during steps.
+
+What it detects
+---------------
+`cudaMalloc`/`cudaFree` calls in steady-state steps (after the first), or
+`torch.cuda.empty_cache()` called while training.
+
+Why it matters
+--------------
+PyTorch's caching allocator keeps freed blocks for reuse so that steady-state
+steps never call the driver. `cudaFree` synchronizes the whole device and
+`cudaMalloc` is slow; `empty_cache()` throws the cache away and forces both
+on the next step. Repeated calls mean the step waits on the driver.
+
+How to fix
+----------
+Drop `empty_cache()` from the loop; let the allocator reuse memory. When the
+churn comes from fragmentation (varying shapes), enable expandable segments.
+
+Before:
+
+```python
+for x, y in loader:
+    loss = step(x, y)
+    torch.cuda.empty_cache()
+```
+
+After:
+
+```python
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+for x, y in loader:
+    loss = step(x, y)
+```
+
+Evidence used
+-------------
+Trace: `cudaMalloc`/`cudaFree` counts and host time, calls after the first
+step, `empty_cache` calls (`TraceMetrics.memory`); settings: the
+`torch.cuda.empty_cache()` call sites and count,
+`PYTORCH_CUDA_ALLOC_CONF`.
+
+Thresholds
+----------
+- `allocator_calls_per_step` (1): allocator calls per steady step.
+- `error_share_pct`, `warning_share_pct`: severity from the host time in
+  allocator calls (`unquantified_severity` when only the settings show it).
+
+Known limits
+------------
+The trace's allocator calls are read from the CUDA runtime events; a run
+whose memory genuinely grows (a growing cache, longer sequences) allocates
+legitimately.
+
+References
+----------
+- PyTorch, CUDA memory management (caching allocator, `expandable_segments`):
+  https://pytorch.org/docs/stable/notes/cuda.html#memory-management
+- `torch.cuda.empty_cache`: https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.registry import Rule
+
+_BEFORE = """for x, y in loader:
+    loss = step(x, y)
+    torch.cuda.empty_cache()"""
+_AFTER = """# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+for x, y in loader:
+    loss = step(x, y)"""
+
+
+def _settings_evidence(ctx: RuleContext):
+    s = ctx.settings
+    refs = []
+    if s is None:
+        return refs, None
+    loc = location_of(s.empty_cache_calls[0]) if s.empty_cache_calls else None
+    if s.empty_cache_count:
+        refs.append(SettingRef("torch.cuda.empty_cache() calls", s.empty_cache_count, loc))
+    conf = s.env.get("PYTORCH_CUDA_ALLOC_CONF")
+    if conf is not None:
+        refs.append(SettingRef("PYTORCH_CUDA_ALLOC_CONF", conf))
+    return refs, loc
+
+
+def _fix(loc) -> Fix:
+    where = f" at {loc}" if loc else ""
+    return Fix(
+        f"Remove torch.cuda.empty_cache(){where} from the loop; if memory fragments with varying shapes, run with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        _BEFORE,
+        _AFTER,
+    )
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    if not m.memory:
+        return RuleResult.cannot_judge("no allocator calls recorded in the trace")
+    calls_after = [mem.alloc_calls_after_first_step for mem in m.memory if mem.alloc_calls_after_first_step is not None]
+    if not calls_after or len(m.steps) < 2:
+        return RuleResult.cannot_judge("the trace has no step markers to tell warm-up allocations from steady ones")
+    calls = sum(calls_after)
+    per_step = calls / (len(m.steps) - 1)
+    empty = sum(mem.empty_cache_count for mem in m.memory)
+    if per_step < t.allocator_calls_per_step and empty == 0:
+        return RuleResult.fine(
+            f"{calls} cudaMalloc/cudaFree calls after the first step ({per_step:.2f} per step; threshold "
+            f"{t.allocator_calls_per_step:g})"
+        )
+    api_ns = sum(mem.alloc_api_ns or 0 for mem in m.memory)
+    measured = any(mem.alloc_api_ns is not None for mem in m.memory)
+    share = ctx.trace_share(m, api_ns) if measured else None
+    refs, loc = _settings_evidence(ctx)
+    message = (
+        f"{per_step:.1f} cudaMalloc/cudaFree calls per step after the first"
+        + (f", {empty} torch.cuda.empty_cache() calls" if empty else "")
+        + (f", {fmt_ns(api_ns)} in allocator calls = {fmt_pct(share)} of step time" if share is not None else "")
+    )
+    finding = ctx.finding(
+        message,
+        _fix(loc),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=[
+            Metric("alloc_calls_after_first_step", calls, "count"),
+            Metric("alloc_calls_per_step", round(per_step, 2), "count"),
+            Metric("empty_cache_calls", empty, "count"),
+            Metric("alloc_api_ns", api_ns if measured else None, "ns"),
+        ],
+        settings=refs,
+        location=loc,
+        gain_note="host time in cudaMalloc/cudaFree (the device syncs of cudaFree come on top)",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def _from_settings(ctx: RuleContext) -> RuleResult | None:
+    """empty_cache() calls counted at run time, per step of the run."""
+    t = ctx.thresholds
+    s = ctx.settings
+    steps = ctx.manifest.steps_seen if ctx.manifest is not None else len(ctx.steps())
+    if s is None or not s.empty_cache_count or not steps:
+        return None
+    per_step = s.empty_cache_count / steps
+    if per_step < t.allocator_calls_per_step:
+        return None
+    refs, loc = _settings_evidence(ctx)
+    message = (
+        f"torch.cuda.empty_cache() called {s.empty_cache_count} times in {steps} steps"
+        + (f", at {loc}" if loc else "")
+        + ": the caching allocator starts over each time"
+    )
+    finding = ctx.finding(
+        message,
+        _fix(loc),
+        share_pct=None,
+        confidence=Confidence.MEASURED,
+        metrics=[Metric("empty_cache_per_step", round(per_step, 2), "count")],
+        settings=refs,
+        location=loc,
+        gain_note="not timed: the trace has no allocator figures",
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    traced = ctx.per_trace(lambda m: _judge(ctx, m)) if ctx.metrics else None
+    if traced is not None and traced.findings:
+        return traced
+    from_settings = _from_settings(ctx)
+    if from_settings is not None:
+        return from_settings
+    if traced is not None:
+        return traced
+    return RuleResult.cannot_judge("no trace with allocator calls and no empty_cache() count")
+
+
+RULE = Rule(
+    code="GD502",
+    name="allocator-churn",
+    title="cudaMalloc/cudaFree or empty_cache inside steps",
+    doc=__doc__,
+    check=check,
+    needs=("gpu",),
+)

@@ -1,0 +1,142 @@
+"""GD701 eval-with-grad: forward passes record autograd where nothing steps an optimizer.
+
+What it detects
+---------------
+An evaluation or inference run (no optimizer step: steps come from DataLoader
+iteration, or the trace has no `Optimizer.step` and no backward pass) whose
+operators were recorded by autograd (they carry an autograd sequence number):
+the forward runs with gradients enabled.
+
+Why it matters
+--------------
+With gradients enabled, every forward pass saves its activations for a
+backward pass that never comes: more memory (smaller batches fit), more time
+for the bookkeeping. `torch.inference_mode()` also skips version counting.
+
+How to fix
+----------
+Run evaluation under `torch.inference_mode()` (or `torch.no_grad()` when the
+outputs are later used in autograd).
+
+Before:
+
+```python
+model.eval()
+for x, y in val_loader:
+    preds.append(model(x.cuda()).argmax(1))
+```
+
+After:
+
+```python
+model.eval()
+with torch.inference_mode():
+    for x, y in val_loader:
+        preds.append(model(x.cuda()).argmax(1))
+```
+
+Evidence used
+-------------
+Manifest: how steps were found (`step_source`); settings: optimizers; trace:
+operators recorded by autograd and backward operators
+(`TraceMetrics.autograd_forward_ops`, `backward_ops`).
+
+Thresholds
+----------
+- `unquantified_severity` when the time at stake cannot be measured;
+  otherwise `error_share_pct`, `warning_share_pct` from the recorded ops'
+  share of step time.
+
+Known limits
+------------
+A training script whose evaluation runs inside the profiled window is judged
+on the steps gpudoctor found; an evaluation loop inside a training run is
+`gpudoctor check`'s to find. Needs a trace with operator events.
+
+References
+----------
+- Autograd mechanics, locally disabling gradients:
+  https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation
+- `torch.inference_mode`: https://pytorch.org/docs/stable/generated/torch.inference_mode.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult
+from gpudoctor.rules.registry import Rule
+
+_BEFORE = """model.eval()
+for x, y in val_loader:
+    preds.append(model(x.cuda()).argmax(1))"""
+_AFTER = """model.eval()
+with torch.inference_mode():
+    for x, y in val_loader:
+        preds.append(model(x.cuda()).argmax(1))"""
+
+
+def _trains(ctx: RuleContext) -> tuple[bool | None, str]:
+    """Whether an optimizer steps in this run: (True/False/None unknown, how we know)."""
+    mf = ctx.manifest
+    if mf is not None and mf.step_source == "optimizer":
+        return True, "steps come from optimizer.step()"
+    s = ctx.settings
+    if s is not None and s.optimizers:
+        return True, f"{s.optimizers[0].cls} is built"
+    if mf is not None and mf.step_source == "dataloader" and s is not None:
+        return False, "no optimizer steps; steps come from DataLoader iteration"
+    opt = [m.optimizer_steps for m in ctx.metrics if m.optimizer_steps is not None]
+    bwd = [m.backward_ops for m in ctx.metrics if m.backward_ops is not None]
+    if opt and bwd:
+        if sum(opt) > 0 or sum(bwd) > 0:
+            return True, "the trace has optimizer steps or a backward pass"
+        return False, "the trace has no Optimizer.step and no backward pass"
+    return None, ""
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics, how: str) -> RuleResult:
+    if m.autograd_forward_ops is None:
+        return RuleResult.cannot_judge("the trace does not say whether autograd recorded the forward ops")
+    if m.autograd_forward_ops == 0:
+        return RuleResult.fine(f"evaluation/inference ({how}) runs without autograd recording")
+    message = (
+        f"evaluation/inference ({how}) runs with gradients enabled: autograd recorded {m.autograd_forward_ops} "
+        "forward ops whose graph no backward pass uses"
+    )
+    finding = ctx.finding(
+        message,
+        Fix(
+            "Run the evaluation/inference loop under `torch.inference_mode()` (or `torch.no_grad()` when the outputs "
+            "feed autograd later).",
+            _BEFORE,
+            _AFTER,
+        ),
+        share_pct=None,
+        confidence=Confidence.MEASURED,
+        metrics=[Metric("autograd_forward_ops", m.autograd_forward_ops, "count")],
+        gain_note="memory for saved activations and autograd bookkeeping; not put in step time",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    trains, how = _trains(ctx)
+    if trains is None:
+        return RuleResult.cannot_judge("cannot tell whether the run trains or evaluates")
+    if trains:
+        return RuleResult.not_applicable(f"the run trains ({how})")
+    if not ctx.metrics:
+        return RuleResult.cannot_judge("no trace with operator events to see autograd recording")
+    return ctx.per_trace(lambda m: _judge(ctx, m, how))
+
+
+RULE = Rule(
+    code="GD701",
+    name="eval-with-grad",
+    title="Evaluation/inference records autograd",
+    doc=__doc__,
+    check=check,
+    needs=("trace",),
+)

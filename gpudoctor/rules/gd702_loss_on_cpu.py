@@ -1,0 +1,141 @@
+"""GD702 loss-on-cpu: the loss or metrics are computed on the CPU from outputs copied back each step.
+
+What it detects
+---------------
+Loss operators (`aten::*_loss`, `cross_entropy`, `nll_loss`, …) that ran on
+the CPU in a run whose model runs on the GPU, together with device-to-host
+copies of more than a scalar in every step: the model's outputs are brought
+back to compute the criterion on the host.
+
+Why it matters
+--------------
+The copy synchronizes the host with the GPU every step, the CPU computes
+what the GPU would do in microseconds, and the backward pass of the loss
+starts on the CPU and must copy the gradient back to the device.
+
+How to fix
+----------
+Move the criterion's inputs (targets, class weights) to the device and
+compute the loss there.
+
+Before:
+
+```python
+out = model(x.cuda())
+loss = criterion(out.cpu(), y)            # y on the CPU
+```
+
+After:
+
+```python
+criterion = nn.CrossEntropyLoss(weight=class_weights).to(device)
+out = model(x.to(device, non_blocking=True))
+loss = criterion(out, y.to(device, non_blocking=True))
+```
+
+Evidence used
+-------------
+Trace: loss operators that launched no GPU kernel
+(`TraceMetrics.host_loss_ops`), device-to-host copies per step with their
+bytes (`TraceMetrics.transfers`).
+
+Thresholds
+----------
+- `loss_cpu_min_bytes_per_step` (1024): device-to-host bytes per step above a
+  scalar's.
+- `d2h_steps_pct` (90): the copies happen in nearly every step.
+- `error_share_pct`, `warning_share_pct`: severity from the copies' and the
+  CPU loss ops' share of step time.
+
+Known limits
+------------
+Needs a trace with operator events and GPU activity. A metric computed on the
+CPU on purpose (a scikit-learn metric at the end of an epoch) is not a
+per-step cost and does not fire.
+
+References
+----------
+- PyTorch performance tuning guide:
+  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- PyTorch CUDA semantics: https://pytorch.org/docs/stable/notes/cuda.html
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
+from gpudoctor.rules.registry import Rule
+
+_BEFORE = """out = model(x.cuda())
+loss = criterion(out.cpu(), y)        # y on the CPU"""
+_AFTER = """criterion = nn.CrossEntropyLoss().to(device)
+out = model(x.to(device, non_blocking=True))
+loss = criterion(out, y.to(device, non_blocking=True))"""
+
+
+def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    if not m.has_gpu_activity:
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    if m.cpu is None and not m.host_loss_ops:
+        return RuleResult.cannot_judge("no operator events in the trace")
+    if not m.host_loss_ops:
+        return RuleResult.fine("every loss op in the trace launched GPU kernels")
+    if not m.steps:
+        return RuleResult.cannot_judge("loss ops ran on the CPU, but no step markers tell whether it is every step")
+    nsteps = len(m.steps)
+    d2h = [x for x in m.transfers if x.direction == "DtoH"]
+    d2h_bytes = sum(x.bytes for x in d2h)
+    per_step_bytes = d2h_bytes / nsteps
+    known = [x.steps_with for x in d2h if x.steps_with is not None]
+    with_copy = max(known) if known else (nsteps if sum(x.count for x in d2h) >= nsteps else 0)
+    losses = ", ".join(f"{n.name} ×{n.count}" for n in m.host_loss_ops[:3])
+    if per_step_bytes < t.loss_cpu_min_bytes_per_step or 100.0 * with_copy / nsteps < t.d2h_steps_pct:
+        return RuleResult.fine(
+            f"loss ops on the CPU ({losses}), but only {fmt_bytes(per_step_bytes)} per step come back from the "
+            f"GPU in {with_copy} of {nsteps} steps: not the model's outputs"
+        )
+    loss_ns = sum(n.total_ns for n in m.host_loss_ops)
+    d2h_ns = sum(x.dur_ns for x in d2h)
+    share = ctx.trace_share(m, loss_ns + d2h_ns)
+    message = (
+        f"the loss runs on the CPU ({losses}, {fmt_ns(loss_ns)}) on {fmt_bytes(per_step_bytes)} per step copied "
+        f"back from the GPU ({fmt_ns(d2h_ns)}); {fmt_pct(share)} of step time"
+    )
+    finding = ctx.finding(
+        message,
+        Fix(
+            "Move the criterion and the targets to the device and compute the loss there; bring only the scalar "
+            "back, every N steps.",
+            _BEFORE,
+            _AFTER,
+        ),
+        share_pct=share,
+        confidence=Confidence.MEASURED,
+        metrics=[
+            Metric("host_loss_ns", loss_ns, "ns"),
+            Metric("d2h_bytes_per_step", int(per_step_bytes), "bytes"),
+            Metric("d2h_ns", d2h_ns, "ns"),
+            Metric("d2h_steps_with_copy", with_copy, "count", f"{nsteps} steps"),
+        ],
+        gain_note="CPU loss time plus the copies back; the syncs they force are GD102's",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
+def check(ctx: RuleContext) -> RuleResult:
+    if not ctx.has_gpu():
+        return RuleResult.cannot_judge(ctx.no_gpu_reason())
+    return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+RULE = Rule(
+    code="GD702",
+    name="loss-on-cpu",
+    title="Loss computed on the CPU from outputs copied back",
+    doc=__doc__,
+    check=check,
+    needs=("gpu", "trace"),
+)

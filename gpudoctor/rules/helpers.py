@@ -1,0 +1,151 @@
+"""Small helpers several rules share: Python frames, DataLoader snippets, memory peaks, pstats."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpudoctor.model.findings import Location, Metric, SettingRef
+from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.run import DataLoaderSetting, FlagSetting, PstatsEntry
+from gpudoctor.rules.context import RuleContext, location_of
+
+_FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
+
+
+def parse_frame(frame: str) -> Location | None:
+    """``"train.py(42): train_step"`` (Kineto's python_function name) as a ``Location``."""
+    m = _FRAME_RE.match(frame.strip())
+    if not m:
+        return None
+    return Location(file=m.group("file"), line=int(m.group("line")), function=m.group("func"))
+
+
+def dataloader_settings(dl: DataLoaderSetting) -> tuple[SettingRef, ...]:
+    """The DataLoader's settings as evidence, each with the DataLoader's call site."""
+    loc = location_of(dl.call_site)
+    return (
+        SettingRef("DataLoader.batch_size", dl.batch_size, loc),
+        SettingRef("DataLoader.num_workers", dl.num_workers, loc),
+        SettingRef("DataLoader.prefetch_factor", dl.prefetch_factor, loc),
+        SettingRef("DataLoader.persistent_workers", dl.persistent_workers, loc),
+        SettingRef("DataLoader.pin_memory", dl.pin_memory, loc),
+    )
+
+
+def dataloader_call(dl: DataLoaderSetting | None, **changes: object) -> str:
+    """A ``DataLoader(...)`` call with the run's settings, and ``changes`` applied."""
+    if dl is None:
+        args: dict[str, object] = {"batch_size": 64}
+    else:
+        args = {"batch_size": dl.batch_size if dl.batch_size is not None else 64}
+        if dl.num_workers:
+            args["num_workers"] = dl.num_workers
+            if dl.prefetch_factor not in (None, 2):
+                args["prefetch_factor"] = dl.prefetch_factor
+            if dl.persistent_workers:
+                args["persistent_workers"] = True
+        if dl.pin_memory:
+            args["pin_memory"] = True
+        if dl.drop_last:
+            args["drop_last"] = True
+    for k, v in changes.items():
+        if v is None:
+            args.pop(k, None)
+        else:
+            args[k] = v
+    dataset = "dataset"
+    inner = ", ".join([dataset, *(f"{k}={v!r}" for k, v in args.items())])
+    return f"loader = DataLoader({inner})"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPeak:
+    peak_bytes: int
+    total_bytes: int
+    source: str  # "reserved (trace)", "allocated (trace)", "NVML used"
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.peak_bytes / self.total_bytes
+
+    def metrics(self) -> tuple[Metric, ...]:
+        return (
+            Metric("peak_memory_bytes", self.peak_bytes, "bytes"),
+            Metric("peak_memory_source", self.source),
+            Metric("device_memory_bytes", self.total_bytes, "bytes"),
+            Metric("peak_memory_pct", round(self.pct, 1), "%", "the device"),
+        )
+
+
+def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
+    """The highest memory figure known for the run's GPU: the trace's allocator peak (reserved,
+    else allocated), else NVML's used memory."""
+    total_default = ctx.device_total_bytes()
+    if m is not None:
+        best: MemoryPeak | None = None
+        for mem in m.memory:
+            total = mem.total_bytes or total_default
+            for value, src in (
+                (mem.peak_reserved_bytes, "reserved (trace)"),
+                (mem.peak_allocated_bytes, "allocated (trace)"),
+            ):
+                if value and total:
+                    cand = MemoryPeak(value, total, src)
+                    if best is None or cand.pct > best.pct:
+                        best = cand
+                    break
+        if best is not None:
+            return best
+    samples = [g for g in ctx.samples_gpu() if g.mem_used_bytes is not None]
+    if samples:
+        top = max(samples, key=lambda g: g.mem_used_bytes or 0)
+        total = top.mem_total_bytes or total_default
+        if total and top.mem_used_bytes is not None:
+            return MemoryPeak(top.mem_used_bytes, total, "NVML used")
+    return None
+
+
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python", "\\lib\\python", "<frozen", "gpudoctor")
+
+
+def user_functions(entries: tuple[PstatsEntry, ...]) -> list[PstatsEntry]:
+    """The user's own functions of a cProfile, by self time (no library, built-in or gpudoctor code)."""
+    out = [
+        e
+        for e in entries
+        if e.file
+        and not e.file.startswith("~")
+        and not e.file.startswith("<")
+        and not any(marker in e.file for marker in _LIBRARY_MARKERS)
+    ]
+    out.sort(key=lambda e: (-e.tottime_s, e.file, e.line))
+    return out
+
+
+def pstats_total_s(entries: tuple[PstatsEntry, ...]) -> float:
+    """The profiled time: the largest cumulative time of any entry (the outermost call)."""
+    return max((e.cumtime_s for e in entries), default=0.0)
+
+
+def find_flag(ctx: RuleContext, *suffixes: str) -> FlagSetting | None:
+    """The first recorded flag whose name ends with one of ``suffixes`` (collect's names are
+    fully qualified: "torch.backends.cudnn.benchmark", "torch.backends.cuda.matmul.allow_tf32",
+    "torch.float32_matmul_precision")."""
+    s = ctx.settings
+    if s is None:
+        return None
+    for suffix in suffixes:
+        for f in s.flags:
+            if f.name == suffix or f.name.endswith("." + suffix) or f.name.endswith(suffix):
+                return f
+    return None
+
+
+def flag_ref(f: FlagSetting) -> SettingRef:
+    return SettingRef(f.name, f.value, location_of(f.call_site))
+
+
+def flag_text(f: FlagSetting) -> str:
+    where = f"set at {f.call_site}" if f.call_site is not None else "left at the default"
+    return f"{f.name}={f.value!r} ({where})"

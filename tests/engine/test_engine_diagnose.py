@@ -1,0 +1,240 @@
+"""engine.diagnose: running rules, crashes, ordering, the checklist, summary and report.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from rule_builders import (
+    GB,
+    MS,
+    GapCause,
+    Samples,
+    cpu_manifest,
+    cpu_trace,
+    dataloader,
+    gpu_samples,
+    manifest,
+    proc_samples,
+    run,
+    settings,
+    steps,
+    trace,
+    transfer,
+    utilization,
+)
+
+from gpudoctor import engine
+from gpudoctor.config import Config, Thresholds
+from gpudoctor.errors import ConfigError, RunDirError
+from gpudoctor.model import ChecklistStatus, Report, Severity
+from gpudoctor.rules import registry
+from gpudoctor.rules.checklist import TECHNIQUES
+
+
+def _gpu_run():
+    m = trace(
+        utilization=(utilization(45.0, causes={GapCause.DATALOADER: 0.6, GapCause.SYNC: 0.4}),),
+        transfers=(transfer("HtoD", "pageable", count=10, nbytes=400 * 10**6, dur_ns=4 * MS),),
+        breakdown_mean_pct={"data_loading": 27.0, "gpu_compute": 55.0, "other_cpu": 18.0},
+    )
+    return run(
+        manifest=manifest(),
+        settings=settings(),
+        steps=steps(20, 100.0, 27.0),
+        metrics=(m,),
+        samples=Samples(process=proc_samples(95.0), gpu=gpu_samples(55.0, 12 * GB), interval_ms=100.0),
+    )
+
+
+def _cpu_run():
+    return run(
+        manifest=cpu_manifest(),
+        settings=settings(device_type="cpu", dataloaders=(dataloader(),)),
+        steps=steps(20, 100.0, 60.0),
+        metrics=(cpu_trace(),),
+        samples=Samples(process=proc_samples(100.0)),
+    )
+
+
+def test_diagnose_ranks_findings_and_fills_the_report():
+    rep = engine.diagnose(_gpu_run(), Config(), "profile")
+    assert isinstance(rep, Report) and rep.kind == "profile" and rep.source == "gpudoctor-runs/train-1"
+    codes = [f.code for f in rep.findings]
+    assert codes[0] == "GD101" and "GD201" in codes and "GD301" in codes
+    keys = [engine.sort_key(f) for f in rep.findings]
+    assert keys == sorted(keys)
+    assert set(rep.rules_run) == {r.code for r in registry.all_rules()}
+    assert {r.code for r in rep.rules} == set(rep.rules_run)
+    assert rep.run is not None and rep.errors == ()
+    assert rep.environment["torch"] == "2.13.0" and "A100" in rep.environment["devices"]
+
+
+def test_findings_sorted_by_severity_then_gain_then_code():
+    rep = engine.diagnose(_gpu_run(), Config(), "analyze")
+    for a, b in zip(rep.findings, rep.findings[1:], strict=False):
+        assert a.severity.rank <= b.severity.rank
+        if a.severity == b.severity and a.gain.share_pct is not None and b.gain.share_pct is not None:
+            assert a.gain.share_pct >= b.gain.share_pct
+    again = engine.diagnose(_gpu_run(), Config(), "analyze")
+    assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in rep.findings]
+
+
+def test_cpu_run_gets_gd201_first_with_call_site():
+    rep = engine.diagnose(_cpu_run(), Config(), "profile")
+    top = rep.findings[0]
+    assert top.code == "GD201" and str(top.location) == "train.py:31"
+    idle = next(s for s in rep.summary if s.key == "gpu_idle")
+    assert idle.value == "n/a: no GPU in this run" and idle.window == ""
+
+
+def test_crashing_rule_becomes_an_internal_error_finding(monkeypatch):
+    real = registry.all_rules()
+
+    def boom(ctx):
+        raise ZeroDivisionError("division by zero")
+
+    broken = tuple(dataclasses.replace(r, check=boom) if r.code == "GD201" else r for r in real)
+    monkeypatch.setattr(engine, "all_rules", lambda: broken)
+    monkeypatch.delenv("GPUDOCTOR_DEBUG", raising=False)
+    rep = engine.diagnose(_cpu_run(), Config(), "profile")
+    internal = [f for f in rep.findings if f.code == "GD000"]
+    assert len(internal) == 1 and internal[0].name == "internal-error"
+    assert "GD201" in internal[0].message and "ZeroDivisionError" in internal[0].message
+    assert internal[0].severity == Severity.WARNING
+    assert any("GD201" in e for e in rep.errors)
+    item = next(i for i in rep.checklist if i.technique == 2)
+    assert "crashed" in item.reason
+    # every other rule still ran
+    assert len(rep.rules_run) == len(real)
+
+
+def test_crash_propagates_with_debug(monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("bug")
+
+    broken = tuple(dataclasses.replace(r, check=boom) for r in registry.all_rules())
+    monkeypatch.setattr(engine, "all_rules", lambda: broken)
+    monkeypatch.setenv("GPUDOCTOR_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        engine.diagnose(_cpu_run(), Config(), "profile")
+
+
+def test_checklist_covers_13_techniques_and_every_rule():
+    for data in (_gpu_run(), _cpu_run(), run()):
+        rep = engine.diagnose(data, Config(), "analyze")
+        techniques = sorted(i.technique for i in rep.checklist if i.technique is not None)
+        assert techniques == list(range(1, 14))
+        covered = {c for i in rep.checklist for c in i.codes}
+        assert {r.code for r in registry.all_rules()} <= covered
+        assert all(i.reason for i in rep.checklist)
+        assert len({i.key for i in rep.checklist}) == len(rep.checklist)
+    assert len(TECHNIQUES) == 13
+
+
+def test_checklist_statuses_on_a_gpu_run():
+    rep = engine.diagnose(_gpu_run(), Config(), "profile")
+    by_tech = {i.technique: i for i in rep.checklist if i.technique}
+    assert by_tech[1].status == ChecklistStatus.RECOMMENDED and by_tech[1].gain is not None  # pageable copies
+    assert by_tech[2].status == ChecklistStatus.RECOMMENDED  # the loop waits for data
+    assert by_tech[7].status == ChecklistStatus.APPLIED  # a trace was profiled
+    assert by_tech[8].status == ChecklistStatus.NOT_APPLICABLE  # num_workers=0: no prefetching yet
+    assert by_tech[11].status == ChecklistStatus.NOT_APPLICABLE
+    assert by_tech[12].status == ChecklistStatus.APPLIED  # NVML samples
+
+
+def test_checklist_on_a_cpu_run_says_why():
+    rep = engine.diagnose(_cpu_run(), Config(), "profile")
+    by_tech = {i.technique: i for i in rep.checklist if i.technique}
+    assert by_tech[1].status == ChecklistStatus.NOT_APPLICABLE and "no GPU in this run" in by_tech[1].reason
+    assert by_tech[10].status == ChecklistStatus.NOT_APPLICABLE
+    rule_items = {i.codes[0]: i for i in rep.checklist if i.technique is None}
+    assert rule_items["GD101"].status == ChecklistStatus.NOT_MEASURABLE
+    assert rule_items["GD101"].reason == "no GPU in this run"
+
+
+def test_applied_technique_names_its_setting():
+    d = dataloader(num_workers=4, prefetch_factor=4, pin_memory=True, persistent_workers=True)
+    data = dataclasses.replace(_gpu_run(), settings=settings(dataloaders=(d,)), steps=steps(20, 100.0, 1.0))
+    rep = engine.diagnose(data, Config(), "profile")
+    by_tech = {i.technique: i for i in rep.checklist if i.technique}
+    assert by_tech[2].status == ChecklistStatus.APPLIED and "num_workers=4 at train.py:31" in by_tech[2].reason
+    assert by_tech[8].status == ChecklistStatus.APPLIED and "prefetch_factor=4" in by_tech[8].reason
+
+
+def test_select_and_ignore():
+    rep = engine.diagnose(_gpu_run(), Config(select=("GD2",)), "analyze")
+    assert rep.rules_run and all(c.startswith("GD2") for c in rep.rules_run)
+    assert all(f.code.startswith("GD2") for f in rep.findings)
+    item = next(i for i in rep.checklist if i.codes == ("GD101",))
+    assert item.status == ChecklistStatus.NOT_MEASURABLE and "select/ignore" in item.reason
+    rep = engine.diagnose(_gpu_run(), Config(ignore=("GD101", "GD3")), "analyze")
+    assert "GD101" not in rep.rules_run and not any(f.code.startswith("GD3") for f in rep.findings)
+
+
+def test_selection_matching_no_rule_is_an_error():
+    with pytest.raises(ConfigError, match="GD999"):
+        engine.diagnose(run(), Config(select=("GD999",)), "analyze")
+
+
+def test_thresholds_change_findings():
+    data = _cpu_run()
+    assert any(f.code == "GD201" for f in engine.diagnose(data, Config(), "profile").findings)
+    lax = Config(thresholds=dataclasses.replace(Thresholds(), dataloader_wait_share_pct=80.0))
+    assert not any(f.code == "GD201" for f in engine.diagnose(data, lax, "profile").findings)
+
+
+def test_summary_holds_every_headline_number():
+    rep = engine.diagnose(_gpu_run(), Config(), "profile")
+    s = {x.key: x for x in rep.summary}
+    assert s["steps"].value == 20
+    assert s["step_time_median"].unit == "ms" and s["step_time_median"].value == 100.0
+    assert s["step_time_p90"].value == 100.0
+    assert s["data_wait_share"].value == 27.0 and s["data_wait_share"].unit == "%"
+    assert s["gpu_idle"].value == 45.0 and s["gpu_idle"].window == "steps"
+    assert s["gpu_idle_span"].window == "span"
+    assert s["breakdown_data_loading"].value == 27.0
+    assert s["h2d_bytes"].value == 400 * 10**6
+    assert s["peak_gpu_memory"].value == 15.0
+    assert s["main_cpu"].value == 95.0
+    assert "error" in s["findings"].value
+
+
+def test_ranks_rows_for_multi_trace_runs():
+    ranks = tuple(trace(rank=r, path=f"rank{r}.json") for r in range(2))
+    rep = engine.diagnose(run(metrics=ranks), Config(), "analyze")
+    assert [r.rank for r in rep.ranks] == [0, 1] and rep.ranks[0].steps == 5
+
+
+def test_report_json_round_trips(tmp_path):
+    rep = engine.diagnose(_gpu_run(), Config(), "profile")
+    engine.write_report_json(rep, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["kind"] == "profile" and data["findings"][0]["code"] == "GD101"
+    back = Report.from_dict(data)
+    assert back.findings == rep.findings and back.checklist == rep.checklist and back.summary == rep.summary
+    with pytest.raises(RunDirError):
+        engine.write_report_json(rep, tmp_path / "missing")
+
+
+def test_bad_kind_is_rejected():
+    with pytest.raises(ValueError):
+        engine.diagnose(run(), Config(), "check")
+
+
+def test_pyproject_config_drives_the_diagnosis(tmp_path):
+    from gpudoctor.config import load_config
+
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.gpudoctor]\nignore = ['GD104']\n[tool.gpudoctor.thresholds]\ngpu_idle_share_pct = 50\n"
+    )
+    cfg = load_config(tmp_path)
+    rep = engine.diagnose(_gpu_run(), cfg, "analyze")
+    codes = {f.code for f in rep.findings}
+    assert "GD104" not in codes and "GD104" not in rep.rules_run
+    assert "GD101" not in codes  # 45% idle is under the raised threshold
+    item = next(i for i in rep.checklist if i.codes == ("GD101",))
+    assert item.status == ChecklistStatus.APPLIED and "threshold 50%" in item.reason
+    batch = next(i for i in rep.checklist if i.technique == 3)
+    assert "GD104" in batch.reason and "pyproject.toml" in batch.reason

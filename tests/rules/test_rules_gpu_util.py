@@ -1,0 +1,172 @@
+"""GD101–GD104: each must fire on a hand-built trace that shows the problem and stay quiet on one that does not."""
+
+from __future__ import annotations
+
+from rule_builders import (
+    GB,
+    MS,
+    GapCause,
+    HostSync,
+    NameStat,
+    SyncSummary,
+    cpu_manifest,
+    cpu_trace,
+    dataloader,
+    gpu_samples,
+    judge,
+    kernels,
+    manifest,
+    run,
+    settings,
+    trace,
+    utilization,
+)
+
+from gpudoctor.model import MemoryStats, Samples, Severity
+from gpudoctor.rules.context import Verdict
+
+# ---------------------------------------------------------------- GD101 gpu-idle
+
+
+def test_gd101_fires_on_idle_gpu_and_names_the_causes():
+    m = trace(utilization=(utilization(60.0, causes={GapCause.SYNC: 0.7, GapCause.DATALOADER: 0.3}),))
+    res = judge("GD101", run(metrics=(m,)))
+    assert res.verdict == Verdict.FIRED
+    (f,) = res.findings
+    assert f.severity == Severity.ERROR
+    assert f.gain.share_pct == 60.0
+    assert f.gain.speedup_bound == 2.5
+    assert "60.0%" in f.message and "host synchronization 70%" in f.message
+    assert "GD102" in f.fix.instruction  # the dominant cause's rule
+    assert any(m.name == "gpu_idle_pct" and m.window == "steps" for m in f.evidence.metrics)
+    assert f.evidence.time_ranges
+
+
+def test_gd101_quiet_on_busy_gpu():
+    res = judge("GD101", run(metrics=(trace(utilization=(utilization(8.0),)),)))
+    assert res.verdict == Verdict.FINE
+    assert "8.0%" in res.reason and not res.findings
+
+
+def test_gd101_cannot_judge_without_gpu():
+    res = judge("GD101", run(manifest=cpu_manifest(), metrics=(cpu_trace(),)))
+    assert res.verdict == Verdict.CANNOT_JUDGE
+    assert "no GPU" in res.reason
+
+
+def test_gd101_uses_span_without_step_markers():
+    m = trace(steps=(), utilization=(utilization(30.0, with_steps=False),))
+    (f,) = judge("GD101", run(metrics=(m,))).findings
+    assert "span" in f.message
+    assert any(x.name == "gpu_idle_pct" and x.window == "span" for x in f.evidence.metrics)
+
+
+def test_gd101_keeps_worst_rank_and_names_the_others():
+    ranks = tuple(trace(rank=r, utilization=(utilization(25.0 + r),)) for r in range(3))
+    res = judge("GD101", run(metrics=ranks))
+    (f,) = res.findings
+    assert f.rank == 2
+    assert any("rank 0" in n and "rank 1" in n for n in f.evidence.notes)
+
+
+# ---------------------------------------------------------------- GD102 host-sync
+
+
+def _syncs(share: float) -> SyncSummary:
+    return SyncSummary(
+        count=50,
+        total_ns=int(50 * MS * share / 100),
+        share_of_steps_pct=share,
+        by_name=(NameStat("aten::item", 50, int(50 * MS * share / 100)),),
+        by_frame=(NameStat("train.py(42): train_step", 50, int(50 * MS * share / 100)),),
+        top=(HostSync("cudaStreamSynchronize", 1 * MS, MS // 2, "train.py(42): train_step"),),
+    )
+
+
+def test_gd102_fires_and_points_at_the_line():
+    m = trace(syncs=_syncs(12.0), utilization=(utilization(30.0, causes={GapCause.SYNC: 1.0}),))
+    (f,) = judge("GD102", run(metrics=(m,))).findings
+    assert f.location is not None and (f.location.file, f.location.line) == ("train.py", 42)
+    assert "12.0%" in f.message and "aten::item" in f.message
+    assert f.gain.share_pct == 30.0  # the GPU idle time after syncs
+    assert f.severity == Severity.ERROR
+
+
+def test_gd102_sync_on_saturated_gpu_is_only_info():
+    m = trace(syncs=_syncs(12.0), utilization=(utilization(1.0, causes={GapCause.SHORT: 1.0}),))
+    (f,) = judge("GD102", run(metrics=(m,))).findings
+    assert f.severity == Severity.INFO
+
+
+def test_gd102_quiet_below_threshold():
+    res = judge("GD102", run(metrics=(trace(syncs=_syncs(2.0)),)))
+    assert res.verdict == Verdict.FINE
+
+
+def test_gd102_cannot_judge_without_sync_data():
+    assert judge("GD102", run(metrics=(trace(syncs=None),))).verdict == Verdict.CANNOT_JUDGE
+
+
+# ---------------------------------------------------------------- GD103 launch-bound
+
+
+def test_gd103_fires_when_kernels_are_tiny_and_launches_as_long():
+    m = trace(
+        kernels=kernels(under_10us_pct=76.0, launch_total_ns=5_600_000, launch_count=1000, p50_ns=4000),
+        utilization=(utilization(80.0, causes={GapCause.LAUNCH_BOUND: 0.6, GapCause.SHORT: 0.2, GapCause.OTHER: 0.2}),),
+    )
+    (f,) = judge("GD103", run(metrics=(m,))).findings
+    assert "76.0%" in f.message and "5.6 µs (1.40×)" in f.message
+    assert round(f.gain.share_pct, 1) == 64.0
+    assert "torch.compile" in f.fix.instruction
+
+
+def test_gd103_quiet_when_kernels_are_long():
+    assert judge("GD103", run(metrics=(trace(),))).verdict == Verdict.FINE
+
+
+def test_gd103_quiet_when_host_keeps_up():
+    m = trace(kernels=kernels(under_10us_pct=80.0, launch_total_ns=1_000_000, launch_count=1000, p50_ns=5000))
+    res = judge("GD103", run(metrics=(m,)))
+    assert res.verdict == Verdict.FINE and "keeps up" in res.reason
+
+
+# ---------------------------------------------------------------- GD104 batch-too-small
+
+
+def test_gd104_fires_with_free_memory_and_idle_gpu():
+    m = trace(
+        utilization=(utilization(40.0),),
+        memory=(MemoryStats(0, peak_allocated_bytes=8 * GB, peak_reserved_bytes=10 * GB, total_bytes=80 * GB),),
+    )
+    data = run(metrics=(m,), settings=settings(dataloaders=(dataloader(batch_size=16),)), manifest=manifest())
+    (f,) = judge("GD104", data).findings
+    assert "12.5%" in f.message and "batch_size=16" in f.message
+    assert "batch_size=64" in f.fix.after  # 4× (50%) stays under 90% of the device, 8× would not
+    assert f.location is not None and f.location.line == 31
+
+
+def test_gd104_falls_back_to_nvml():
+    m = trace(utilization=(utilization(40.0),))
+    data = run(metrics=(m,), samples=Samples(gpu=gpu_samples(55.0, 20 * GB)))
+    (f,) = judge("GD104", data).findings
+    assert any(x.name == "peak_memory_source" and x.value == "NVML used" for x in f.evidence.metrics)
+
+
+def test_gd104_quiet_when_memory_is_used():
+    m = trace(utilization=(utilization(40.0),), memory=(MemoryStats(0, peak_reserved_bytes=60 * GB, total_bytes=80 * GB),))
+    assert judge("GD104", run(metrics=(m,))).verdict == Verdict.FINE
+
+
+def test_gd104_cannot_judge_without_memory_figures():
+    res = judge("GD104", run(metrics=(trace(utilization=(utilization(40.0),)),)))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "memory" in res.reason
+
+
+def test_gd103_quiet_when_launch_gaps_cost_nothing():
+    m = trace(
+        kernels=kernels(count=4, under_10us_pct=75.0, launch_total_ns=1_448_000, launch_count=4, p50_ns=6000),
+        utilization=(utilization(98.0, causes={GapCause.OTHER: 1.0}),),
+    )
+    res = judge("GD103", run(metrics=(m,)))
+    assert res.verdict == Verdict.FINE and "launch gaps idle the GPU only" in res.reason

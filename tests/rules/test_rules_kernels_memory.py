@@ -1,0 +1,242 @@
+"""GD401–GD404 (kernels and precision) and GD501–GD502 (GPU memory)."""
+
+from __future__ import annotations
+
+from rule_builders import (
+    GB,
+    MS,
+    SITE,
+    AutocastUse,
+    FlagSetting,
+    MemoryStats,
+    OptimizerSetting,
+    Samples,
+    gpu_samples,
+    judge,
+    kernels,
+    manifest,
+    run,
+    settings,
+    trace,
+)
+
+from gpudoctor.model import Device, DeviceInfo, Severity
+from gpudoctor.rules.context import Verdict
+
+V100 = (DeviceInfo(0, "Tesla V100-SXM2-16GB", "7.0", 16 * GB),)
+P100 = (DeviceInfo(0, "Tesla P100", "6.0", 16 * GB),)
+
+# ---------------------------------------------------------------- GD401 no-amp
+
+
+def _fp32(**kw):
+    return kernels(eligible_dtypes_known=True, fp32_eligible_pct_of_gpu=70.0, tensor_core_pct=0.0, **kw)
+
+
+def test_gd401_fires_with_bf16_on_ampere():
+    (f,) = judge("GD401", run(metrics=(trace(kernels=_fp32()),))).findings
+    assert "70.0%" in f.message and "compute capability 8" in f.message
+    assert "torch.bfloat16" in f.fix.after and "GradScaler" not in f.fix.after
+    assert "torch.cuda.amp" not in f.fix.after
+    assert round(f.gain.share_pct) == 56  # 70% of 40 ms kernel time in a 50 ms window
+
+
+def test_gd401_fp16_with_grad_scaler_on_volta():
+    (f,) = judge("GD401", run(metrics=(trace(kernels=_fp32(), devices=V100),))).findings
+    assert "torch.float16" in f.fix.after and 'torch.amp.GradScaler("cuda")' in f.fix.after
+
+
+def test_gd401_quiet_when_tensor_cores_run():
+    m = trace(kernels=kernels(eligible_dtypes_known=True, fp32_eligible_pct_of_gpu=5.0, tensor_core_pct=60.0))
+    assert judge("GD401", run(metrics=(m,))).verdict == Verdict.FINE
+
+
+def test_gd401_applied_when_autocast_in_settings():
+    s = settings(autocast=(AutocastUse(SITE, "cuda", "torch.bfloat16"),))
+    res = judge("GD401", run(metrics=(trace(kernels=_fp32()),), settings=s))
+    assert res.verdict == Verdict.FINE and "autocast" in res.reason
+
+
+def test_gd401_not_applicable_before_volta():
+    assert judge("GD401", run(metrics=(trace(kernels=_fp32(), devices=P100),))).verdict == Verdict.NOT_APPLICABLE
+
+
+def test_gd401_cannot_judge_without_dtypes():
+    m = trace(kernels=kernels(eligible_dtypes_known=False))
+    res = judge("GD401", run(metrics=(m,)))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "shapes" in res.reason
+
+
+# ---------------------------------------------------------------- GD402 tf32-off
+
+
+def _tf32_settings(allow: bool, precision: str):
+    return settings(flags=(
+        FlagSetting("torch.backends.cuda.matmul.allow_tf32", allow, None),
+        FlagSetting("torch.float32_matmul_precision", precision, None),
+    ))
+
+
+def test_gd402_fires_on_ampere_with_tf32_off():
+    m = trace(kernels=_fp32(conv_kernel_ns=0))
+    (f,) = judge("GD402", run(metrics=(m,), settings=_tf32_settings(False, "highest"))).findings
+    assert "TF32 off" in f.message and "left at the default" in f.message
+    assert 'set_float32_matmul_precision("high")' in f.fix.after
+
+
+def test_gd402_quiet_with_high_precision_setting():
+    res = judge("GD402", run(metrics=(trace(kernels=_fp32()),), settings=_tf32_settings(False, "high")))
+    assert res.verdict == Verdict.FINE
+
+
+def test_gd402_not_applicable_on_volta():
+    m = trace(kernels=_fp32(), devices=V100)
+    assert judge("GD402", run(metrics=(m,), settings=_tf32_settings(False, "highest"))).verdict == Verdict.NOT_APPLICABLE
+
+
+def test_gd402_cannot_judge_from_a_bare_trace():
+    assert judge("GD402", run(metrics=(trace(kernels=_fp32()),))).verdict == Verdict.CANNOT_JUDGE
+
+
+# ---------------------------------------------------------------- GD403 cudnn-benchmark-off
+
+
+def _bench(value: bool, call_site=None):
+    return settings(flags=(FlagSetting("torch.backends.cudnn.benchmark", value, call_site),))
+
+
+def test_gd403_fires_on_fixed_shape_convolutions():
+    m = trace(kernels=kernels(conv_kernel_ns=20 * MS), conv_shapes_total=20, conv_shapes_max_per_step=20)
+    (f,) = judge("GD403", run(metrics=(m,), settings=_bench(False, SITE))).findings
+    assert "50.0% of kernel time" in f.message
+    assert str(f.location) == "train.py:31"
+    assert f.fix.after.startswith("torch.backends.cudnn.benchmark = True")
+
+
+def test_gd403_not_applicable_when_shapes_vary():
+    m = trace(kernels=kernels(conv_kernel_ns=20 * MS), conv_shapes_total=200, conv_shapes_max_per_step=20)
+    assert judge("GD403", run(metrics=(m,), settings=_bench(False))).verdict == Verdict.NOT_APPLICABLE
+
+
+def test_gd403_quiet_when_benchmark_is_on():
+    m = trace(kernels=kernels(conv_kernel_ns=20 * MS))
+    assert judge("GD403", run(metrics=(m,), settings=_bench(True))).verdict == Verdict.FINE
+
+
+def test_gd403_not_applicable_without_convolutions():
+    m = trace(kernels=kernels(conv_kernel_ns=0))
+    assert judge("GD403", run(metrics=(m,), settings=_bench(False))).verdict == Verdict.NOT_APPLICABLE
+
+
+# ---------------------------------------------------------------- GD404 unfused-optimizer
+
+
+def _opt(**kw):
+    base = dict(call_site=SITE, cls="torch.optim.AdamW", foreach=False, fused=None, supports_fused=True,
+                num_params=10**6, num_param_tensors=160)
+    base.update(kw)
+    return OptimizerSetting(**base)
+
+
+def test_gd404_fires_on_per_tensor_loop():
+    m = trace(kernels=kernels(optimizer_kernels_per_step=1600.0), breakdown_mean_pct={"optimizer": 18.0})
+    (f,) = judge("GD404", run(metrics=(m,), settings=settings(optimizers=(_opt(),)))).findings
+    assert "1600 kernels per optimizer step for 160 parameter tensors" in f.message
+    assert "fused=True" in f.fix.after and f.gain.share_pct == 18.0
+    assert f.severity == Severity.WARNING
+
+
+def test_gd404_quiet_with_foreach():
+    m = trace(kernels=kernels(optimizer_kernels_per_step=40.0))
+    res = judge("GD404", run(metrics=(m,), settings=settings(optimizers=(_opt(foreach=True),))))
+    assert res.verdict == Verdict.FINE
+
+
+def test_gd404_quiet_when_fused():
+    res = judge("GD404", run(metrics=(trace(),), settings=settings(optimizers=(_opt(fused=True),))))
+    assert res.verdict == Verdict.FINE
+
+
+def test_gd404_cannot_judge_without_optimizer_annotations():
+    assert judge("GD404", run(metrics=(trace(),))).verdict == Verdict.CANNOT_JUDGE
+
+
+# ---------------------------------------------------------------- GD501 memory-near-limit
+
+
+def test_gd501_fires_near_the_limit():
+    m = trace(memory=(MemoryStats(0, peak_allocated_bytes=70 * GB, peak_reserved_bytes=76 * GB, total_bytes=80 * GB),))
+    (f,) = judge("GD501", run(metrics=(m,))).findings
+    assert "95.0%" in f.message and f.gain.share_pct is None
+    assert f.severity == Severity.WARNING  # unquantified: memory headroom is not step time
+
+
+def test_gd501_quiet_with_headroom():
+    m = trace(memory=(MemoryStats(0, peak_reserved_bytes=40 * GB, total_bytes=80 * GB),))
+    assert judge("GD501", run(metrics=(m,))).verdict == Verdict.FINE
+
+
+def test_gd501_from_nvml_samples():
+    data = run(manifest=manifest(), metrics=(trace(),), samples=Samples(gpu=gpu_samples(90.0, 79 * GB)))
+    (f,) = judge("GD501", data).findings
+    assert any("NVML" in n for n in f.evidence.notes)
+
+
+def test_gd501_cannot_judge_without_memory_figures():
+    assert judge("GD501", run(metrics=(trace(),))).verdict == Verdict.CANNOT_JUDGE
+
+
+# ---------------------------------------------------------------- GD502 allocator-churn
+
+
+def test_gd502_fires_on_malloc_in_steady_steps():
+    mem = MemoryStats(0, cuda_malloc_count=40, cuda_free_count=40, empty_cache_count=4,
+                      alloc_api_ns=5 * MS, alloc_calls_after_first_step=40)
+    s = settings(empty_cache_calls=(SITE,), empty_cache_count=4)
+    (f,) = judge("GD502", run(metrics=(trace(memory=(mem,)),), settings=s)).findings
+    assert "10.0 cudaMalloc/cudaFree calls per step" in f.message
+    assert f.gain.share_pct == 10.0 and str(f.location) == "train.py:31"
+
+
+def test_gd502_fires_from_settings_alone():
+    s = settings(empty_cache_calls=(SITE,), empty_cache_count=20)
+    data = run(manifest=manifest(steps_seen=20), settings=s, metrics=(trace(),))
+    (f,) = judge("GD502", data).findings
+    assert "20 times in 20 steps" in f.message and f.gain.share_pct is None
+
+
+def test_gd502_quiet_when_the_cache_is_reused():
+    mem = MemoryStats(0, cuda_malloc_count=12, alloc_api_ns=MS, alloc_calls_after_first_step=0)
+    assert judge("GD502", run(metrics=(trace(memory=(mem,)),))).verdict == Verdict.FINE
+
+
+def test_gd502_cannot_judge_without_allocator_figures():
+    assert judge("GD502", run(metrics=(trace(),))).verdict == Verdict.CANNOT_JUDGE
+
+
+def test_gpu_rules_name_the_missing_gpu_on_cpu_runs():
+    from rule_builders import cpu_manifest, cpu_trace
+
+    data = run(manifest=cpu_manifest(), metrics=(cpu_trace(),), settings=settings(device_type="cpu"))
+    for code in ("GD101", "GD102", "GD103", "GD104", "GD301", "GD302", "GD303", "GD401", "GD402",
+                 "GD403", "GD404", "GD501", "GD502", "GD702"):
+        res = judge(code, data)
+        assert res.verdict == Verdict.CANNOT_JUDGE, code
+        assert res.reason == "no GPU in this run", (code, res.reason)
+
+
+def test_device_from_manifest_when_trace_has_none():
+    data = run(manifest=manifest(devices=(Device(0, "Tesla T4", 16 * GB, "7.5"),)),
+               metrics=(trace(devices=(), kernels=_fp32()),))
+    (f,) = judge("GD401", data).findings
+    assert "Tesla T4" in f.message and "torch.float16" in f.fix.after
+
+
+def test_gd402_recognises_the_fp32_precision_api():
+    s = settings(flags=(
+        FlagSetting("torch.backends.cuda.matmul.allow_tf32", False, None),
+        FlagSetting("torch.float32_matmul_precision", "highest", None),
+        FlagSetting("torch.backends.cuda.matmul.fp32_precision", "tf32", SITE),
+    ))
+    res = judge("GD402", run(metrics=(trace(kernels=_fp32()),), settings=s))
+    assert res.verdict == Verdict.FINE and "fp32_precision" in res.reason

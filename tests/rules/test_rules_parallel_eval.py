@@ -1,0 +1,108 @@
+"""GD601 (data-parallel), GD701 (eval-with-grad), GD702 (loss-on-cpu)."""
+
+from __future__ import annotations
+
+from rule_builders import (
+    GB,
+    MS,
+    SITE,
+    NameStat,
+    OptimizerSetting,
+    WrapSetting,
+    cpu_manifest,
+    cpu_trace,
+    judge,
+    manifest,
+    run,
+    settings,
+    trace,
+    transfer,
+)
+
+from gpudoctor.model import Device, Severity
+from gpudoctor.rules.context import Verdict
+
+# ---------------------------------------------------------------- GD601 data-parallel
+
+
+def _dp_run(n_gpus: int, kind: str = "DataParallel"):
+    devs = tuple(Device(i, "NVIDIA A100", 80 * GB, "8.0") for i in range(n_gpus))
+    return run(manifest=manifest(devices=devs), settings=settings(wrappers=(WrapSetting(kind, SITE, "ResNet"),)))
+
+
+def test_gd601_fires_on_data_parallel():
+    (f,) = judge("GD601", _dp_run(4)).findings
+    assert "nn.DataParallel wraps ResNet at train.py:31 on 4 GPU(s)" in f.message
+    assert "DDP(" in f.fix.after and "torchrun" in f.fix.after
+    assert f.severity == Severity.WARNING and f.gain.share_pct is None
+
+
+def test_gd601_is_info_on_one_gpu():
+    (f,) = judge("GD601", _dp_run(1)).findings
+    assert f.severity == Severity.INFO
+
+
+def test_gd601_quiet_with_ddp():
+    assert judge("GD601", _dp_run(4, "DistributedDataParallel")).verdict == Verdict.FINE
+
+
+def test_gd601_not_applicable_without_wrapper():
+    assert judge("GD601", run(settings=settings())).verdict == Verdict.NOT_APPLICABLE
+
+
+# ---------------------------------------------------------------- GD701 eval-with-grad
+
+
+def test_gd701_fires_on_inference_with_autograd():
+    data = run(manifest=manifest(step_source="dataloader"), settings=settings(optimizers=()),
+               metrics=(trace(autograd_forward_ops=420, backward_ops=0, optimizer_steps=0),))
+    (f,) = judge("GD701", data).findings
+    assert "420" in f.message and "inference_mode" in f.fix.after
+
+
+def test_gd701_fires_on_a_bare_eval_trace_on_cpu():
+    m = cpu_trace(autograd_forward_ops=50, backward_ops=0, optimizer_steps=0)
+    (f,) = judge("GD701", run(metrics=(m,))).findings
+    assert "no Optimizer.step" in f.message
+
+
+def test_gd701_quiet_under_no_grad():
+    data = run(manifest=manifest(step_source="dataloader"), settings=settings(optimizers=()),
+               metrics=(trace(autograd_forward_ops=0),))
+    assert judge("GD701", data).verdict == Verdict.FINE
+
+
+def test_gd701_not_applicable_when_training():
+    opt = OptimizerSetting(SITE, "torch.optim.SGD", None, None)
+    data = run(manifest=manifest(), settings=settings(optimizers=(opt,)), metrics=(trace(autograd_forward_ops=500),))
+    assert judge("GD701", data).verdict == Verdict.NOT_APPLICABLE
+
+
+def test_gd701_cannot_judge_unknown_grad_mode():
+    data = run(manifest=cpu_manifest(step_source="dataloader"), settings=settings(optimizers=()), metrics=(cpu_trace(),))
+    assert judge("GD701", data).verdict == Verdict.CANNOT_JUDGE
+
+
+# ---------------------------------------------------------------- GD702 loss-on-cpu
+
+
+def test_gd702_fires_when_outputs_come_back_for_the_loss():
+    m = trace(host_loss_ops=(NameStat("aten::cross_entropy_loss", 5, 2 * MS),),
+              transfers=(transfer("DtoH", "pageable", count=5, nbytes=5 * 400_000, dur_ns=MS, steps_with=5),))
+    (f,) = judge("GD702", run(metrics=(m,))).findings
+    assert "aten::cross_entropy_loss" in f.message and "400.0 KB per step" in f.message
+    assert f.gain.share_pct == 6.0
+
+
+def test_gd702_quiet_when_only_a_scalar_comes_back():
+    m = trace(host_loss_ops=(NameStat("aten::mse_loss", 5, MS),),
+              transfers=(transfer("DtoH", "pageable", count=5, nbytes=20, dur_ns=10_000, steps_with=5),))
+    assert judge("GD702", run(metrics=(m,))).verdict == Verdict.FINE
+
+
+def test_gd702_quiet_when_the_loss_runs_on_the_gpu():
+    from gpudoctor.model import CpuSummary, Window, WindowKind
+
+    w = Window(WindowKind.STEPS, 0, 50 * MS)
+    m = trace(cpu=CpuSummary(w, 0, 0.0, 10 * MS, 20.0, 0, None))
+    assert judge("GD702", run(metrics=(m,))).verdict == Verdict.FINE
