@@ -28,9 +28,8 @@ loss = loss_fn(model(x), y)
 After:
 
 ```python
-from torch.utils.checkpoint import checkpoint
 with torch.autocast("cuda", dtype=torch.bfloat16):
-    h = checkpoint(model.trunk, x, use_reentrant=False)
+    h = torch.utils.checkpoint.checkpoint(model.trunk, x, use_reentrant=False)
     loss = loss_fn(model.head(h), y)
 ```
 
@@ -67,9 +66,8 @@ from gpudoctor.rules.helpers import memory_peak
 from gpudoctor.rules.registry import Rule
 
 _BEFORE = """loss = loss_fn(model(x), y)"""
-_AFTER = """from torch.utils.checkpoint import checkpoint
-with torch.autocast("cuda", dtype=torch.bfloat16):
-    h = checkpoint(model.trunk, x, use_reentrant=False)
+_AFTER = """with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = torch.utils.checkpoint.checkpoint(model.trunk, x, use_reentrant=False)
     loss = loss_fn(model.head(h), y)"""
 
 
