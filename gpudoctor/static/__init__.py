@@ -1,1 +1,275 @@
-"""See DESIGN.md."""
+"""``gpudoctor check``: review training scripts for performance mistakes without running them.
+
+``check_paths(paths, config) -> Report`` reads the source with Python's ``ast``:
+nothing is imported and nothing of the user's code runs. Findings use the rule
+codes of ``profile`` (GD201 …), with confidence *static*, a ``file:line:col``,
+a fix with a before/after snippet and no gain in time (nothing was measured).
+
+How scripts are judged
+----------------------
+- **As they run with their argparse defaults, on a machine with a CUDA GPU.**
+  ``num_workers=args.workers`` with ``--workers`` defaulting to 0 is a
+  DataLoader without workers ("num_workers comes from `--workers` (default
+  0)"); code under ``if args.fixed:`` whose flag defaults to False does not run;
+  ``torch.cuda.is_available()`` is taken as True. Checks about GPU costs (GD102,
+  GD301, GD302, GD303, GD401, GD403, GD404) need CUDA to appear in the program
+  (``.cuda()``, ``"cuda"``, ``"gpu"``, ``torch.cuda.*``, an Accelerate
+  ``Accelerator``): a CPU-only script is not told about GPU costs.
+- **Training loops**: a loop is a *step loop* when it calls ``.backward()`` or
+  ``optimizer.step()`` (itself or through a function of the project) and no loop
+  inside it does; a loop around step loops is an *epoch loop*. Functions called
+  from a step loop run once per step, and so do the functions they call, across
+  files. Calls and imports are followed inside the project folder (the folder
+  given, or the one above the script's topmost package), never into installed
+  packages.
+- **Every-N-steps code is not per step**: statements under an ``if`` whose test
+  uses ``%`` (``if step % 100 == 0:``) or compares a counter with a constant
+  (``if step == 0:``) run only sometimes; they are not reported. Their ``else``
+  branch is. Code after the step loop (per-epoch logging) is never reported.
+- **GD102 or GD303**: reading a scalar (``.item()``, ``float(t)``, ``int(t)``,
+  ``print(t)``, an f-string or logging call of a device tensor) is a host
+  synchronization, GD102; copying tensor data to the host (``.cpu()``,
+  ``.numpy()``, ``.tolist()``, ``.to("cpu")``) is a device-to-host copy every
+  step, GD303. A value is a device tensor when it comes from a model or loss
+  call, a ``.to(device)``/``.cuda()``, or is the receiver of ``.backward()``;
+  batches straight from a DataLoader are host tensors.
+- **Mixed precision** counts when ``torch.autocast`` (any spelling) is on by
+  default, when the model is cast to half / bfloat16, or when Accelerate,
+  Lightning or the Hugging Face ``TrainingArguments`` are asked for it.
+- **GD204** is reported when a DataLoader's ``worker_init_fn`` (a project
+  function, directly or through ``functools.partial``) sets
+  ``torch.set_num_threads`` to the core count: every worker then runs as many
+  threads as there are cores. A fixed count is not judged (it may fit the machine).
+- **GD404** decides from the optimizer's class name and the installed torch's
+  version (read from package metadata, torch is not imported): ``fused`` for
+  Adam and AdamW (torch ≥ 2.0) and SGD (≥ 2.3); the other ``torch.optim``
+  optimizers already run ``foreach`` by default on CUDA.
+
+Severity policy: see ``gpudoctor.static.checks`` (warning: a cost paid every
+step; info: depends on hardware, data or model, or paid once per epoch).
+
+Suppression: ``# gpudoctor: ignore[GD201]`` (several codes separated by commas)
+or a bare ``# gpudoctor: ignore`` on any line of the flagged statement.
+``select`` / ``ignore`` of ``[tool.gpudoctor]`` and the CLI apply as for ``profile``.
+
+Robustness: a file that is missing, not UTF-8 (or its declared encoding), or
+does not parse becomes one line in ``Report.errors``; the others are checked.
+Many files are scanned in parallel processes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpudoctor import __version__
+from gpudoctor.config import Config
+from gpudoctor.errors import UsageError
+from gpudoctor.model.findings import (
+    REPORT_SCHEMA_VERSION,
+    Confidence,
+    Finding,
+    Gain,
+    Report,
+    RuleInfo,
+    SummaryStat,
+)
+from gpudoctor.static import knowledge
+from gpudoctor.static.checklist import build_checklist, checklist_rows
+from gpudoctor.static.checks import STATIC_CODES, Checker, Raw
+from gpudoctor.static.link import Project
+from gpudoctor.static.scan import reset_caches, scan_file
+from gpudoctor.static.sources import ImportResolver, discover
+from gpudoctor.static.summary import FileError, ModuleSummary
+
+__all__ = ["STATIC_CODES", "check_paths", "checklist_rows"]
+
+#: Below this many files, scanning in one process is faster than starting workers.
+PARALLEL_MIN_FILES = 48
+#: Project modules reached through imports are followed this far (files), at most.
+MAX_FOLLOWED_MODULES = 5000
+
+_GAIN_NOTE = "static check: not measured; `gpudoctor profile` measures the share of step time at stake"
+
+
+def check_paths(paths: Sequence[Path], config: Config) -> Report:
+    """Review the given files and folders; see the module documentation for how."""
+    reset_caches()
+    targets, errors, roots = discover(list(paths))
+    if not targets:
+        if errors:
+            raise UsageError(errors[0].message if len(errors) == 1 else f"{errors[0].message} (and {len(errors) - 1} more)")
+        raise UsageError(f"no Python files in {', '.join(str(p) for p in paths)}; pass a script or a folder of scripts")
+    root_strs = [str(r) for r in roots]
+    modules: dict[str, ModuleSummary] = {}
+    file_errors: list[FileError] = list(errors)
+    jobs = [(str(t.path), t.display) for t in targets]
+    _scan_all(jobs, root_strs, modules, file_errors)
+    _follow_imports(modules, root_strs, file_errors)
+
+    project = Project(modules, [str(t.path) for t in targets])
+    checker = Checker(project)
+    raws = checker.run()
+    findings = _filter(raws, modules, config)
+    findings = tuple(sorted(findings, key=_order))
+    enabled = [c for c in STATIC_CODES if config.rule_enabled(c)]
+    checklist = build_checklist(checker.obs, findings, config.rule_enabled)
+    return Report(
+        schema_version=REPORT_SCHEMA_VERSION,
+        gpudoctor_version=__version__,
+        kind="check",
+        source=" ".join(str(p) for p in paths),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        findings=findings,
+        checklist=checklist,
+        summary=_summary({str(t.path) for t in targets}, modules, checker, file_errors),
+        environment={
+            "python": platform.python_version(),
+            "torch (installed)": knowledge.installed_torch_version() or "not installed",
+        },
+        errors=tuple(e.message for e in sorted(file_errors, key=lambda e: e.path)) + tuple(checker.internal_errors),
+        rules_run=tuple(enabled),
+        rules=_rule_infos(enabled),
+    )
+
+
+# --------------------------------------------------------------------------- scanning
+
+
+def _scan_one(job: tuple[str, str], roots: list[str]) -> tuple[ModuleSummary | None, FileError | None]:
+    path, display = job
+    try:
+        return scan_file(path, display, roots)
+    except Exception as err:  # noqa: BLE001 - one bad file must not stop the others
+        if os.environ.get("GPUDOCTOR_DEBUG"):
+            raise
+        return None, FileError(
+            display,
+            f"{display}: internal error in gpudoctor check ({type(err).__name__}: {err}); please report it",
+            internal=True,
+        )
+
+
+def _scan_chunk(jobs: list[tuple[str, str]], roots: list[str]) -> list[tuple[ModuleSummary | None, FileError | None]]:
+    return [_scan_one(job, roots) for job in jobs]
+
+
+def _workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def _scan_all(
+    jobs: list[tuple[str, str]], roots: list[str], modules: dict[str, ModuleSummary], errors: list[FileError]
+) -> None:
+    results: list[tuple[ModuleSummary | None, FileError | None]] = []
+    workers = _workers()
+    if len(jobs) >= PARALLEL_MIN_FILES and workers > 1:
+        chunks = [jobs[i::workers * 4] for i in range(workers * 4)]
+        try:
+            import multiprocessing
+
+            method = "fork" if sys.platform.startswith("linux") else "spawn"
+            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
+                for part in pool.map(_scan_chunk, chunks, [roots] * len(chunks)):
+                    results.extend(part)
+        except (OSError, RuntimeError, ImportError):
+            results = [_scan_one(job, roots) for job in jobs]  # no process pool here: one process
+    else:
+        results = [_scan_one(job, roots) for job in jobs]
+    for summary, err in results:
+        if err is not None:
+            errors.append(err)
+        if summary is not None:
+            modules[summary.path] = summary
+
+
+def _follow_imports(modules: dict[str, ModuleSummary], roots: list[str], errors: list[FileError]) -> None:
+    """Scan project modules that the checked files import but were not given."""
+    from gpudoctor.static.sources import display_path
+
+    resolver = ImportResolver([Path(r) for r in roots])
+    failed = {e.path for e in errors}
+    pending = sorted(
+        {t for ms in modules.values() for t, _attr in ms.imports.values()} - set(modules)
+    )
+    while pending and len(modules) < MAX_FOLLOWED_MODULES:
+        jobs = [(p, display_path(Path(p))) for p in pending if resolver.within(Path(p)) and p not in failed]
+        if not jobs:
+            break
+        before = set(modules)
+        _scan_all(jobs, roots, modules, errors)
+        failed.update(p for p, _d in jobs if p not in modules)
+        new = set(modules) - before
+        pending = sorted({t for p in new for t, _attr in modules[p].imports.values()} - set(modules) - failed)
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _suppressed(raw: Raw, modules: dict[str, ModuleSummary]) -> bool:
+    ms = modules.get(raw.path)
+    if ms is None or not ms.suppress:
+        return False
+    first, last = raw.span
+    for line in range(first, max(first, last) + 1):
+        codes = ms.suppress.get(line)
+        if codes and ("*" in codes or raw.code in codes):
+            return True
+    return False
+
+
+def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config) -> list[Finding]:
+    from gpudoctor.rules.registry import get
+
+    out: list[Finding] = []
+    for raw in raws:
+        if not config.rule_enabled(raw.code) or _suppressed(raw, modules):
+            continue
+        out.append(
+            Finding(
+                code=raw.code,
+                name=get(raw.code).name,
+                severity=raw.severity,
+                confidence=Confidence.STATIC,
+                message=raw.message,
+                fix=raw.fix,
+                evidence=raw.evidence,
+                gain=Gain(None, None, _GAIN_NOTE),
+                location=raw.location,
+            )
+        )
+    return out
+
+
+def _order(f: Finding) -> tuple:
+    loc = f.location
+    return (f.severity.rank, f.code, loc.file if loc else "", loc.line if loc else 0, (loc.col or 0) if loc else 0)
+
+
+def _rule_infos(codes: list[str]) -> tuple[RuleInfo, ...]:
+    from gpudoctor.rules.registry import get
+
+    infos = []
+    for code in codes:
+        rule = get(code)
+        infos.append(RuleInfo(rule.code, rule.name, rule.title, rule.doc or ""))
+    return tuple(infos)
+
+
+def _summary(targets: set[str], modules: dict[str, ModuleSummary], checker: Checker, errors: list[FileError]) -> tuple[SummaryStat, ...]:
+    followed = sum(1 for p in modules if p not in targets)
+    return (
+        SummaryStat("files_checked", "files checked", len(targets), "files"),
+        SummaryStat("files_followed", "project files read through imports", followed, "files"),
+        SummaryStat("training_loops", "training loops found", len(checker.obs.step_loops), "loops"),
+        SummaryStat("files_unreadable", "files not checked (see errors)", len(errors), "files"),
+    )
