@@ -1,1 +1,123 @@
-"""See DESIGN.md."""
+"""Derived metrics of one trace: ``analyze_trace(timeline, run) -> TraceMetrics``.
+
+Every metric is a pure function of a ``TraceView`` (numpy views on the ``Timeline``)
+with its own module and unit tests:
+
+- ``view``: windows (ProfilerStep#N, or the whole trace), correlation lookups;
+- ``utilization``: busy/idle per device over the span, the steps and HTA's window;
+  idle gaps and their causes, histogram, busy timeline;
+- ``breakdown``: where each step's time went (a documented priority);
+- ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``memory``,
+  ``comm``.
+
+This package imports only the model and numpy (never torch).
+"""
+
+from __future__ import annotations
+
+from gpudoctor.analysis.breakdown import mean_pct, step_breakdown
+from gpudoctor.analysis.comm import comm_stats
+from gpudoctor.analysis.host import cpu_summary, op_facts
+from gpudoctor.analysis.kernels import kernel_stats
+from gpudoctor.analysis.memory import memory_stats
+from gpudoctor.analysis.syncs import sync_summary
+from gpudoctor.analysis.transfers import transfer_stats
+from gpudoctor.analysis.utilization import HostState, device_utilization
+from gpudoctor.analysis.view import TraceView
+from gpudoctor.model.findings import RunData
+from gpudoctor.model.metrics import DeviceInfo, TraceMetrics, Window, WindowKind
+from gpudoctor.model.trace import Timeline
+
+__all__ = ["TraceView", "analyze_trace"]
+
+
+def _devices(timeline: Timeline, run: RunData | None) -> tuple[DeviceInfo, ...]:
+    if timeline.info.devices:
+        return timeline.info.devices
+    if run is not None and run.manifest is not None and run.manifest.devices:
+        return tuple(
+            DeviceInfo(index=d.index, name=d.name, compute_capability=d.compute_capability,
+                       total_memory_bytes=d.total_memory_bytes)
+            for d in run.manifest.devices
+        )
+    return ()
+
+
+def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetrics:
+    """Every metric of one trace. ``run`` adds what the trace lacks (devices, rank,
+    ``empty_cache`` calls) when the trace comes from a run directory."""
+    view = TraceView(timeline)
+    info = timeline.info
+    windows = view.windows
+    notes: list[str] = []
+    if not windows.from_steps:
+        notes.append("no ProfilerStep markers: the whole trace is one window (breakdown[0] covers it)")
+    host = HostState(view)
+    utilization = tuple(device_utilization(view, d, windows, host) for d in view.devices)
+    win_list: list[Window] = []
+    if windows.from_steps and utilization and utilization[0].steps_window is not None:
+        win_list.append(utilization[0].steps_window)
+    elif windows.from_steps:
+        first, last = int(windows.numbers[0]), int(windows.numbers[-1])
+        win_list.append(Window(WindowKind.STEPS, int(windows.starts[0]), int(windows.ends[-1]),
+                               f"{len(windows.steps)} ProfilerStep windows (#{first}..#{last})"))
+    primary = view.primary_device
+    for u in utilization:
+        if u.device == primary:
+            win_list.append(u.span)
+            if u.hta_window is not None:
+                win_list.append(u.hta_window)
+    win_list.append(Window(WindowKind.TRACE, windows.trace_start, windows.trace_end, "first to last event of the trace"))
+    breakdown = step_breakdown(view, windows)
+    facts = op_facts(view, windows)
+    devices = _devices(timeline, run)
+    rank = info.rank
+    world = info.world_size
+    if run is not None and run.manifest is not None:
+        rank = rank if rank is not None else run.manifest.rank
+        world = world if world is not None else run.manifest.world_size
+    if info.unknown_categories:
+        cats = ", ".join(f"{k} ({v})" for k, v in info.unknown_categories.items())
+        notes.append(f"events of unknown categories were not analyzed: {cats}")
+    if info.parser == "streaming":
+        notes.append("read with the streaming parser (the file's layout is not Kineto's own)")
+    if not view.is_activity.any():
+        notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
+    for u in utilization:
+        if u.hta_window is not None and windows.from_steps:
+            notes.append(f"device {u.device}: {u.hta_window.description}")
+    return TraceMetrics(
+        path=timeline.path,
+        has_gpu_activity=bool(view.is_activity.any()),
+        platform=info.platform,
+        schema=info.schema,
+        ts_unit=info.ts_unit,
+        event_count=info.event_count,
+        unknown_categories=dict(info.unknown_categories),
+        rank=rank,
+        world_size=world,
+        devices=devices,
+        step_source="ProfilerStep" if windows.from_steps else "trace",
+        steps=windows.steps,
+        windows=tuple(win_list),
+        utilization=utilization,
+        breakdown=breakdown,
+        breakdown_mean_pct=mean_pct(breakdown),
+        transfers=transfer_stats(view, windows),
+        kernels=kernel_stats(view, windows),
+        syncs=sync_summary(view, windows),
+        cpu=cpu_summary(view, windows),
+        memory=memory_stats(view, devices, run, windows),
+        has_stacks=bool(info.with_stack and view.is_python.any()),
+        has_shapes=bool(info.record_shapes and (view.h_types >= 0).any()),
+        conv_shapes_total=facts.conv_shapes_total,
+        conv_shapes_max_per_step=facts.conv_shapes_max_per_step,
+        autograd_forward_ops=facts.autograd_forward_ops,
+        backward_ops=facts.backward_ops,
+        optimizer_steps=facts.optimizer_steps,
+        host_loss_ops=facts.host_loss_ops,
+        host_loss_after_d2h=facts.host_loss_after_d2h,
+        comm=comm_stats(view, windows),
+        backend=info.backend,
+        notes=tuple(notes),
+    )

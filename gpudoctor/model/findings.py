@@ -135,15 +135,47 @@ class SummaryStat(Serde):
 
 @dataclass(frozen=True, slots=True)
 class RankRow(Serde):
-    """Distributed: one rank's headline figures."""
+    """Distributed: one rank's headline figures (computed by ``analysis.ranks``)."""
 
     rank: int
-    steps: int
+    steps: int  # steps its step times are of (steps.jsonl, else the profiled ProfilerStep windows)
     step_median_ns: int | None
     step_p90_ns: int | None
-    comm_ns: int | None = None
-    comm_exposed_pct: float | None = None
-    straggler: bool = False
+    comm_ns: int | None = None  # time in collectives per profiled step (mean; None: no trace of this rank)
+    comm_exposed_pct: float | None = None  # exposed communication (nothing else running), % of profiled step time
+    straggler: bool = False  # the rank the others wait for (RankSummary.straggler_rank)
+    world_size: int | None = None
+    step_source: str = ""  # where step_median_ns comes from: "steps" (steps.jsonl) or "trace" (ProfilerStep windows)
+    profiled_steps: int = 0  # ProfilerStep windows of this rank in its traces
+    comm_exposed_ns: int | None = None  # exposed communication per profiled step (mean)
+    work_median_ns: int | None = None  # profiled step time minus exposed communication (median): the rank's own work
+    traces: tuple[str, ...] = ()  # its trace files (names)
+
+
+@dataclass(frozen=True, slots=True)
+class RankSummary(Serde):
+    """Distributed: the ranks compared with each other (computed by ``analysis.ranks``).
+
+    In synchronized training (DDP) every rank's step lasts as long as the slowest rank's,
+    so step times alone hide a straggler: the others spend the difference waiting in
+    collectives. The comparison is therefore of each rank's *work* per step (step time
+    minus exposed communication) when the traces have collectives, else of step times.
+    """
+
+    ranks: int  # ranks compared
+    world_size: int | None
+    basis: str  # "work" (profiled step time minus exposed communication) or "step" (step wall time)
+    compared_steps: int  # steps present for every compared rank (per-step comparison)
+    step_median_ns: int | None  # median over the ranks of their median step time
+    step_imbalance: float | None  # max / median over the ranks of their median step time
+    work_imbalance: float | None  # max / median over the ranks of their median work per step
+    slowest_rank: int | None  # the rank with the most work (basis "work") or the longest steps (basis "step")
+    slowest_excess_ns: int | None  # its median minus the median of the other ranks: how long the others wait per step
+    slowest_excess_pct: float | None  # that, % of the median step time: what balancing the ranks would save
+    slowest_in_steps: int = 0  # compared steps in which it was above the others' median by GD603's delay share
+    straggler_rank: int | None = None  # slowest_rank when it passes the GD603 thresholds
+    jitter_ns: int | None = None  # the other ranks' step-to-step variation (median absolute deviation of their per-step figure)
+    notes: tuple[str, ...] = ()  # ranks or traces that could not be compared, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,3 +222,4 @@ class Report(Serde):
     errors: tuple[str, ...] = ()  # per-file problems (`check`), rules that crashed, …
     rules_run: tuple[str, ...] = ()
     rules: tuple[RuleInfo, ...] = ()  # the catalogue of the rules that could run (SARIF, HTML)
+    rank_summary: RankSummary | None = None  # distributed: imbalance across ranks and the straggler

@@ -104,7 +104,10 @@ class DeviceUtilization(Serde):
 
 
 class Component(str, Enum):
-    """Parts of a step. Priority where they overlap (highest first) is the order here."""
+    """Parts of a step. Where they overlap, ``gpudoctor.analysis.breakdown.PRIORITY`` decides:
+    GPU activity first (gpu_compute > h2d > d2h, as torch-tb-profiler's overview), then what
+    the host did while the GPU was idle (data_loading > sync_wait > optimizer > other_cpu),
+    then idle."""
 
     DATA_LOADING = "data_loading"
     SYNC_WAIT = "sync_wait"
@@ -228,8 +231,25 @@ class MemoryStats(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class StepComm(Serde):
+    """Collective communication inside one ProfilerStep window (of one ``CommStats``)."""
+
+    step: int  # N of ProfilerStep#N
+    dur_ns: int  # the step window
+    comm_ns: int  # collective time inside it (union)
+    exposed_ns: int  # of which nothing else ran at the same time (see CommStats.exposed_ns)
+
+
+@dataclass(frozen=True, slots=True)
 class CommStats(Serde):
-    """Collective communication on one device (device -1: host-side gloo collectives)."""
+    """Collective communication on one device (device -1: host-side gloo collectives).
+
+    On a GPU, communication is the union of NCCL/RCCL kernels and it is exposed where no
+    other kernel, memcpy or memset runs on that device. On the host (device -1, CPU-only
+    traces), communication is the union of the ``gloo:``/``nccl:`` … collective ranges the
+    process group records (on its own threads) and it is exposed where no ``cpu_op`` runs
+    on any other thread (the training thread is waiting for its peers).
+    """
 
     device: int
     kernel_count: int = 0  # NCCL/RCCL kernels
@@ -240,6 +260,7 @@ class CommStats(Serde):
     host_ops: int = 0  # record_function ranges "nccl:all_reduce", "gloo:all_reduce" … on the host
     host_ns: int = 0  # their union on the host
     top: tuple[NameStat, ...] = ()  # by collective (kernel or host op name)
+    per_step: tuple[StepComm, ...] = ()  # one per ProfilerStep window (empty without ProfilerStep markers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,4 +306,5 @@ class TraceMetrics(Serde):
     host_loss_ops: tuple[NameStat, ...] = ()  # loss ops (*_loss, cross_entropy …) that launched no GPU kernel
     host_loss_after_d2h: int | None = None  # of those, the ones preceded in their step by a device→host copy
     comm: tuple[CommStats, ...] = ()  # collectives per device (NCCL/RCCL kernels; gloo ops on the host)
+    backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo" …; "" when absent)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

@@ -74,6 +74,24 @@ class ProfilerSchedule(Serde):
     record_shapes: bool
     with_stack: bool
     profile_memory: bool
+    detail_windows: int = 0  # windows (from the first) that record shapes/stacks/memory; later ones timings only; 0 = all
+
+
+@dataclass(frozen=True, slots=True)
+class RankEnd(Serde):
+    """Distributed (torchrun): how one rank's training process ended."""
+
+    rank: int
+    local_rank: int | None = None
+    pid: int | None = None
+    status: RunStatus = RunStatus.RUNNING  # "running": the rank never reported how it ended (killed outright)
+    status_detail: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    exception: ExceptionInfo | None = None
+    ended_ns: int | None = None  # from the run's start (monotonic clock): orders the failures
+    steps_seen: int = 0
+    traces: tuple[str, ...] = ()  # its trace files, relative to the run directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +126,9 @@ class Manifest(Serde):
     traces: tuple[str, ...] = ()  # paths relative to the run directory
     rank: int | None = None
     world_size: int | None = None
-    failed_rank: int | None = None
+    failed_rank: int | None = None  # the rank whose failure came first (the root cause), when one failed
+    launcher: str = ""  # "torchrun" for a distributed job started by gpudoctor, "" for one process
+    rank_ends: tuple[RankEnd, ...] = ()  # distributed: how each rank of this node ended
 
     def collected_ok(self, name: str) -> bool:
         return any(c.name == name and c.ok for c in self.collected)

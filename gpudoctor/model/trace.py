@@ -75,7 +75,9 @@ def _b() -> array:
 
 @dataclass(frozen=True, slots=True)
 class HostEvents:
-    """CPU-side complete events, in file order. All columns have the same length."""
+    """CPU-side complete events. All columns have the same length. Rows are in file order
+    within each parsed batch, Python frames of a batch first: sort by ``ts_ns`` when order
+    matters."""
 
     kind: array = field(default_factory=_b)  # HostKind
     name: array = field(default_factory=_i)  # index into Timeline.names
@@ -168,8 +170,9 @@ class Timeline:
 
     @property
     def has_gpu_activity(self) -> bool:
+        """A kernel, memcpy or memset (not only GPU-side annotations)."""
         kinds = self.device.kind
-        return any(k != DeviceKind.ANNOTATION for k in kinds)
+        return len(kinds) - kinds.count(DeviceKind.ANNOTATION) > 0
 
     @property
     def nbytes(self) -> int:
@@ -296,7 +299,7 @@ class TimelineBuilder:
 
     def build(self, info: TraceInfo | None = None) -> Timeline:
         if info is None:
-            has_gpu = any(k != DeviceKind.ANNOTATION for k in self.device.kind)
+            has_gpu = len(self.device.kind) - self.device.kind.count(DeviceKind.ANNOTATION) > 0
             info = TraceInfo(
                 platform="cuda" if has_gpu else "cpu",
                 event_count=len(self.host) + len(self.device) + len(self.memory),

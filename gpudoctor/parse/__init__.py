@@ -1,1 +1,148 @@
-"""See DESIGN.md."""
+"""Inputs of ``gpudoctor analyze`` / ``report`` → model: ``load_inputs(paths)``.
+
+A path may be
+
+- a run directory (``manifest.json``, ``settings.json``, ``steps.jsonl``,
+  ``samples.jsonl``, ``profile.pstats`` and its ``*.pt.trace.json.gz`` traces);
+- a Kineto trace file (``.json`` or ``.json.gz``);
+- a folder of traces (one per rank);
+- several run directories (one per node of one job): merged into one ``RunData``.
+
+Traces are read by ``load_trace``: the chunked msgspec fast path, or the streaming
+fallback for layouts it does not assume. This package imports neither torch nor pandas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoctor.errors import TraceFormatError, UsageError
+from gpudoctor.model.findings import RunData
+from gpudoctor.model.run import Samples
+from gpudoctor.model.trace import Timeline
+from gpudoctor.parse.kineto import NeedsFallback, read_trace_chunked
+from gpudoctor.parse.rundir import is_run_dir, read_run_dir
+from gpudoctor.parse.stream import read_trace_streaming
+
+__all__ = ["LoadedInputs", "load_inputs", "load_trace", "read_run_dir", "find_traces"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedInputs:
+    run: RunData  # manifest, settings, steps, samples, pstats, notes; metrics empty
+    timelines: tuple[Timeline, ...]  # one per trace (rank), ordered by rank then path
+
+
+def load_trace(path: Path) -> Timeline:
+    """One Kineto trace file → ``Timeline`` (``TraceFormatError`` when unreadable)."""
+    try:
+        return read_trace_chunked(path)
+    except NeedsFallback:
+        return read_trace_streaming(path)
+
+
+def _is_trace_name(p: Path) -> bool:
+    name = p.name.lower()
+    return any(name.endswith(s) for s in TRACE_SUFFIXES)
+
+
+def find_traces(folder: Path) -> list[Path]:
+    """Trace files in a folder (its own files first; subfolders only when it has none)."""
+    direct = sorted(p for p in folder.iterdir() if p.is_file() and _is_trace_name(p))
+    if direct:
+        return direct
+    return sorted(p for p in folder.rglob("*") if p.is_file() and _is_trace_name(p))
+
+
+def _merge_runs(runs: list[RunData]) -> RunData:
+    """Several run directories of one job (one per node) → one ``RunData``."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def rank_key(r: RunData) -> tuple[int, str]:
+        m = r.manifest
+        rank = 1 << 30
+        if m is not None:  # one rank's run, or a torchrun node's run (its lowest rank)
+            rank = m.rank if m.rank is not None else min((e.rank for e in m.rank_ends), default=rank)
+        return rank, r.source
+
+    runs = sorted(runs, key=rank_key)
+    first = next((r for r in runs if r.manifest is not None), runs[0])
+    notes: list[str] = []
+    for r in runs:
+        notes.extend(f"{Path(r.source).name}: {n}" for n in r.notes)
+    process = tuple(s for r in runs if r.samples for s in r.samples.process)
+    gpu = tuple(s for r in runs if r.samples for s in r.samples.gpu)
+    samples = None
+    if any(r.samples for r in runs):
+        base = next(r.samples for r in runs if r.samples)
+        samples = Samples(process=process, gpu=gpu, interval_ms=base.interval_ms,
+                          system_cpu_count=base.system_cpu_count)
+    manifest = first.manifest
+    if manifest is not None and any(r.manifest is not None and r.manifest.rank_ends for r in runs):
+        # torchrun nodes: every node's ranks, and the failure of the first node that had one
+        ends = sorted((e for r in runs if r.manifest is not None for e in r.manifest.rank_ends), key=lambda e: e.rank)
+        changes: dict = {"rank_ends": tuple(ends)}
+        failed = next((r.manifest for r in runs if r.manifest is not None and r.manifest.failed_rank is not None), None)
+        if failed is not None and failed is not manifest:
+            changes.update(status=failed.status, status_detail=f"{failed.hostname or failed.run_id}: {failed.status_detail}",
+                           exit_code=failed.exit_code, signal=failed.signal, exception=failed.exception,
+                           failed_rank=failed.failed_rank)
+        manifest = dataclasses.replace(manifest, **changes)
+    return RunData(
+        source=", ".join(r.source for r in runs),
+        manifest=manifest,
+        settings=first.settings or next((r.settings for r in runs if r.settings), None),
+        steps=tuple(s for r in runs for s in r.steps),
+        samples=samples,
+        pstats=first.pstats,
+        notes=tuple(notes) + (f"{len(runs)} run directories merged into one job",),
+    )
+
+
+def load_inputs(paths: list[Path]) -> LoadedInputs:
+    """Read everything ``analyze`` was given (see the module docstring)."""
+    if not paths:
+        raise UsageError("nothing to analyze: pass a run directory, a trace file or a folder of traces")
+    runs: list[RunData] = []
+    timelines: list[Timeline] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise UsageError(
+                f"{p}: no such file or directory; pass a run directory, a trace file (.json/.json.gz) "
+                "or a folder of traces"
+            )
+        if p.is_dir() and is_run_dir(p):
+            run, traces = read_run_dir(p)
+            notes = list(run.notes)
+            for t in traces:
+                try:
+                    timelines.append(load_trace(t))
+                except TraceFormatError as err:
+                    notes.append(f"trace skipped: {err}")
+            runs.append(dataclasses.replace(run, notes=tuple(notes)))
+        elif p.is_dir():
+            traces = find_traces(p)
+            if not traces:
+                raise UsageError(
+                    f"{p}: no run directory files and no Kineto trace (*.json, *.json.gz) in it; pass a run "
+                    "directory, a trace file or a folder of traces"
+                )
+            for t in traces:
+                timelines.append(load_trace(t))
+        else:
+            timelines.append(load_trace(p))
+    if runs:
+        run = _merge_runs(runs)
+    else:
+        run = RunData(source=", ".join(str(p) for p in paths))
+
+    def order(t: Timeline) -> tuple[int, str]:
+        return (t.info.rank if t.info.rank is not None else 1 << 30, t.path)
+
+    return LoadedInputs(run=run, timelines=tuple(sorted(timelines, key=order)))

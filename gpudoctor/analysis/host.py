@@ -1,0 +1,191 @@
+"""The CPU side: time in the DataLoader, ops and Python; what the ops say about the model.
+
+- ``cpu_summary``: the CPU-side breakdown over the analysis windows (for CPU-only traces
+  the whole story): DataLoader ``__next__`` time, op time (the union of ``cpu_op``
+  intervals on every thread, so nested ops are not counted twice), Python time outside
+  ops (needs stacks), ``Optimizer.step`` time, the top ops by inclusive time.
+- ``op_facts``: convolution shapes (``cudnn.benchmark`` pays off only with fixed
+  shapes), autograd (top-level forward ops, outside the DataLoader, that carry a
+  "Sequence number": the profiler
+  records one only while grad mode is on — none under ``torch.no_grad`` or
+  ``torch.inference_mode``, checked on torch 2.13 — and backward ops), optimizer steps,
+  and loss functions computed on the host in a GPU run (after a device→host copy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.analysis import intervals as iv
+from gpudoctor.analysis.kernels import name_stats
+from gpudoctor.analysis.names import memcpy_kind
+from gpudoctor.analysis.view import TraceView, Windows
+from gpudoctor.model.metrics import CpuSummary, NameStat, Window, WindowKind
+from gpudoctor.model.trace import HOST_FLAG_SEQUENCE, DeviceKind
+
+TOP_OPS = 20
+
+
+def analysis_window(windows: Windows) -> Window:
+    if windows.from_steps:
+        first, last = int(windows.numbers[0]), int(windows.numbers[-1])
+        return Window(
+            WindowKind.STEPS, int(windows.starts[0]), int(windows.ends[-1]),
+            f"{len(windows.steps)} ProfilerStep windows (#{first}..#{last})",
+        )
+    return Window(WindowKind.TRACE, windows.trace_start, windows.trace_end, "the whole trace (no ProfilerStep markers)")
+
+
+def _in_windows(view: TraceView, windows: Windows, mask: np.ndarray):
+    """Union of the masked host intervals, clipped to the analysis windows."""
+    s, e = iv.union(view.h_ts[mask], view.h_end[mask])
+    ws, we = iv.union(windows.starts, windows.ends)
+    return iv.intersect(s, e, ws, we)
+
+
+def cpu_summary(view: TraceView, windows: Windows | None = None, top: int = TOP_OPS) -> CpuSummary:
+    windows = windows or view.windows
+    w_total = windows.total_ns
+    dl = _in_windows(view, windows, view.is_dataloader)
+    ops = _in_windows(view, windows, view.is_cpu_op)
+    opt = _in_windows(view, windows, view.is_optimizer_step)
+    has_stacks = bool(view.is_python.any())
+    python_ns = 0
+    if has_stacks:
+        py = _in_windows(view, windows, view.is_python)
+        busy = _in_windows(view, windows, view.is_cpu_op | view.is_runtime | view.is_dataloader)
+        python_ns = iv.total(*iv.subtract(*py, *busy))
+    op_idx = np.flatnonzero(view.is_cpu_op)
+    if windows.from_steps and len(op_idx):
+        op_idx = op_idx[windows.index_of(view.h_ts[op_idx]) >= 0]
+
+    def p(x: int) -> float:
+        return round(100.0 * x / w_total, 3) if w_total else 0.0
+
+    dl_ns, op_ns, opt_ns = iv.total(*dl), iv.total(*ops), iv.total(*opt)
+    return CpuSummary(
+        window=analysis_window(windows),
+        dataloader_ns=dl_ns,
+        dataloader_pct=p(dl_ns),
+        op_ns=op_ns,
+        op_pct=p(op_ns),
+        python_ns=python_ns,
+        python_pct=p(python_ns) if has_stacks else None,
+        optimizer_ns=opt_ns,
+        top_ops=name_stats(view.tl.names, view.h_name[op_idx], view.h_dur[op_idx], top),
+    )
+
+
+def top_level(view: TraceView, idx: np.ndarray) -> np.ndarray:
+    """Which of the host events ``idx`` are not nested in another of them on their thread."""
+    if not len(idx):
+        return np.zeros(0, bool)
+    thread = view.h_thread[idx].astype(np.int64)
+    ts, end = view.h_ts[idx], view.h_end[idx]
+    order = np.lexsort((-end, ts, thread))
+    t_s, e_s, th_s = ts[order], end[order], thread[order]
+    out_sorted = np.ones(len(idx), bool)
+    # running max of end within each thread, excluding the event itself
+    starts = np.flatnonzero(np.r_[True, th_s[1:] != th_s[:-1]])
+    bounds = np.r_[starts, len(idx)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        run = np.maximum.accumulate(e_s[a:b])
+        prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+        out_sorted[a:b] = t_s[a:b] >= prev
+    out = np.empty(len(idx), bool)
+    out[order] = out_sorted
+    return out
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    conv_shapes_total: int | None
+    conv_shapes_max_per_step: int | None
+    autograd_forward_ops: int | None
+    backward_ops: int | None
+    optimizer_steps: int | None
+    host_loss_ops: tuple[NameStat, ...]
+    host_loss_after_d2h: int | None
+
+
+def op_facts(view: TraceView, windows: Windows | None = None) -> OpFacts:
+    windows = windows or view.windows
+    names = view.names
+    ops = view.is_cpu_op
+    in_win = np.ones(len(view.h_ts), bool)
+    win_of = np.zeros(len(view.h_ts), np.int64)
+    if windows.from_steps and len(view.h_ts):
+        win_of = windows.index_of(view.h_ts)
+        in_win = win_of >= 0
+    has_ops = bool(ops.any())
+    shapes = bool(view.tl.info.record_shapes and (view.h_dims >= 0).any())
+    # convolutions and their input shapes
+    conv_total = conv_max = None
+    if shapes:
+        conv = np.flatnonzero(ops & in_win & view.host_is(names.conv_op))
+        # the outermost conv op of each call (aten::conv2d > convolution > _convolution)
+        conv = conv[top_level(view, conv)] if len(conv) else conv
+        keys = {(int(view.h_name[i]), int(view.h_dims[i])) for i in conv.tolist()}
+        conv_total = len(keys)
+        per_step: dict[int, set[tuple[int, int]]] = {}
+        for i in conv.tolist():
+            per_step.setdefault(int(win_of[i]), set()).add((int(view.h_name[i]), int(view.h_dims[i])))
+        conv_max = max((len(v) for v in per_step.values()), default=0)
+    # autograd
+    fwd = bwd = None
+    if has_ops:
+        back = view.host_is(names.backward)
+        eval_fn = np.array([n.startswith("autograd::engine::evaluate_function") for n in view.tl.names], bool)
+        ef = ops & in_win & view.host_is(eval_fn) if len(eval_fn) else np.zeros(len(ops), bool)
+        bwd = int(ef.sum()) if ef.any() else int((ops & in_win & back).sum())
+        cand = np.flatnonzero(ops & in_win & ~back & ~view.host_is(names.optimizer_step))
+        top = cand[top_level(view, cand)] if len(cand) else cand
+        # the DataLoader's own ops (collate: stack, select …) run with grad mode on; not the model's
+        dl = iv.Coverage(*iv.union(view.h_ts[view.is_dataloader], view.h_end[view.is_dataloader]))
+        top = top[dl.covered(view.h_ts[top], view.h_ts[top] + 1) == 0] if len(top) else top
+        fwd = int(((view.h_flags[top] & HOST_FLAG_SEQUENCE) != 0).sum())
+    # optimizer steps
+    opt_idx = np.flatnonzero(view.is_optimizer_step & in_win)
+    opt_steps = len({(int(view.h_name[i]), int(view.h_ts[i])) for i in opt_idx.tolist()}) if has_ops else None
+    # loss computed on the host in a GPU run
+    loss_stats: tuple[NameStat, ...] = ()
+    after_d2h = None
+    if view.is_activity.any() and has_ops:
+        loss = np.flatnonzero(ops & in_win & view.host_is(names.loss_op))
+        if len(loss):
+            loss = loss[top_level(view, loss)]
+        enq = np.flatnonzero(view.is_enqueue_call)
+        launched = np.zeros(len(loss), bool)
+        for th in np.unique(view.h_thread[loss]).tolist():
+            e_ts = np.sort(view.h_ts[enq[view.h_thread[enq] == th]])
+            sel = np.flatnonzero(view.h_thread[loss] == th)
+            if not len(e_ts):
+                continue
+            k = np.searchsorted(e_ts, view.h_ts[loss[sel]], side="left")
+            launched[sel] = (k < len(e_ts)) & (e_ts[np.minimum(k, len(e_ts) - 1)] <= view.h_end[loss[sel]])
+        hl = loss[~launched]
+        loss_stats = name_stats(view.tl.names, view.h_name[hl], view.h_dur[hl], 10) if len(hl) else ()
+        d2h_names = np.array([memcpy_kind(n)[0] == "DtoH" if n.startswith("Memcpy") else False
+                              for n in view.tl.names], bool)
+        d2h = np.flatnonzero((view.d_kind == DeviceKind.MEMCPY) & view.dev_is(d2h_names))
+        after_d2h = 0
+        if len(hl) and len(d2h):
+            d2h_end = np.sort(view.d_end[d2h])
+            for i in hl.tolist():
+                k = np.searchsorted(d2h_end, view.h_ts[i], side="right")
+                if k == 0:
+                    continue
+                last = d2h_end[k - 1]
+                if not windows.from_steps or windows.index_of(np.array([last]))[0] == win_of[i]:
+                    after_d2h += 1
+    return OpFacts(
+        conv_shapes_total=conv_total,
+        conv_shapes_max_per_step=conv_max,
+        autograd_forward_ops=fwd,
+        backward_ops=bwd,
+        optimizer_steps=opt_steps,
+        host_loss_ops=loss_stats,
+        host_loss_after_d2h=after_d2h,
+    )

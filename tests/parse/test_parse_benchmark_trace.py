@@ -1,0 +1,35 @@
+"""The benchmark's generated trace (benchmarks/analyze.py) is a valid Kineto trace both
+parsers read alike, with what the benchmark claims is in it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from gpudoctor.analysis import analyze_trace
+from gpudoctor.model.metrics import GapCause
+from gpudoctor.parse.kineto import read_trace_chunked
+from gpudoctor.parse.stream import read_trace_streaming
+
+
+def _bench(root: Path):
+    spec = importlib.util.spec_from_file_location("gpudoctor_bench_analyze", root / "benchmarks" / "analyze.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_trace_parses_and_has_what_it_says(tmp_path, root):
+    p = tmp_path / "bench.pt.trace.json"
+    n = _bench(root).generate_trace(p, 1_500_000)
+    fast = read_trace_chunked(p, chunk_bytes=64 << 10)
+    slow = read_trace_streaming(p)
+    assert fast.info.event_count == slow.info.event_count == n
+    assert list(fast.device.ts_ns) == list(slow.device.ts_ns) and len(fast.host) == len(slow.host)
+    m = analyze_trace(fast)
+    assert len(m.steps) >= 3 and m.has_stacks and m.has_shapes
+    assert m.syncs.count >= len(m.steps) and m.optimizer_steps == len(m.steps)
+    assert {t.direction for t in m.transfers} == {"HtoD", "DtoH"}
+    assert m.kernels.fp32_eligible_op_count > 0 and m.backward_ops > 0
+    causes = {c.cause for c in m.utilization[0].gap_causes}
+    assert GapCause.DATALOADER in causes
