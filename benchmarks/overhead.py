@@ -1,0 +1,199 @@
+"""What `gpudoctor profile` costs a training run: bare vs profiled, interleaved A B A B.
+
+    python benchmarks/overhead.py                       # 5 pairs of 1000 steps, default settings
+    python benchmarks/overhead.py --pairs 7 -- --no-stack  # options after -- go to gpudoctor profile
+
+Runs ``benchmarks/cpu_train_loop.py`` bare (``python script.py``) and under
+``python -m gpudoctor profile --no-report`` in turn. Both runs time each step with the
+same code inside the script (``--step-times``), so the per-step comparison does not
+depend on gpudoctor's own timing. Printed, per pair and as the median over pairs:
+
+- whole-run ratio: wall time of the profiled run (gpudoctor's start-up, the run, the
+  trace exports, the manifest) over the bare run's;
+- per-step ratio outside the profiled windows: median step time of the profiled run
+  over the bare run's, on the same step indices, leaving out step 0, every step in a
+  torch.profiler or cProfile window and the step before each window (whose
+  ``optimizer.step()`` call starts the profiler).
+
+Both are also given in CPU time (whole run: user + sys of every process of the run,
+gpudoctor's parent and sampler included; per step: the training process's CPU time).
+On a shared, loaded machine the wall-time ratios swing with whatever else runs; CPU
+time is what gpudoctor adds to the run itself and stays steady, so it is the figure to
+trust when the two disagree.
+
+Because wall and even CPU time per step swing by ±10 % between runs on a busy shared
+machine, the script also prints gpudoctor's own costs measured inside each profiled run,
+which do not depend on what else runs: its start-up before the training process starts
+(from launch to ``manifest.started_at_unix_ns``), the bookkeeping between steps outside
+the windows (the gaps between consecutive steps in ``steps.jsonl``), each window's cost
+(its extra time over as many plain steps, export included), and the time from the end
+of the training process to gpudoctor's exit. Their sum over the bare run's wall time is
+the overhead the run pays, free of the machine's noise.
+
+Targets (issue 2): whole run <= 1.03 and per step <= 1.01 with the default settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "cpu_train_loop.py"
+TARGET_WHOLE = 1.03
+TARGET_STEP = 1.01
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _run(cmd: list[str], cwd: str) -> tuple[float, float]:
+    """(wall s, CPU s of the whole process tree) of one run."""
+    cpu0 = _children_cpu()
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        sys.exit(f"overhead: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return wall, _children_cpu() - cpu0
+
+
+def _excluded(run_dir: Path) -> set[int]:
+    """Step indices inside an instrument window, the step before each window, and step 0."""
+    out = {0}
+    with open(run_dir / "steps.jsonl", encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("window"):
+                out.add(rec["index"])
+                out.add(rec["index"] - 1)
+    return out
+
+
+def _own_costs(run_dir: Path, launched_unix: float, exited_unix: float) -> dict[str, float]:
+    """gpudoctor's costs inside one profiled run, in seconds (see the module docstring)."""
+    with open(run_dir / "manifest.json", encoding="utf-8") as f:
+        m = json.load(f)
+    with open(run_dir / "steps.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    start = m["started_at_unix_ns"] / 1e9 - launched_unix
+    end = exited_unix - (m["started_at_unix_ns"] / 1e9 + m["duration_s"])
+    plain = [r["wall_ns"] for r in rows[1:] if not r["window"]]
+    median_step = statistics.median(plain) if plain else 0
+    gaps = []
+    windows = 0.0
+    for a, b in zip(rows, rows[1:], strict=False):
+        gap = b["start_ns"] - (a["start_ns"] + a["wall_ns"])
+        if not a["window"] and not b["window"]:
+            gaps.append(gap)
+        else:
+            windows += gap  # starting the profiler, exporting a trace
+    for r in rows:
+        if r["window"]:
+            windows += r["wall_ns"] - median_step
+    bookkeeping = statistics.median(gaps) if gaps else 0
+    return {
+        "start": start,
+        "end": end,
+        "windows": windows / 1e9,
+        "bookkeeping_per_step": bookkeeping / 1e9,
+        "bookkeeping_total": sum(gaps) / 1e9,
+        "median_step": median_step / 1e9,
+    }
+
+
+def _verdict(value: float, target: float) -> str:
+    return "ok" if value <= target else "MISSED"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in the training script")
+    ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
+    args = ap.parse_args()
+    if args.pairs < 5:
+        sys.exit("overhead: at least 5 pairs")
+
+    work = tempfile.mkdtemp(prefix="gpudoctor-overhead-")
+    out_dir = os.path.join(work, "runs")
+    script_args = ["--steps", str(args.steps), "--threads", str(args.threads)]
+    try:
+        load = " load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+    except OSError:
+        load = ""
+    print(f"overhead: {args.pairs} pairs, {os.cpu_count()} CPUs,{load}; torch threads {args.threads}, "
+          f"{args.steps} steps; gpudoctor options: {' '.join(args.gpudoctor_args) or '(defaults)'}")
+
+    # one untimed bare run: warm the page cache
+    _run([sys.executable, str(SCRIPT), "--steps", "50", "--threads", str(args.threads)], work)
+
+    rows = []
+    costs: list[tuple[dict[str, float], float]] = []
+    print(f"{'pair':>4} | {'bare s':>6} {'prof s':>6} {'wall':>6} {'cpu':>6} | "
+          f"{'bare ms':>7} {'prof ms':>7} {'wall':>6} {'cpu':>6} | kept")
+    for i in range(args.pairs):
+        bare_times = os.path.join(work, f"bare{i}.json")
+        prof_times = os.path.join(work, f"prof{i}.json")
+        wb, cb = _run([sys.executable, str(SCRIPT), *script_args, "--step-times", bare_times], work)
+        before = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
+        launched = time.time()
+        wp, cp = _run(
+            [sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir, *args.gpudoctor_args,
+             str(SCRIPT), "--", *script_args, "--step-times", prof_times],
+            work,
+        )
+        exited = time.time()
+        (new,) = set(os.listdir(out_dir)) - before
+        skip = _excluded(Path(out_dir) / new)
+        costs.append((_own_costs(Path(out_dir) / new, launched, exited), wb))
+        with open(bare_times, encoding="utf-8") as f:
+            b = json.load(f)
+        with open(prof_times, encoding="utf-8") as f:
+            p = json.load(f)
+        keep = [k for k in range(min(len(b["wall"]), len(p["wall"]))) if k not in skip]
+        mb = statistics.median(b["wall"][k] for k in keep) * 1e3
+        mp = statistics.median(p["wall"][k] for k in keep) * 1e3
+        cpu_b = statistics.median(b["cpu"][k] for k in keep)
+        cpu_p = statistics.median(p["cpu"][k] for k in keep)
+        row = (wp / wb, cp / cb, mp / mb, cpu_p / cpu_b)
+        rows.append(row)
+        print(f"{i + 1:>4} | {wb:6.2f} {wp:6.2f} {row[0]:6.3f} {row[1]:6.3f} | "
+              f"{mb:7.3f} {mp:7.3f} {row[2]:6.3f} {row[3]:6.3f} | {len(keep)}")
+
+    med = [statistics.median(r[j] for r in rows) for j in range(4)]
+    print(f"overhead: whole run, median of {args.pairs} pairs: wall {med[0]:.3f} ({_verdict(med[0], TARGET_WHOLE)}), "
+          f"CPU {med[1]:.3f} ({_verdict(med[1], TARGET_WHOLE)}); target <= {TARGET_WHOLE}")
+    print(f"overhead: per step outside the profiled windows: wall {med[2]:.3f} ({_verdict(med[2], TARGET_STEP)}), "
+          f"CPU {med[3]:.3f} ({_verdict(med[3], TARGET_STEP)}); target <= {TARGET_STEP}")
+    def med_cost(key: str) -> float:
+        return statistics.median(c[key] for c, _ in costs)
+
+    own = statistics.median(
+        (c["start"] + c["end"] + c["windows"] + c["bookkeeping_total"]) / wb for c, wb in costs
+    )
+    print(
+        "overhead: gpudoctor's own costs (medians): start-up {:.0f} ms, windows {:.0f} ms in all, "
+        "bookkeeping {:.0f} µs per step ({:.2f}% of a {:.1f} ms step), end {:.0f} ms".format(
+            med_cost("start") * 1e3, med_cost("windows") * 1e3, med_cost("bookkeeping_per_step") * 1e6,
+            100 * med_cost("bookkeeping_per_step") / med_cost("median_step"), med_cost("median_step") * 1e3,
+            med_cost("end") * 1e3,
+        )
+    )
+    print(f"overhead: their sum over the bare run's wall time: {1 + own:.3f} ({_verdict(1 + own, TARGET_WHOLE)})")
+    print(f"overhead: runs kept in {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""Entry point of the training process: ``python -m gpudoctor.collect._child`` (see child.py).
+
+Kept tiny so that the real module is imported under its own name, not as ``__main__``
+(which the user's script takes over).
+"""
+
+from gpudoctor.collect.child import main
+
+if __name__ == "__main__":
+    main()

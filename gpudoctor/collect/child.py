@@ -1,0 +1,520 @@
+"""The training process: instruments torch, runs the user's script as ``__main__``, records how it ended.
+
+Started by the parent as ``python -m gpudoctor.collect._child`` with its configuration
+in the ``GPUDOCTOR_CHILD_CONFIG`` environment variable (removed as soon as it is read).
+The script runs as ``python train.py`` would run it: ``__name__ == "__main__"``,
+``sys.argv`` as typed, the script's folder first on ``sys.path`` (the current folder
+with ``-m``), its own traceback on stderr when it raises, its exit code.
+
+A DataLoader worker started with ``spawn`` or ``forkserver`` runs the script as
+``__mp_main__`` through multiprocessing, never this module, so the instruments are
+not installed there; a ``fork`` worker inherits them switched off (``register_at_fork``).
+
+In a distributed job (``WORLD_SIZE`` > 1 in the environment, as torchrun sets it), each
+rank writes rank-tagged files (``steps.rank1.jsonl`` …) into the same run directory.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.machinery
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.collect import rundir
+from gpudoctor.collect import schedule as sched
+from gpudoctor.collect.callsite import FrameClassifier
+from gpudoctor.model import Collected, ExceptionInfo, ProfilerSchedule, RunStatus
+
+CONFIG_ENV = "GPUDOCTOR_CHILD_CONFIG"
+EXIT_INTERRUPTED = 130
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind the script so the instruments can write what they have."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def exit_code_of(code: Any) -> int:
+    """The process exit status ``sys.exit(code)`` gives, printing a message as Python does."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF  # what the operating system keeps of it (sys.exit(-1) gives 255)
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+
+def _exc_type_name(exc: BaseException) -> str:
+    t = type(exc)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGTERM (flush, then exit) when gpudoctor's parent process dies, not an orphan run."""
+    if not sys.platform.startswith("linux") or not parent_pid:
+        return
+    try:
+        import ctypes  # noqa: PLC0415
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Child:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg["run_dir"])
+        self.t0 = int(cfg["t0_mono_ns"])
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.world_size = world if world > 1 else None
+        self.rank = int(os.environ.get("RANK", "0") or 0) if world > 1 else None
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0) if world > 1 else None
+        self.state_path = self.run_dir / rundir.rank_tagged(rundir.CHILD_STATE, self.rank)
+        self.forked = False
+        self.torch: Any = None
+        self.tracker: Any = None
+        self.driver: Any = None
+        self.cprof: Any = None
+        self.capture: Any = None
+        self.writer: Any = None
+        self.notes: list[str] = []
+        self.versions: dict[str, str] = {}
+        self.state: dict[str, Any] = {
+            "pid": os.getpid(),
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "status": RunStatus.RUNNING.value,
+        }
+        sch = cfg.get("schedule")
+        self.schedule = ProfilerSchedule(**sch) if sch else None
+        self.script_started_ns: int | None = None
+
+    # ------------------------------------------------------------------ state file
+
+    def write_state(self, final: bool = False) -> None:
+        if self.forked:
+            return
+        st = self.state
+        st["versions"] = self.versions
+        st["argv"] = list(self.cfg["argv"])
+        if self.driver is not None:
+            st["profiler_owner"] = self.driver.owner
+            st["traces"] = list(self.driver.traces)
+            st["user_traces"] = list(self.driver.user_traces)
+        if self.tracker is not None:
+            st["step_source"] = self.tracker.source
+            st["steps_seen"] = self.tracker.steps_seen
+        st["notes"] = list(self.notes)
+        if final:
+            st["collected"] = [c.to_dict() for c in self.collected()]
+        try:
+            rundir.write_json_atomic(self.state_path, st)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self) -> None:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        _die_with_parent(int(self.cfg.get("parent_pid") or 0))
+        try:
+            import torch  # noqa: PLC0415 - the heavy import, once, before the script's
+        except Exception as err:
+            self.notes.append(f"torch could not be imported ({type(err).__name__}: {err}); the script runs without instruments")
+            self.write_state()
+            return
+        self.torch = torch
+        self.versions["torch"] = str(torch.__version__)
+        if torch.version.cuda:
+            self.versions["cuda"] = str(torch.version.cuda)
+        try:
+            self._install(torch)
+        except Exception as err:  # a bug in gpudoctor: run the script anyway
+            self.notes.append(f"instruments could not be installed ({type(err).__name__}: {err})")
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+        self.write_state()
+
+    def _install(self, torch: Any) -> None:
+        from gpudoctor.collect.patches import Patcher  # noqa: PLC0415
+        from gpudoctor.collect.settings_capture import SettingsCapture  # noqa: PLC0415
+        from gpudoctor.collect.steps import CprofileWindow, StepTracker  # noqa: PLC0415
+        from gpudoctor.collect.torchprof import ProfilerDriver  # noqa: PLC0415
+
+        cfg = self.cfg
+        frames = FrameClassifier(cfg.get("cwd") or os.getcwd(), os.path.dirname(torch.__file__))
+        self.frames = frames
+        # the tracker writes its lines once a second: a step costs no system call
+        # (SIGKILL loses at most the last second of steps)
+        self.writer = rundir.JsonlWriter(self.run_dir / rundir.rank_tagged(rundir.STEPS, self.rank))
+        s = self.schedule
+        if s is not None:
+            self.driver = ProfilerDriver(
+                torch,
+                s,
+                self.run_dir,
+                rundir.worker_name(os.getpid()),
+                on_change=self.write_state,
+                current_step=lambda: self.tracker.index if self.tracker is not None else 0,
+            )
+        start = sched.cprofile_start(s)
+        steps = int(cfg.get("cprofile_steps") or 0)
+        self.cprof = CprofileWindow(
+            enabled=bool(cfg.get("cprofile")) and steps > 0,
+            start_step=start,
+            stop_before=sched.cprofile_stop_before(s, start, steps),
+            budget=sched.CprofileBudget(),
+            path=self.run_dir / rundir.rank_tagged(rundir.PSTATS, self.rank),
+        )
+        self.tracker = StepTracker(
+            torch,
+            self.writer,
+            self.t0,
+            s,
+            cfg.get("max_steps"),
+            self.driver,
+            self.cprof,
+            on_boundary=self._on_boundary,
+            rank=self.rank,
+        )
+        self.capture = SettingsCapture(torch, frames)
+        patcher = Patcher(torch, self.capture, self.tracker, frames)
+        for err in patcher.install():
+            self.notes.append(err)
+        if self.driver is not None:
+            self.driver.install()
+
+    def _settings_path(self) -> Path:
+        return self.run_dir / rundir.rank_tagged(rundir.SETTINGS, self.rank)
+
+    def write_settings(self, refresh_flags: bool = True) -> None:
+        if self.capture is None or self.forked:
+            return
+        try:
+            settings = self.capture.build(refresh_flags=refresh_flags)
+            rundir.write_json_atomic(self._settings_path(), settings.to_dict())
+            self.capture.dirty = False
+        except Exception as err:
+            self.capture.error("settings.json", err)
+
+    def _on_boundary(self, index: int) -> None:
+        if self.capture is not None and self.capture.dirty:
+            self.write_settings()
+        if index == 0:
+            self.write_state()
+
+    def _after_fork_in_child(self) -> None:
+        self.forked = True
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:
+            pass
+        for part in (self.tracker, self.driver, self.cprof, self.writer):
+            if part is not None:
+                part.in_child_after_fork()
+        if self.capture is not None:
+            self.capture.active = False
+
+    # ------------------------------------------------------------------ running the script
+
+    def _prepare_sys(self) -> None:
+        cfg = self.cfg
+        sys.argv = list(cfg["argv"])
+        if cfg.get("script_path") and not getattr(sys.flags, "safe_path", False):
+            folder = os.path.dirname(cfg["script_path"])
+            if sys.path and sys.path[0] in ("", os.getcwd(), cfg.get("cwd")):
+                sys.path[0] = folder
+            else:
+                sys.path.insert(0, folder)
+
+    def _exec_script(self) -> None:
+        path = self.cfg["script_path"]
+        with open(path, "rb") as f:
+            source = f.read()
+        code = compile(source, path, "exec", dont_inherit=True)
+        main = types.ModuleType("__main__")
+        main.__dict__.update(
+            {
+                "__file__": path,
+                "__builtins__": builtins,
+                "__loader__": importlib.machinery.SourceFileLoader("__main__", path),
+                "__spec__": None,
+                "__package__": None,
+                "__cached__": None,
+            }
+        )
+        self._bootstrap_main = sys.modules.get("__main__")
+        sys.modules["__main__"] = main
+        exec(code, main.__dict__)
+
+    def _trim(self, tb: types.TracebackType | None) -> types.TracebackType | None:
+        """Drop gpudoctor's and runpy's frames, so the traceback reads as Python's own would."""
+        frames = getattr(self, "frames", None) or FrameClassifier(self.cfg.get("cwd"))
+        kept = []
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            if not (frames.kind(name) == "ours" or name.endswith(("runpy.py", "<frozen runpy>"))):
+                kept.append(tb)
+            tb = tb.tb_next
+        for a, b in zip(kept, kept[1:], strict=False):
+            a.tb_next = b
+        if kept:
+            kept[-1].tb_next = None
+        return kept[0] if kept else None
+
+    def _print_exception(self, exc: BaseException) -> None:
+        # the default excepthook prints exc.__traceback__, whatever tb it is given
+        exc.__traceback__ = self._trim(exc.__traceback__)
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except Exception:
+            import traceback  # noqa: PLC0415
+
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+
+    def _exception_info(self, exc: BaseException) -> ExceptionInfo:
+        frames = getattr(self, "frames", None) or FrameClassifier(self.cfg.get("cwd"))
+        site = frames.traceback_site(exc.__traceback__)
+        if site is None and isinstance(exc, SyntaxError) and exc.filename:
+            from gpudoctor.model import CallSite  # noqa: PLC0415
+
+            site = CallSite(frames.display_path(exc.filename), int(exc.lineno or 0), "<module>")
+        message = str(exc)
+        if len(message) > 2000:
+            message = message[:2000] + " …"
+        return ExceptionInfo(type=_exc_type_name(exc), message=message, call_site=site)
+
+    def run(self) -> int:
+        from gpudoctor.collect.steps import StopAfterSteps  # noqa: PLC0415
+
+        self.setup()
+        self._prepare_sys()
+        status = RunStatus.COMPLETED
+        detail = ""
+        code = 0
+        sig = None
+        self.script_started_ns = time.monotonic_ns()
+        try:
+            if self.cfg.get("module"):
+                runpy.run_module(self.cfg["module"], run_name="__main__", alter_sys=True)
+            else:
+                self._exec_script()
+        except StopAfterSteps as stop:
+            status, detail = RunStatus.STOPPED, f"stopped after {stop.steps} steps"
+        except SystemExit as ex:
+            code = exit_code_of(ex.code)
+            detail = f"the script called sys.exit({ex.code!r})" if ex.code not in (None, 0) else ""
+        except KeyboardInterrupt as ex:
+            self._print_exception(ex)
+            status, code, sig = RunStatus.INTERRUPTED, EXIT_INTERRUPTED, signal.SIGINT
+            detail = "interrupted (SIGINT / Ctrl-C)"
+        except Terminated:
+            status, code, sig = RunStatus.KILLED, 128 + signal.SIGTERM, signal.SIGTERM
+            detail = "terminated by signal 15 (SIGTERM)"
+        except BaseException as ex:  # the script raised: Python would print it and exit 1
+            self._print_exception(ex)
+            status, code = RunStatus.FAILED, 1
+            info = self._exception_info(ex)
+            self.state["exception"] = info.to_dict()
+            where = f" at {info.call_site}" if info.call_site else ""
+            detail = f"{info.type}: {info.message.splitlines()[0] if info.message else ''}{where}".strip()
+        if status == RunStatus.COMPLETED and self.tracker is not None and self.tracker.stop_requested:
+            status, detail, code = RunStatus.STOPPED, f"stopped after {self.tracker.steps_seen} steps", 0
+        self.finish(status, detail, code, sig)
+        return code
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self, status: RunStatus, detail: str, code: int, sig: int | None) -> None:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the flush finish; the parent escalates
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:
+            pass
+        if self.cprof is not None:
+            self.cprof.stop()
+        if self.tracker is not None:
+            try:
+                self.tracker.finish()
+            except Exception as err:
+                self.notes.append(f"steps: {type(err).__name__}: {err}")
+        if self.driver is not None:
+            self.driver.finish()
+        if self.capture is not None:
+            steps = self.tracker.steps_seen if self.tracker is not None else 0
+            self.write_settings(refresh_flags=steps == 0)
+        self._cuda_facts()
+        if self.writer is not None:
+            self.writer.close()
+        self.state.update(
+            {
+                "status": status.value,
+                "status_detail": detail,
+                "exit_code": code,
+                "signal": int(sig) if sig is not None else None,
+            }
+        )
+        self.write_state(final=True)
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:
+            pass
+
+    def _cuda_facts(self) -> None:
+        torch = self.torch
+        if torch is None:
+            return
+        try:
+            if not torch.cuda.is_initialized():
+                return
+            try:
+                v = torch.backends.cudnn.version()
+                if v:
+                    self.versions["cudnn"] = str(v)
+            except Exception:
+                pass
+            devices = []
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                devices.append(
+                    {
+                        "index": i,
+                        "name": str(p.name),
+                        "total_memory_bytes": int(p.total_memory),
+                        "compute_capability": f"{p.major}.{p.minor}",
+                        "multiprocessor_count": int(p.multi_processor_count),
+                    }
+                )
+            self.state["cuda_devices"] = devices
+        except Exception as err:
+            self.notes.append(f"CUDA device query failed: {type(err).__name__}: {err}")
+
+    def collected(self) -> list[Collected]:
+        out: list[Collected] = []
+        torch = self.torch
+        tracker = self.tracker
+        steps = tracker.steps_seen if tracker is not None else 0
+        s = self.schedule
+        # steps
+        if tracker is None:
+            out.append(Collected("steps", False, "the instruments were not installed (see notes)"))
+        elif steps:
+            src = {"optimizer": "optimizer.step()", "dataloader": "DataLoader batches"}.get(tracker.source, tracker.source)
+            out.append(Collected("steps", True, detail=f"{steps} steps marked by {src}"))
+        else:
+            out.append(Collected("steps", False, "no optimizer step and no DataLoader batch was seen: nothing marked a training step"))
+        if tracker is not None and tracker.error:
+            out.append(Collected("steps", False, tracker.error))
+        # torch.profiler
+        d = self.driver
+        if d is None:
+            out.append(Collected("torch.profiler", False, "no profiler schedule was given"))
+        elif d.owner == "user":
+            if d.traces:
+                out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {len(d.traces)} trace(s) it exported were copied here"))
+            else:
+                out.append(Collected("torch.profiler", False, "the script ran torch.profiler itself (gpudoctor's profiler gave way) and exported no trace"))
+        elif d.error and not d.traces:
+            out.append(Collected("torch.profiler", False, d.error))
+        elif d.traces:
+            parts = ["CPU" + (" + CUDA" if d.cuda_traced else "")]
+            if s is not None:
+                extras = [n for n, on in (("shapes", s.record_shapes), ("stacks", s.with_stack), ("memory", s.profile_memory)) if on]
+                if extras:
+                    n = d.detail_windows_recorded
+                    which = "every window" if not s.detail_windows or n == len(d.traces) else f"the first {n} window(s)"
+                    parts.append(f"{', '.join(extras)} in {which}")
+            detail = f"{len(d.traces)} window(s) recorded ({'; '.join(parts)})"
+            if d.error:
+                detail += f"; then: {d.error}"
+            out.append(Collected("torch.profiler", True, detail=detail))
+        elif steps == 0:
+            out.append(Collected("torch.profiler", False, "no training steps were found, so no profiling window opened"))
+        elif s is not None and steps <= s.skip_first:
+            out.append(Collected("torch.profiler", False, f"the run ended after {steps} steps, before the first profiled window (step {s.skip_first}); lower --skip-first"))
+        else:
+            out.append(Collected("torch.profiler", False, "no trace was written"))
+        # CUDA
+        out.append(self._collected_cuda())
+        # cProfile
+        c = self.cprof
+        if c is None:
+            out.append(Collected("cprofile", False, "the instruments were not installed (see notes)"))
+        elif not self.cfg.get("cprofile"):
+            out.append(Collected("cprofile", False, "switched off (--no-cprofile)"))
+        elif c.error and c.first is None:
+            out.append(Collected("cprofile", False, c.error))
+        elif c.first is not None:
+            detail = c.detail()
+            if c.error:
+                detail += f"; {c.error}"
+            out.append(Collected("cprofile", True, detail=detail))
+        elif steps == 0:
+            out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
+        else:
+            out.append(Collected("cprofile", False, f"the run ended after {steps} steps, before the cProfile window (step {c.start_step})"))
+        # settings
+        if self.capture is None:
+            out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
+        else:
+            errs = "; ".join(self.capture.errors)
+            out.append(Collected("settings", True, detail=f"errors: {errs}" if errs else ""))
+        if torch is None:
+            out = [Collected(c.name, False, "torch could not be imported") for c in out]
+        return out
+
+    def _collected_cuda(self) -> Collected:
+        torch = self.torch
+        if torch is None:
+            return Collected("cuda", False, "torch could not be imported")
+        if not torch.version.cuda:
+            return Collected("cuda", False, f"torch {torch.__version__} is a CPU-only build: no CUDA events or CUDA trace")
+        try:
+            initialized = torch.cuda.is_initialized()
+        except Exception:
+            initialized = False
+        if not initialized:
+            try:
+                available = torch.cuda.is_available()
+            except Exception:
+                available = False
+            if not available:
+                return Collected("cuda", False, "no CUDA device visible to torch (torch.cuda.is_available() is False)")
+            return Collected("cuda", False, "the script did not use CUDA")
+        timer = self.tracker.cuda if self.tracker is not None else None
+        if timer is not None and timer.error:
+            return Collected("cuda", False, timer.error)
+        timed = timer.timed if timer is not None else 0
+        return Collected("cuda", True, detail=f"GPU time of {timed} steps from CUDA events")
+
+
+def main() -> None:
+    raw = os.environ.pop(CONFIG_ENV, None)
+    if not raw:
+        print(
+            "gpudoctor: this module is started by `gpudoctor profile`; run gpudoctor profile train.py instead",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    cfg = json.loads(raw)
+    code = Child(cfg).run()
+    sys.exit(code)

@@ -1,0 +1,417 @@
+"""The hooks gpudoctor puts into torch before the script runs.
+
+Each patch calls the original first (or last), then notes what it saw; nothing a
+patch does can fail the script: an error inside gpudoctor is recorded and the patch
+goes quiet. The only exception raised on purpose is ``StopAfterSteps`` (``--steps``).
+
+Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings),
+the global optimizer step post-hook, ``GradScaler`` (a skipped step is still a step),
+``DataLoader.__init__`` / ``__iter__`` and the iterators' ``__next__`` (settings,
+epochs, time blocked waiting for a batch), ``autocast``, the cuDNN / cuBLAS / TF32
+switches and ``set_float32_matmul_precision``, ``use_deterministic_algorithms``,
+``set_num_threads``, ``DataParallel`` / ``DistributedDataParallel``,
+``torch.compile``, ``torch.cuda.empty_cache``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from gpudoctor.collect.callsite import FrameClassifier
+from gpudoctor.collect.settings_capture import SettingsCapture
+from gpudoctor.collect.steps import StepTracker, StopAfterSteps
+
+
+class _RecordingProp:
+    """Wraps a data descriptor of torch's module classes: set as before, then note the call site."""
+
+    def __init__(self, inner: Any, note: Callable[[], None]) -> None:
+        self.inner = inner
+        self.note = note
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self.inner.__get__(obj, objtype)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.inner.__set__(obj, value)
+        self.note()
+
+
+class Patcher:
+    def __init__(self, torch: Any, capture: SettingsCapture, tracker: StepTracker, frames: FrameClassifier) -> None:
+        self.torch = torch
+        self.capture = capture
+        self.tracker = tracker
+        self.frames = frames
+        self.errors: list[str] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    def _safe(self, what: str, fn: Callable[[], Any]) -> None:
+        """Run a note; gpudoctor's own error never reaches the script."""
+        if not self.capture.active:
+            return
+        try:
+            fn()
+        except StopAfterSteps:
+            raise
+        except Exception as err:
+            self.capture.error(what, err)
+
+    def _site(self) -> Any:
+        # frame 0: _site, 1: the patch, 2: its caller (torch frames are skipped after that)
+        return self.frames.caller_site(2)
+
+    def install(self) -> list[str]:
+        for name, fn in (
+            ("optimizer", self._optimizers),
+            ("GradScaler", self._grad_scaler),
+            ("DataLoader", self._dataloader),
+            ("autocast", self._autocast),
+            ("flags", self._flags),
+            ("DataParallel", self._data_parallel),
+            ("DistributedDataParallel", self._ddp),
+            ("torch.compile", self._compile),
+            ("empty_cache", self._empty_cache),
+        ):
+            try:
+                fn()
+            except Exception as err:  # an older / newer torch without this API
+                self.errors.append(f"{name}: not hooked ({type(err).__name__}: {err})")
+        return self.errors
+
+    # ------------------------------------------------------------------ steps and optimizers
+
+    def _optimizers(self) -> None:
+        import torch.optim.optimizer as optim_mod  # noqa: PLC0415 - the submodule holds the global hooks
+
+        torch = self.torch
+        Optimizer = torch.optim.Optimizer
+        register_post_hook = optim_mod.register_optimizer_step_post_hook
+        tracker = self.tracker
+        capture = self.capture
+        orig_init = Optimizer.__init__
+
+        def wrap_step(cls: type) -> None:
+            step = cls.step
+            if getattr(step, "_gpudoctor_outer", False):
+                return
+
+            def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
+                out = step(self, *args, **kwargs)
+                if tracker.pending_boundary_ns is not None:
+                    tracker.flush(from_step_return=True)
+                return out
+
+            functools.update_wrapper(outer, step)
+            outer.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
+            outer._gpudoctor_outer = True  # type: ignore[attr-defined]
+            cls.step = outer
+
+        patcher = self
+
+        def opt_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(self, *args, **kwargs)
+            site = patcher._site()
+
+            def note() -> None:
+                wrap_step(type(self))
+                capture.note_optimizer(self, site)
+                tracker.optimizer_created()
+
+            patcher._safe("optimizer", note)
+
+        def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                tracker.on_optimizer_step(opt)
+            except Exception as err:
+                capture.error("optimizer step hook", err)
+
+        register_post_hook(post_hook)
+        functools.update_wrapper(opt_init, orig_init)
+        Optimizer.__init__ = opt_init
+
+    def _grad_scaler(self) -> None:
+        GradScaler = self.torch.amp.GradScaler
+        tracker = self.tracker
+        capture = self.capture
+        patcher = self
+        orig_init = GradScaler.__init__
+        orig_step = GradScaler.step
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(self, *args, **kwargs)
+            site = patcher._site()
+            patcher._safe("GradScaler", lambda: capture.note_grad_scaler(site))
+
+        def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = tracker.marks
+            out = orig_step(self, optimizer, *args, **kwargs)
+            if tracker.active and tracker.marks == before:
+                patcher._safe("GradScaler.step", lambda: tracker.scaler_skipped(optimizer))
+            return out
+
+        functools.update_wrapper(init, orig_init)
+        functools.update_wrapper(step, orig_step)
+        GradScaler.__init__ = init
+        GradScaler.step = step
+
+    def _dataloader(self) -> None:
+        data = self.torch.utils.data
+        DataLoader = data.DataLoader
+        BaseIter = data.dataloader._BaseDataLoaderIter
+        tracker = self.tracker
+        capture = self.capture
+        patcher = self
+        orig_init = DataLoader.__init__
+        orig_iter = DataLoader.__iter__
+        orig_next = BaseIter.__next__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(self, *args, **kwargs)
+            site = patcher._site()
+            patcher._safe("DataLoader", lambda: capture.note_dataloader(self, site))
+
+        def iter_(self: Any) -> Any:
+            it = orig_iter(self)
+            if capture.active:
+                try:
+                    epoch = capture.note_dataloader_iter(self)
+                    if epoch is not None:
+                        it._gpudoctor_epoch = epoch
+                except Exception as err:
+                    capture.error("DataLoader.__iter__", err)
+            return it
+
+        map_kind = getattr(getattr(data.dataloader, "_DatasetKind", None), "Map", 0)
+
+        def epoch_ends(it: Any) -> bool:
+            """True when a map-style iterator has yielded all its batches (the call will stop)."""
+            if getattr(it, "_dataset_kind", None) != map_kind:
+                return False
+            try:
+                return it._num_yielded >= len(it)
+            except Exception:
+                return False
+
+        def next_(self: Any) -> Any:
+            if not tracker.active:
+                return orig_next(self)
+            entered = tracker.dataloader_next_enter(epoch_ends(self))
+            try:
+                out = orig_next(self)
+            except StopIteration:
+                tracker.dataloader_next_exit(entered, True, getattr(self, "_gpudoctor_epoch", None))
+                raise
+            tracker.dataloader_next_exit(entered, False, getattr(self, "_gpudoctor_epoch", None))
+            return out
+
+        functools.update_wrapper(init, orig_init)
+        functools.update_wrapper(iter_, orig_iter)
+        functools.update_wrapper(next_, orig_next)
+        DataLoader.__init__ = init
+        DataLoader.__iter__ = iter_
+        BaseIter.__next__ = next_
+
+    # ------------------------------------------------------------------ settings
+
+    def _autocast(self) -> None:
+        torch = self.torch
+        AC = torch.amp.autocast_mode.autocast
+        deprecated = tuple(
+            c for c in (getattr(getattr(torch, "cuda", None), "amp", None), getattr(getattr(torch, "cpu", None), "amp", None))
+            if c is not None and isinstance(getattr(c, "autocast", None), type)
+        )
+        deprecated_classes = tuple(c.autocast for c in deprecated)
+        capture = self.capture
+        patcher = self
+        orig_init = AC.__init__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(self, *args, **kwargs)
+            if capture.active:
+                site = patcher._site()
+                patcher._safe(
+                    "autocast",
+                    lambda: capture.note_autocast(self, site, isinstance(self, deprecated_classes)),
+                )
+
+        functools.update_wrapper(init, orig_init)
+        AC.__init__ = init
+
+    def _flags(self) -> None:
+        torch = self.torch
+        capture = self.capture
+        patcher = self
+        frames = self.frames
+
+        def note(name: str) -> Callable[[], None]:
+            # descriptor __set__ is called from the user's assignment: frame 2 is that line
+            return lambda: patcher._safe(name, lambda: capture.note_flag(name, frames.caller_site(3)))
+
+        cudnn_cls = type(torch.backends.cudnn)
+        for attr in ("enabled", "benchmark", "deterministic", "allow_tf32", "fp32_precision", "benchmark_limit"):
+            inner = cudnn_cls.__dict__.get(attr)
+            if inner is not None and hasattr(inner, "__set__"):
+                setattr(cudnn_cls, attr, _RecordingProp(inner, note(f"torch.backends.cudnn.{attr}")))
+        generic_cls = type(torch.backends)
+        inner = generic_cls.__dict__.get("fp32_precision")
+        if inner is not None and hasattr(inner, "__set__"):
+            generic_cls.fp32_precision = _RecordingProp(inner, note("torch.backends.fp32_precision"))
+
+        cublas_cls = type(torch.backends.cuda.matmul)
+        orig_setattr = cublas_cls.__setattr__
+
+        def cublas_setattr(self: Any, name: str, value: Any) -> Any:
+            out = orig_setattr(self, name, value)
+            patcher._safe(name, lambda: capture.note_flag(f"torch.backends.cuda.matmul.{name}", frames.caller_site(2)))
+            return out
+
+        cublas_cls.__setattr__ = cublas_setattr
+
+        fp32_cls = type(torch.backends.cudnn.conv)
+        orig_fp32_setattr = fp32_cls.__setattr__
+
+        def fp32_setattr(self: Any, name: str, value: Any) -> Any:
+            out = orig_fp32_setattr(self, name, value)
+            if name == "fp32_precision":
+                backend = getattr(self, "backend", "")
+                op = getattr(self, "op", "")
+                prefix = "torch.backends.cudnn" if backend == "cuda" else f"torch.backends.{backend}"
+                patcher._safe(name, lambda: capture.note_flag(f"{prefix}.{op}.fp32_precision", frames.caller_site(2)))
+            return out
+
+        fp32_cls.__setattr__ = fp32_setattr
+
+        for fn_name, flag in (
+            ("set_float32_matmul_precision", "torch.float32_matmul_precision"),
+            ("use_deterministic_algorithms", "torch.use_deterministic_algorithms"),
+            ("set_num_threads", "torch.set_num_threads"),
+            ("set_num_interop_threads", "torch.set_num_interop_threads"),
+        ):
+            orig = getattr(torch, fn_name)
+            setattr(torch, fn_name, self._after_call(orig, flag))
+
+    def _after_call(self, orig: Callable[..., Any], flag: str) -> Callable[..., Any]:
+        capture = self.capture
+        patcher = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            site = patcher._site()
+            patcher._safe(flag, lambda: capture.note_flag(flag, site))
+            return out
+
+        try:
+            functools.update_wrapper(wrapper, orig)
+        except (AttributeError, TypeError):
+            pass
+        return wrapper
+
+    def _data_parallel(self) -> None:
+        DP = self.torch.nn.DataParallel
+        self._wrap_module_init(DP, "DataParallel", ("device_ids", "output_device", "dim"))
+
+    def _ddp(self) -> None:
+        torch = self.torch
+        if not torch.distributed.is_available():
+            raise RuntimeError("torch.distributed is not available in this build")
+        DDP = torch.nn.parallel.DistributedDataParallel
+        self._wrap_module_init(
+            DDP,
+            "DistributedDataParallel",
+            (
+                "device_ids", "output_device", "broadcast_buffers", "bucket_cap_mb",
+                "find_unused_parameters", "gradient_as_bucket_view", "static_graph",
+            ),
+            ddp=True,
+        )
+
+    def _wrap_module_init(self, cls: type, kind: str, keys: tuple[str, ...], ddp: bool = False) -> None:
+        orig = cls.__init__
+        sig = inspect.signature(orig)
+        capture = self.capture
+        patcher = self
+        torch = self.torch
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig(self, *args, **kwargs)
+            site = patcher._site()
+
+            def note() -> None:
+                ba = sig.bind(self, *args, **kwargs)
+                ba.apply_defaults()
+                options = {k: ba.arguments.get(k) for k in keys if k in ba.arguments}
+                if ddp:
+                    pg = ba.arguments.get("process_group")
+                    try:
+                        options["backend"] = str(torch.distributed.get_backend(pg))
+                        options["world_size"] = int(torch.distributed.get_world_size(pg))
+                    except Exception:
+                        pass
+                inner = getattr(self, "module", None)
+                capture.note_wrapper(kind, site, type(inner).__qualname__ if inner is not None else "", options)
+
+            patcher._safe(kind, note)
+
+        functools.update_wrapper(init, orig)
+        cls.__init__ = init
+
+    def _compile(self) -> None:
+        torch = self.torch
+        orig = torch.compile
+        sig = inspect.signature(orig)
+        capture = self.capture
+        patcher = self
+
+        def compile_(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            site = patcher._site()
+
+            def note() -> None:
+                ba = sig.bind_partial(*args, **kwargs)
+                a = ba.arguments
+                model = a.get("model")
+                owner = getattr(model, "__self__", None)  # nn.Module.compile passes a bound method
+                if isinstance(owner, torch.nn.Module):
+                    name = type(owner).__qualname__
+                elif isinstance(model, torch.nn.Module):
+                    name = type(model).__qualname__
+                elif model is not None:
+                    name = getattr(model, "__qualname__", type(model).__qualname__)
+                else:
+                    name = ""
+                options = {
+                    "mode": a.get("mode"),
+                    "backend": a.get("backend") or "inductor",
+                    "fullgraph": bool(a.get("fullgraph", False)),
+                    "dynamic": a.get("dynamic"),
+                    "disable": bool(a.get("disable", False)),
+                }
+                if a.get("options"):
+                    options["options"] = sorted(str(k) for k in a["options"])
+                capture.note_wrapper("torch.compile", site, name, options)
+
+            patcher._safe("torch.compile", note)
+            return out
+
+        functools.update_wrapper(compile_, orig)
+        torch.compile = compile_
+
+    def _empty_cache(self) -> None:
+        torch = self.torch
+        orig = torch.cuda.memory.empty_cache
+        capture = self.capture
+        patcher = self
+
+        def empty_cache() -> None:
+            site = patcher._site()
+            patcher._safe("empty_cache", lambda: capture.note_empty_cache(site))
+            return orig()
+
+        functools.update_wrapper(empty_cache, orig)
+        torch.cuda.empty_cache = empty_cache
+        torch.cuda.memory.empty_cache = empty_cache

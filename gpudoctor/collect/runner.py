@@ -1,0 +1,430 @@
+"""The parent process of ``gpudoctor profile``: launch, sample, survive, write the manifest.
+
+The parent never imports torch. It checks the options, creates the run directory,
+writes the manifest (status "running"), starts the training process, samples it
+(psutil, NVML) until it ends however it ends, then merges the child's account into
+the manifest, prints a summary to stderr and returns the script's exit code.
+
+Signals: Ctrl-C reaches the whole foreground process group, so the script gets it
+directly and the parent only waits for it to flush; a second SIGINT is passed on to
+the script, a third kills it. SIGTERM is passed on to the script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor import __version__
+from gpudoctor.collect import rundir
+from gpudoctor.collect.options import ProfileOptions, ProfileResult, Target, validate
+from gpudoctor.errors import CollectError
+
+if TYPE_CHECKING:
+    from gpudoctor.model import Collected, Manifest
+
+# gpudoctor.model (and psutil, pynvml) are imported once the training process is
+# started: their ~0.1 s then overlaps its start instead of delaying it.
+
+CHILD_MODULE = "gpudoctor.collect._child"
+CONFIG_ENV = "GPUDOCTOR_CHILD_CONFIG"  # same name as child.CONFIG_ENV (child imports torch-side code)
+KINETO_QUIET_LEVEL = "6"  # Kineto otherwise prints "USDT: … profiler_start" lines on the script's stderr
+
+_SIGNAL_NOTES = {
+    signal.SIGKILL: "SIGKILL: kill -9, or the out-of-memory killer",
+    signal.SIGSEGV: "SIGSEGV: a crash in native code",
+    signal.SIGABRT: "SIGABRT: an abort in native code",
+    signal.SIGBUS: "SIGBUS: a bad memory access in native code (often shared memory too small for DataLoader workers)",
+}
+
+
+def _say(line: str) -> None:
+    """A line on stderr that cannot fail the run (a closed pipe, a closed terminal)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _iso(unix_ns: int) -> str:
+    return datetime.fromtimestamp(unix_ns / 1e9).astimezone().isoformat(timespec="milliseconds")
+
+
+def _command(opts: ProfileOptions) -> tuple[str, ...]:
+    if opts.command is not None:
+        return tuple(opts.command)
+    if sys.argv[1:2] == ["profile"] and os.path.basename(sys.argv[0]) in ("gpudoctor", "__main__.py", "cli.py"):
+        return tuple(sys.argv[2:])
+    head = ("-m", opts.module) if opts.module else (opts.script or "",)
+    return (*head, *(("--", *opts.args) if opts.args else ()))
+
+
+class _Signals:
+    """The parent's signal handling while the child runs (main thread only)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sigints = 0
+        self.sigterm = False
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, fn in ((signal.SIGINT, self._on_sigint), (signal.SIGTERM, self._on_sigterm)):
+            self._old[sig] = signal.signal(sig, fn)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.sigints += 1
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            if self.sigints == 2:
+                _say("gpudoctor: passing the interrupt on to the script (Ctrl-C again kills it)")
+                proc.send_signal(signal.SIGINT)
+            elif self.sigints >= 3:
+                _say("gpudoctor: killing the script")
+                proc.kill()
+        except OSError:  # the child has just ended
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.sigterm = True
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_ns: int, cwd: str) -> dict[str, Any]:
+    return {
+        "run_dir": str(run_dir.resolve()),
+        "parent_pid": os.getpid(),
+        "t0_mono_ns": t0_mono_ns,
+        "cwd": cwd,
+        "script_path": target.script_path,
+        "module": target.module,
+        "argv": list(target.argv),
+        "schedule": opts.schedule_fields(),
+        "max_steps": opts.max_steps,
+        "cprofile": opts.cprofile,
+        "cprofile_steps": opts.cprofile_steps,
+    }
+
+
+def _start_manifest(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int) -> Manifest:
+    import platform
+
+    from gpudoctor.model import SCHEMA_VERSION, Manifest
+
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        gpudoctor_version=__version__,
+        run_id=run_dir.name,
+        command=_command(opts),
+        script=target.script_path,
+        module=target.module,
+        argv=target.argv,
+        cwd=cwd,
+        started_at=_iso(t0_unix_ns),
+        started_at_unix_ns=t0_unix_ns,
+        versions={"python": platform.python_version(), "gpudoctor": __version__, "platform": platform.platform()},
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        schedule=opts.schedule(),
+        max_steps=opts.max_steps,
+    )
+
+
+def profile_run(opts: ProfileOptions) -> ProfileResult:
+    """Run the script under the instruments; see the module docstring."""
+    cwd = os.getcwd()
+    target = validate(opts, cwd)
+    t0_unix_ns = time.time_ns()
+    t0_mono_ns = time.monotonic_ns()
+    try:
+        run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(target.script_path, target.module))
+    except OSError as err:
+        raise CollectError(f"cannot create the run directory under {opts.out_dir}: {err.strerror or err}; pass --out DIR") from err
+
+    env = os.environ.copy()
+    env[CONFIG_ENV] = json.dumps(_child_config(opts, target, run_dir, t0_mono_ns, cwd))
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+    signals = _Signals()
+    signals.install()
+    try:
+        try:
+            flags = getattr(subprocess, "_args_from_interpreter_flags", lambda: [])()  # -W, -X, -O … as given to us
+            proc = subprocess.Popen([sys.executable, *flags, "-m", CHILD_MODULE], env=env, cwd=cwd)
+        except OSError as err:
+            from gpudoctor.model import RunStatus
+
+            manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+            manifest = _replace(manifest, status=RunStatus.FAILED, status_detail=f"could not start Python: {err}")
+            rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
+            raise CollectError(f"could not start {sys.executable}: {err.strerror or err}") from err
+        signals.proc = proc
+        # written while the training process starts (it imports torch for a second or more)
+        manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+        rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
+        sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
+                signals.sigints += 1
+        t_end_unix_ns = time.time_ns()
+        t_end_mono_ns = time.monotonic_ns()
+        sampler.stop()
+        manifest = _finish_manifest(
+            manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9
+        )
+        if nvml is not None:
+            nvml.close()
+    finally:
+        signals.restore()
+    rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
+    if opts.summary:
+        _print_summary(manifest, run_dir, opts)
+    return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest)
+
+
+def _replace(m: Manifest, **kw: Any) -> Manifest:
+    import dataclasses
+
+    return dataclasses.replace(m, **kw)
+
+
+class _TraceCompressor:
+    """Gzips the traces the training process lists as written, while it runs (see rundir)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.state_path = run_dir / rundir.CHILD_STATE
+        self._mtime = 0.0
+
+    def __call__(self) -> None:
+        try:
+            mtime = self.state_path.stat().st_mtime
+        except OSError:
+            return
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        state = rundir.read_json(self.state_path) or {}
+        rundir.compress_traces(self.run_dir, list(state.get("traces") or []))
+
+
+def _start_sampler(opts: ProfileOptions, run_dir: Path, t0_mono_ns: int, pid: int):  # noqa: ANN202
+    from gpudoctor.collect.nvml import Nvml
+    from gpudoctor.collect.sampler import Sampler
+
+    nvml, reason = Nvml.open()
+    sampler = Sampler(
+        run_dir / rundir.SAMPLES, t0_mono_ns, opts.sample_interval_ms, nvml, on_tick=_TraceCompressor(run_dir)
+    )
+    sampler.write_meta()
+    sampler.start(pid)
+    return sampler, nvml, reason
+
+
+def _finish_manifest(
+    m: Manifest,
+    run_dir: Path,
+    rc: int,
+    signals: _Signals,
+    sampler: Any,
+    nvml: Any,
+    nvml_reason: str,
+    end_unix_ns: int,
+    duration_s: float,
+) -> Manifest:
+    from gpudoctor.model import Collected, Device, ExceptionInfo, RunStatus
+
+    state_path = run_dir / rundir.CHILD_STATE
+    state: dict[str, Any] = rundir.read_json(state_path) or {}
+    steps_path = run_dir / rundir.STEPS
+    if steps_path.exists():
+        rundir.repair_jsonl(steps_path)
+    rundir.compress_traces(run_dir, list(state.get("traces") or []))
+    rundir.remove_leftovers(run_dir)
+    steps_lines = rundir.count_lines(steps_path)
+
+    child_status = state.get("status")
+    detail = state.get("status_detail", "") or ""
+    exception = ExceptionInfo.from_dict(state["exception"]) if isinstance(state.get("exception"), dict) else None
+    sig: int | None = state.get("signal")
+    if rc < 0:
+        sig = -rc
+        name = _signal_name(sig)
+        if sig == signal.SIGINT:
+            status = RunStatus.INTERRUPTED
+            detail = detail or "interrupted (SIGINT / Ctrl-C)"
+        else:
+            status = RunStatus.KILLED
+            note = _SIGNAL_NOTES.get(sig)
+            detail = f"killed by signal {sig} ({note or name})"
+        exit_code = 128 + sig
+    elif child_status in (None, RunStatus.RUNNING.value):
+        exit_code = rc
+        status = RunStatus.COMPLETED if rc == 0 else RunStatus.FAILED
+        detail = (
+            f"the script ended with exit code {rc} before gpudoctor could record how "
+            "(os._exit(), or a crash in gpudoctor's instruments)"
+        )
+    else:
+        status = RunStatus(child_status)
+        exit_code = rc
+    if signals.sigints and status == RunStatus.COMPLETED:
+        status = RunStatus.INTERRUPTED
+        detail = f"Ctrl-C received; the script handled it and ended with exit code {rc}"
+
+    collected: list[Collected] = []
+    for c in state.get("collected", []) or []:
+        try:
+            collected.append(Collected.from_dict(c))
+        except (TypeError, ValueError, KeyError):
+            continue
+    if not state.get("collected"):
+        collected.extend(_collected_from_files(run_dir, steps_lines))
+    for note in state.get("notes", []) or []:
+        collected.append(Collected("instruments", False, str(note)))
+    # psutil
+    if sampler.psutil_reason and not sampler.process_samples:
+        collected.append(Collected("psutil", False, sampler.psutil_reason))
+    else:
+        detail_ps = f"{sampler.process_samples} process samples every {sampler.interval_ms} ms"
+        if sampler.worker_pids:
+            detail_ps += f"; {len(sampler.worker_pids)} worker process(es) seen"
+        if sampler.psutil_reason:
+            detail_ps += f"; {sampler.psutil_reason}"
+        collected.append(Collected("psutil", sampler.process_samples > 0, "" if sampler.process_samples else "the script ended before the first sample", detail=detail_ps))
+    # NVML
+    versions = dict(m.versions)
+    versions.update({k: str(v) for k, v in (state.get("versions") or {}).items()})
+    devices: tuple[Device, ...] = ()
+    if nvml is None:
+        collected.append(Collected("nvml", False, nvml_reason))
+    else:
+        versions.update(nvml.versions())
+        devices = nvml.devices()
+        if sampler.nvml_error:
+            collected.append(Collected("nvml", sampler.gpu_samples > 0, sampler.nvml_error, detail=f"{sampler.gpu_samples} GPU samples"))
+        else:
+            collected.append(Collected("nvml", True, detail=f"{sampler.gpu_samples} GPU samples from {len(devices)} device(s)"))
+    cuda_devices = state.get("cuda_devices") or []
+    if cuda_devices:
+        by_index = {int(d["index"]): d for d in cuda_devices if isinstance(d, dict) and "index" in d}
+        if devices:
+            devices = tuple(
+                Device(
+                    index=d.index,
+                    name=d.name,
+                    total_memory_bytes=d.total_memory_bytes,
+                    compute_capability=d.compute_capability,
+                    multiprocessor_count=(by_index.get(d.index) or {}).get("multiprocessor_count")
+                    if (by_index.get(d.index) or {}).get("name") == d.name
+                    else None,
+                )
+                for d in devices
+            )
+        else:
+            devices = tuple(Device.from_dict(d) for d in by_index.values())
+
+    traces = [t for t in state.get("traces", []) or [] if (run_dir / t).is_file()]
+    on_disk = sorted(p.name for p in run_dir.glob("*" + rundir.TRACE_SUFFIX))
+    traces += [t for t in on_disk if t not in traces]
+
+    try:
+        state_path.unlink()
+    except OSError:
+        pass
+    return _replace(
+        m,
+        ended_at=_iso(end_unix_ns),
+        duration_s=round(duration_s, 3),
+        status=status,
+        status_detail=detail,
+        exit_code=exit_code,
+        signal=sig,
+        exception=exception,
+        versions=versions,
+        devices=devices,
+        collected=tuple(collected),
+        profiler_owner=state.get("profiler_owner", m.profiler_owner),
+        step_source=str(state.get("step_source") or "none"),  # written by the child at the end of step 0
+        steps_seen=max(int(state.get("steps_seen") or 0), steps_lines),
+        traces=tuple(traces),
+        argv=tuple(state.get("argv") or m.argv),
+        rank=state.get("rank"),
+        world_size=state.get("world_size"),
+    )
+
+
+def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:
+    """What a training process that died without reporting left behind, judged from its files."""
+    from gpudoctor.model import Collected
+
+    died = "the training process died before it could report"
+    out = []
+    if steps_lines:
+        out.append(Collected("steps", True, detail=f"{steps_lines} steps written before the training process died"))
+    else:
+        out.append(Collected("steps", False, f"no step was written: {died}"))
+    traces = list(run_dir.glob("*" + rundir.TRACE_SUFFIX))
+    if traces:
+        out.append(Collected("torch.profiler", True, detail=f"{len(traces)} trace(s) exported before the training process died; a window in progress was lost"))
+    else:
+        out.append(Collected("torch.profiler", False, f"no trace was exported: {died} (a window in progress is lost)"))
+    out.append(Collected("cuda", False, died))
+    if (run_dir / rundir.PSTATS).is_file():
+        out.append(Collected("cprofile", True, detail="the cProfile window ended before the training process died"))
+    else:
+        out.append(Collected("cprofile", False, f"{died} before the end of the cProfile window (it is written when the window ends)"))
+    if (run_dir / rundir.SETTINGS).is_file():
+        out.append(Collected("settings", True, detail="as last written during the run (at a step boundary)"))
+    else:
+        out.append(Collected("settings", False, f"{died} before the first step"))
+    return out
+
+
+def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
+    from gpudoctor.collect.summary import summarize_steps, summary_lines
+
+    steps = rundir.read_jsonl(run_dir / rundir.STEPS)
+    s = summarize_steps(steps)
+    important = ("steps", "torch.profiler")
+    missing = [f"{c.name} ({c.reason})" for c in m.collected if not c.ok and c.name in important and c.reason]
+    try:
+        shown = os.path.relpath(run_dir)
+        if shown.startswith(".."):
+            shown = str(run_dir)
+    except ValueError:
+        shown = str(run_dir)
+    for line in summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing):
+        _say(line)

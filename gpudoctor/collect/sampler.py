@@ -1,0 +1,202 @@
+"""The parent's sampler: psutil for the training process and its workers, NVML for the GPUs.
+
+Runs in a thread of the parent (so it costs the training process nothing but the
+CPU it takes on another core) and appends to ``samples.jsonl`` as it goes, so a run
+whose child is killed keeps every sample taken until then.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.collect.nvml import Nvml
+from gpudoctor.collect.rundir import JsonlWriter
+from gpudoctor.model import ProcessSample
+
+ROLE_MAIN = "main"
+ROLE_WORKER = "worker"  # a DataLoader / multiprocessing worker of the training process
+ROLE_CHILD = "child"  # any other process the script started (compile workers, shells, …)
+
+
+def _role(proc: Any, main_cmdline: list[str] | None) -> str:
+    try:
+        cmd = proc.cmdline()
+    except Exception:
+        return ROLE_CHILD
+    if main_cmdline is not None and cmd == main_cmdline:
+        return ROLE_WORKER  # forked from the training process
+    if any("multiprocessing" in part for part in cmd):
+        return ROLE_WORKER  # spawn / forkserver
+    return ROLE_CHILD
+
+
+class Sampler:
+    """Samples ``pid`` and its descendants every ``interval_ms`` until :meth:`stop`."""
+
+    def __init__(
+        self,
+        path: Path,
+        t0_mono_ns: int,
+        interval_ms: int,
+        nvml: Nvml | None,
+        rank: int | None = None,
+        on_tick: Callable[[], object] | None = None,
+    ) -> None:
+        self.path = path
+        self.t0 = t0_mono_ns
+        self.interval_s = interval_ms / 1000.0
+        self.interval_ms = interval_ms
+        self.nvml = nvml
+        self.rank = rank
+        self.on_tick = on_tick  # other housekeeping of the parent (trace compression), every tick
+        self.psutil_reason = ""
+        self.nvml_error = ""
+        self.process_samples = 0
+        self.gpu_samples = 0
+        self.worker_pids: set[int] = set()
+        self.max_workers = 0
+        self._pid: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._writer = JsonlWriter(path)
+        self._procs: dict[int, Any] = {}
+        self._roles: dict[int, str] = {}
+        self._main_cmdline: list[str] | None = None
+        try:
+            import psutil  # noqa: F401, PLC0415
+
+            self._psutil_ok = True
+        except ImportError:
+            self._psutil_ok = False
+            self.psutil_reason = "psutil is not installed"
+
+    def write_meta(self) -> None:
+        self._writer.write(
+            {
+                "kind": "meta",
+                "interval_ms": float(self.interval_ms),
+                "system_cpu_count": os.cpu_count(),
+            }
+        )
+
+    def start(self, pid: int) -> None:
+        self._pid = pid
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._writer.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        ticks = 0
+        while not self._stop.is_set():
+            try:
+                self._tick(ticks)
+            except Exception as err:  # never let sampling take the run down
+                if not self.psutil_reason:
+                    self.psutil_reason = f"sampling stopped: {type(err).__name__}: {err}"
+                return
+            if self.on_tick is not None:
+                try:
+                    self.on_tick()
+                except Exception:  # done again, for good, at the end of the run
+                    pass
+            ticks += 1
+            next_t += self.interval_s
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (a slow NVML call): skip, do not burst
+                next_t = time.monotonic()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def _processes(self) -> list[tuple[Any, str]]:
+        import psutil  # noqa: PLC0415
+
+        assert self._pid is not None
+        main = self._procs.get(self._pid)
+        if main is None:
+            try:
+                main = psutil.Process(self._pid)
+                self._main_cmdline = main.cmdline()
+            except psutil.Error:
+                return []
+            self._procs[self._pid] = main
+            self._roles[self._pid] = ROLE_MAIN
+            main.cpu_percent(None)  # prime: the next call returns the share since now
+        try:
+            children = main.children(recursive=True)
+        except psutil.Error:
+            children = []
+        out = [(main, ROLE_MAIN)]
+        alive = {self._pid}
+        for c in children:
+            pid = c.pid
+            alive.add(pid)
+            known = self._procs.get(pid)
+            if known is None:
+                self._procs[pid] = c
+                self._roles[pid] = _role(c, self._main_cmdline)
+                try:
+                    c.cpu_percent(None)
+                except psutil.Error:
+                    pass
+                continue  # primed now; sampled from the next tick on
+            out.append((known, self._roles[pid]))
+        for pid in list(self._procs):
+            if pid not in alive:
+                del self._procs[pid]
+        return out
+
+    def _tick(self, tick: int) -> None:
+        t_ns = time.monotonic_ns() - self.t0
+        lines: list[dict[str, Any]] = []
+        pids: set[int] = set()
+        if self._psutil_ok and self._pid is not None:
+            import psutil  # noqa: PLC0415
+
+            procs = self._processes()
+            workers = 0
+            for proc, role in procs:
+                try:
+                    with proc.oneshot():
+                        cpu = proc.cpu_percent(None)
+                        rss = proc.memory_info().rss
+                        threads = proc.num_threads()
+                except psutil.Error:
+                    continue
+                pids.add(proc.pid)
+                if tick == 0 and role == ROLE_MAIN:
+                    continue  # the first reading only primes cpu_percent
+                if role == ROLE_WORKER:
+                    workers += 1
+                    self.worker_pids.add(proc.pid)
+                s = ProcessSample(t_ns=t_ns, pid=proc.pid, role=role, cpu_pct=round(cpu, 1), rss_bytes=int(rss), threads=int(threads), rank=self.rank)
+                d = s.to_dict()
+                d["kind"] = "process"
+                lines.append(d)
+            self.max_workers = max(self.max_workers, workers)
+            self.process_samples += sum(1 for x in lines if x["kind"] == "process")
+        if self.nvml is not None:
+            try:
+                if pids and tick % 10 == 0:
+                    self.nvml.mark_used(pids)
+                for g in self.nvml.sample(t_ns):
+                    d = g.to_dict()
+                    d["kind"] = "gpu"
+                    lines.append(d)
+                    self.gpu_samples += 1
+            except Exception as err:
+                self.nvml_error = f"NVML sampling stopped: {type(err).__name__}: {err}"
+                self.nvml = None
+        self._writer.write_many(lines)

@@ -1,0 +1,325 @@
+"""torch.profiler, driven by the step boundaries; and a script that runs torch.profiler itself.
+
+One ``torch.profiler.profile`` object per window, created when the window's first
+step begins and driven with ``step()`` at every boundary through a schedule that
+maps its steps onto the run's step indices. The profiler's own ``ProfilerStep#N``
+markers are replaced by gpudoctor's, entered and left at the step boundaries, so
+that ``ProfilerStep#N`` in a trace is step ``N`` of ``steps.jsonl``.
+
+Kineto allows one profiler per process. When the script creates its own
+``torch.profiler.profile`` (or the legacy ``torch.autograd.profiler.profile``),
+gpudoctor stops its window at once (exporting what it recorded), hands the profiler
+to the script for the rest of the run (``manifest.profiler_owner = "user"``), and
+copies every trace the script exports into the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.collect import schedule as sched
+from gpudoctor.collect.rundir import TMP_SUFFIX, plain_trace, trace_name
+from gpudoctor.model import ProfilerSchedule
+
+
+@contextmanager
+def no_lazy_inductor(torch: Any) -> Iterator[None]:
+    """Keep ``prepare_trace`` from importing torch._inductor (and dynamo, sympy …) for nothing.
+
+    torch.profiler's ``prepare_trace`` asks ``hasattr(torch, "_inductor")`` to read an
+    inductor setting; on a script that never compiles, that lazy import costs ~1.8 s
+    (measured here), once per process. While gpudoctor starts a window, the lazy import
+    of ``torch._inductor`` alone is refused; a script that compiled has it imported
+    already and is not affected.
+    """
+    if "torch._inductor" in sys.modules or "__getattr__" not in torch.__dict__:
+        yield
+        return
+    orig = torch.__dict__["__getattr__"]
+
+    def getattr_(name: str) -> Any:
+        if name == "_inductor" and "torch._inductor" not in sys.modules:
+            raise AttributeError(name)
+        return orig(name)
+
+    torch.__getattr__ = getattr_
+    try:
+        yield
+    finally:
+        torch.__getattr__ = orig
+
+
+class ProfilerDriver:
+    def __init__(
+        self,
+        torch: Any,
+        schedule: ProfilerSchedule,
+        run_dir: Path,
+        worker: str,
+        on_change: Callable[[], None],
+        current_step: Callable[[], int],
+    ) -> None:
+        self.torch = torch
+        self.schedule = schedule
+        self.run_dir = run_dir
+        self.worker = worker
+        self.on_change = on_change
+        self.current_step = current_step
+        self.owner = "gpudoctor"
+        self.enabled = True
+        self.active = True  # False in a forked child
+        self.error = ""
+        self.traces: list[str] = []
+        self.user_traces: list[str] = []  # where the script exported its own traces
+        self.user_trace_errors: list[str] = []
+        self.windows_started = 0
+        self.detail_windows_recorded = 0
+        self.cuda_traced = False
+        self._prof: Any = None
+        self._window_first_active = 0
+        self._annotation: Any = None
+        self._own_depth = 0
+        self._in_user_export = False
+        self._quiet_until = 0  # no window before this step: on_step_start returns at once
+
+    # ------------------------------------------------------------------ patches
+
+    def install(self) -> None:
+        torch = self.torch
+        kineto_cls = torch.profiler.profiler._KinetoProfile
+        profile_cls = torch.profiler.profiler.profile
+        legacy_cls = torch.autograd.profiler.profile
+        driver = self
+
+        orig_profile_init = profile_cls.__init__
+        orig_legacy_init = legacy_cls.__init__
+        orig_kineto_export = kineto_cls.export_chrome_trace
+        orig_legacy_export = legacy_cls.export_chrome_trace
+
+        def profile_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            if driver._own_depth == 0:
+                driver.user_profiler_seen()
+            orig_profile_init(self, *args, **kwargs)
+
+        def legacy_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            if driver._own_depth == 0:
+                driver.user_profiler_seen()
+            orig_legacy_init(self, *args, **kwargs)
+
+        def kineto_export(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+            if driver._own_depth:
+                return orig_kineto_export(self, path, *args, **kwargs)
+            driver._in_user_export = True
+            try:
+                result = orig_kineto_export(self, path, *args, **kwargs)
+            finally:
+                driver._in_user_export = False
+            driver.user_trace_exported(path)
+            return result
+
+        def legacy_export(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+            result = orig_legacy_export(self, path, *args, **kwargs)
+            if not driver._own_depth and not driver._in_user_export:
+                driver.user_trace_exported(path)
+            return result
+
+        for cls, name, fn, orig in (
+            (profile_cls, "__init__", profile_init, orig_profile_init),
+            (legacy_cls, "__init__", legacy_init, orig_legacy_init),
+            (kineto_cls, "export_chrome_trace", kineto_export, orig_kineto_export),
+            (legacy_cls, "export_chrome_trace", legacy_export, orig_legacy_export),
+        ):
+            fn.__wrapped__ = orig  # type: ignore[attr-defined]
+            fn.__name__ = name
+            fn.__qualname__ = f"{cls.__qualname__}.{name}"
+            fn.__doc__ = orig.__doc__
+            setattr(cls, name, fn)
+
+    # ------------------------------------------------------------------ the schedule
+
+    def _action(self, step: int) -> Any:
+        PA = self.torch.profiler.ProfilerAction
+        ph = sched.phase(step, self.schedule)
+        if ph == sched.WARMUP:
+            return PA.WARMUP
+        if ph == sched.ACTIVE:
+            return PA.RECORD_AND_SAVE if sched.is_last_active(step, self.schedule) else PA.RECORD
+        return PA.NONE
+
+    def running_schedule(self) -> bool:
+        return self.enabled and self.active and self.owner == "gpudoctor"
+
+    def on_step_start(self, step: int) -> str:
+        """Step ``step`` begins: open a window if one starts here; return the step's phase."""
+        if step < self._quiet_until or not self.running_schedule():
+            return ""
+        ph = sched.phase(step, self.schedule)
+        if not ph:
+            nxt = sched.next_window_start(step, self.schedule)
+            self._quiet_until = nxt if nxt is not None else 1 << 62
+            return ""
+        self._window_first_active = sched.window_start(step, self.schedule)
+        try:
+            if self._prof is None:
+                self._start_window(step)
+            name = f"ProfilerStep#{step}"
+            self._own_depth += 1
+            try:
+                self._annotation = self.torch.profiler.record_function(name)
+                self._annotation.__enter__()
+            finally:
+                self._own_depth -= 1
+        except Exception as err:
+            self._fail(err)
+            return ""
+        return ph
+
+    def _start_window(self, step: int) -> None:
+        torch = self.torch
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        try:
+            if torch.cuda.is_initialized() and torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self.cuda_traced = True
+        except Exception:
+            pass
+        base = step
+        s = self.schedule
+        # shapes, stacks and memory cost 3-4x a plain window (stop + export): the first
+        # detail_windows windows record them, later ones record timings only
+        detail = not s.detail_windows or self.windows_started < s.detail_windows
+        if detail:
+            self.detail_windows_recorded += 1
+        self._own_depth += 1
+        try:
+            prof = torch.profiler.profile(
+                activities=activities,
+                schedule=lambda n: self._action(base + n),
+                on_trace_ready=self._trace_ready,
+                record_shapes=s.record_shapes and detail,
+                with_stack=s.with_stack and detail,
+                profile_memory=s.profile_memory and detail,
+            )
+            prof.record_steps = False  # gpudoctor writes ProfilerStep#N itself (run step indices)
+            with no_lazy_inductor(torch):
+                prof.start()
+        finally:
+            self._own_depth -= 1
+        self._prof = prof
+        self._base = base
+        self.windows_started += 1
+
+    def on_step_end(self, step: int) -> None:
+        if self._annotation is not None:
+            ann, self._annotation = self._annotation, None
+            try:
+                ann.__exit__(None, None, None)
+            except Exception as err:
+                self._fail(err)
+                return
+        if self._prof is None:
+            return
+        self._own_depth += 1
+        try:
+            with no_lazy_inductor(self.torch):
+                self._prof.step()
+            if not sched.phase(step + 1, self.schedule):
+                # the window is over (its trace was exported by step()): let it go
+                self._prof.stop()
+                self._prof = None
+        except Exception as err:
+            self._fail(err)
+        finally:
+            self._own_depth -= 1
+
+    def discard_step(self) -> None:
+        """The step just begun holds nothing (an epoch ended unannounced): close its marker."""
+        if self._annotation is not None:
+            ann, self._annotation = self._annotation, None
+            try:
+                ann.__exit__(None, None, None)
+            except Exception as err:
+                self._fail(err)
+
+    def _trace_ready(self, prof: Any) -> None:
+        """Export the window: plain JSON under its final name less ".gz" (the name Kineto
+        writes into the trace as ``traceName``). The parent gzips it once it is listed,
+        so the compression costs the training process nothing."""
+        name = trace_name(self.worker, self._window_first_active)
+        prof.export_chrome_trace(str(self.run_dir / plain_trace(name)))
+        self.traces.append(name)
+        self.on_change()
+
+    def _fail(self, err: BaseException) -> None:
+        self.error = f"torch.profiler failed: {type(err).__name__}: {err}"
+        self.enabled = False
+        self._annotation = None
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            self._own_depth += 1
+            try:
+                prof.stop()
+            except Exception:
+                pass
+            finally:
+                self._own_depth -= 1
+        self.on_change()
+
+    def finish(self) -> None:
+        """The script is over: close the step marker and export a window cut short."""
+        if self._annotation is not None:
+            ann, self._annotation = self._annotation, None
+            try:
+                ann.__exit__(None, None, None)
+            except Exception:
+                pass
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            self._own_depth += 1
+            try:
+                prof.stop()  # a recording window exports what it has (torch calls on_trace_ready)
+            except Exception as err:
+                self.error = f"torch.profiler failed at the end: {type(err).__name__}: {err}"
+            finally:
+                self._own_depth -= 1
+
+    # ------------------------------------------------------------------ the script's own profiler
+
+    def user_profiler_seen(self) -> None:
+        if not self.active or self.owner == "user":
+            return
+        self.owner = "user"
+        self.finish()  # ours gives way: export a window in progress
+        self.on_change()
+
+    def user_trace_exported(self, path: str) -> None:
+        if not self.active:
+            return
+        src = os.path.abspath(path)
+        self.user_traces.append(src)
+        span = self.current_step()
+        base = trace_name(self.worker, span)
+        while (self.run_dir / base).exists() or (self.run_dir / plain_trace(base)).exists() or base in self.traces:
+            span += 1  # the span is only a number to torch-tb-profiler: keep names unique
+            base = trace_name(self.worker, span)
+        dst = self.run_dir / (base if src.endswith(".gz") else plain_trace(base))  # the parent gzips a plain one
+        try:
+            tmp = dst.with_name(dst.name + TMP_SUFFIX)
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except OSError as err:
+            self.user_trace_errors.append(f"{src}: {err.strerror or err}")
+            return
+        self.traces.append(base)
+        self.on_change()
+
+    def in_child_after_fork(self) -> None:
+        self.active = False
+        self._annotation = None
+        self._prof = None
