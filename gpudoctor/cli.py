@@ -267,6 +267,68 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
 
 
 @cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option(
+    "--fail-on-regression",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="Exit 1 when B's median step time is more than PCT% slower than A's (per sample when the batch size changed).",
+)
+@click.option("--select", multiple=True, metavar="CODE", help="Run only these rules on both runs (codes or prefixes).")
+@click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rules on both runs (codes or prefixes).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help="Override a threshold for both runs.")
+@click.option("--format", "fmt", type=click.Choice(("terminal", "md", "json", "html")), default=None, help="Output format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison to FILE.")
+def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output):
+    """Before and after: compare RUN_A (before a fix) with RUN_B (after).
+
+    Each is anything `analyze` takes: a run directory, a Kineto trace or a folder of
+    traces. Both are diagnosed again with the same rules and thresholds. Shows step
+    time (median, p90, speed-up, and whether the change is beyond step-to-step noise),
+    time waiting for data, GPU idle, the step breakdown side by side, the findings fixed,
+    remaining and new, and the settings that changed, with their file:line.
+    """
+    from gpudoctor.analysis.compare import compare_runs
+    from gpudoctor.engine import diagnose
+    from gpudoctor.report import format_from_path
+    from gpudoctor.report.compare import COMPARE_FORMATS, render_comparison
+
+    if output and not fmt:
+        fmt = format_from_path(output)
+        if fmt not in COMPARE_FORMATS:
+            _fail(f"-o {output}: `compare` writes {', '.join(COMPARE_FORMATS)}; name the file .txt, .md, .json or .html")
+    fmt = fmt or "terminal"
+    config = _config(select, ignore, sets, Path(run_a).resolve().parent)
+    before = load_and_analyze([run_a])
+    after = load_and_analyze([run_b])
+    comparison = compare_runs(
+        before, after, diagnose(before, config, kind="analyze"), diagnose(after, config, kind="analyze")
+    )
+    color = fmt == "terminal" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = render_comparison(comparison, fmt, color=color)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"gpudoctor: wrote {fmt} comparison to {output}", err=True)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+    if fail_pct is not None:
+        change = comparison.step_time.change_pct
+        if change is None:
+            _fail(f"--fail-on-regression: cannot judge, {comparison.step_time.verdict_text}", EXIT_USAGE)
+        if change > fail_pct:
+            click.echo(
+                f"gpudoctor: regression: B's median step time is {change:.1f}% slower than A's "
+                f"(more than --fail-on-regression {fail_pct:g}%)",
+                err=True,
+            )
+            sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_OK)
+
+
+@cli.command()
 @click.argument("run_dir", type=click.Path())
 @click.option("--port", type=int, default=0, help="Port on 127.0.0.1 (default: a free one).")
 @click.option("--no-browser", is_flag=True, default=True, hidden=True)

@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 from gpudoctor.model._serde import from_dict, to_dict
+from gpudoctor.model.compare import (
+    COMPARISON_SCHEMA_VERSION,
+    BreakdownChange,
+    Comparison,
+    ComponentChange,
+    FindingChange,
+    FindingStatus,
+    MetricChange,
+    RunSide,
+    SettingChange,
+    StepTimeChange,
+    StepTimes,
+    StepTimeVerdict,
+)
 from gpudoctor.model.findings import (
     REPORT_SCHEMA_VERSION,
     ChecklistItem,
