@@ -124,6 +124,7 @@ def cli() -> None:
       gpudoctor analyze RUN_OR_TRACE             diagnose a saved run or any Kineto trace
       gpudoctor report RUN -o review.md          render terminal | md | json | html | sarif
       gpudoctor check train.py                   review a script without running it
+      gpudoctor compare RUN_A RUN_B              before/after: what changed, by how much
       gpudoctor view RUN                         open the run in TensorBoard
       gpudoctor rules / explain GD201            the rule catalogue
     """
