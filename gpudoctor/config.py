@@ -129,6 +129,24 @@ class Thresholds:
     host_sys_cpu_share_pct: float = 10.0  # system CPU, % of step wall time. Issue 4
     minor_faults_per_step: float = 1000.0  # "thousands": measured ~5,000/step ran 40% slower than ~1,300. Issue 4
 
+    # ---- GD602 comm-exposed
+    # Communication with no compute beside it, % of step time. torch-tb-profiler recommends gradient
+    # compression / accumulation when communication takes more than 10% of the step.
+    comm_exposed_share_pct: float = 10.0
+
+    # ---- GD603 straggler (the slowest rank, the others waiting for it in collectives)
+    # The others wait at least this % of the step for it: the warning scale's lower bound (5%), so
+    # a straggler is never reported at info level as noise.
+    straggler_delay_share_pct: float = 5.0
+    # ... consistently: it is that far behind the others in at least this % of the steps compared,
+    # one by one (4 of 5 profiled steps). gpudoctor's choice: two equal ranks swap places at random.
+    straggler_consistency_pct: float = 80.0
+    straggler_min_steps: int = 3  # fewer compared steps cannot show "consistently". gpudoctor's choice
+    # ... and its excess stands out of the other ranks' own step-to-step variation: at least this many
+    # times their median absolute deviation (3 MAD ≈ 2 standard deviations of normal noise), so that
+    # scheduling jitter on a shared host is not called a straggler.
+    straggler_excess_to_jitter_ratio: float = 3.0
+
     # ---- GD702 loss-on-cpu
     loss_cpu_min_bytes_per_step: int = 1024  # D2H bytes per step above a scalar's: outputs, not a logged loss
 

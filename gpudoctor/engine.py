@@ -40,6 +40,7 @@ from gpudoctor.model.findings import (
     Fix,
     Gain,
     RankRow,
+    RankSummary,
     Report,
     RuleInfo,
     RunData,
@@ -56,6 +57,7 @@ from gpudoctor.rules.context import (
     percentile_int,
     trace_label,
 )
+from gpudoctor.rules.distributed import figures as rank_figures_of
 from gpudoctor.rules.helpers import memory_peak
 from gpudoctor.rules.registry import Rule, all_rules
 
@@ -177,10 +179,15 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
             out.append(_stat("duration", "duration", mf.duration_s, "s"))
     if run.steps:
         steady = ctx.steady_steps()
-        out.append(_stat("steps", "steps recorded", len(run.steps), "count"))
+        step_ranks = {s.rank for s in run.steps if s.rank is not None}
+        if len(step_ranks) > 1:
+            per_rank = max(sum(1 for s in run.steps if s.rank == r) for r in step_ranks)
+            out.append(_stat("steps", f"steps recorded (per rank, {len(step_ranks)} ranks)", per_rank, "count"))
+        else:
+            out.append(_stat("steps", "steps recorded", len(run.steps), "count"))
         med = median_int(s.wall_ns for s in steady)
         p90 = percentile_int((s.wall_ns for s in steady), 90)
-        window = f"{len(steady)} steady steps"
+        window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
         out.append(_stat("step_time_median", "step time (median)", (med or 0) / 1e6, "ms", window))
         out.append(_stat("step_time_p90", "step time (p90)", (p90 or 0) / 1e6, "ms", window))
         wait = ctx.data_wait_share_pct()
@@ -280,15 +287,11 @@ def build_environment(run: RunData) -> dict[str, str]:
     return env
 
 
-def build_ranks(run: RunData) -> tuple[RankRow, ...]:
-    ranked = [m for m in run.metrics if m.rank is not None]
-    if len(ranked) < 2:
-        return ()
-    rows = []
-    for m in sorted(ranked, key=lambda m: m.rank or 0):
-        durs = [s.end_ns - s.start_ns for s in m.steps]
-        rows.append(RankRow(m.rank or 0, len(m.steps), median_int(durs), percentile_int(durs, 90)))
-    return tuple(rows)
+def build_ranks(ctx: RuleContext) -> tuple[tuple[RankRow, ...], RankSummary | None]:
+    """Per-rank rows and the cross-rank summary (``analysis.ranks``, with GD603's thresholds, so
+    the table's straggler is the rule's)."""
+    fig = rank_figures_of(ctx)
+    return fig.rows, fig.summary
 
 
 # --------------------------------------------------------------------------- entry points
@@ -304,6 +307,7 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
     results, skipped, findings, errors, ran = run_rules(ctx, config, rules)
     findings.sort(key=sort_key)
     checklist = build_checklist(ctx, rules, results, skipped)
+    rank_rows, rank_summary = build_ranks(ctx)
     return Report(
         schema_version=REPORT_SCHEMA_VERSION,
         gpudoctor_version=__version__,
@@ -315,7 +319,8 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         summary=build_summary(ctx, findings),
         environment=build_environment(run),
         run=run,
-        ranks=build_ranks(run),
+        ranks=rank_rows,
+        rank_summary=rank_summary,
         errors=tuple(errors),
         rules_run=tuple(ran),
         rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),

@@ -136,7 +136,9 @@ class Child:
 
     def setup(self) -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
-        _die_with_parent(int(self.cfg.get("parent_pid") or 0))
+        # under torchrun the parent is torchrun's agent (which gpudoctor started), not gpudoctor
+        launched = self.cfg.get("launcher") == "torchrun"
+        _die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))
         try:
             import torch  # noqa: PLC0415 - the heavy import, once, before the script's
         except Exception as err:
@@ -217,6 +219,8 @@ class Child:
             self.capture.error("settings.json", err)
 
     def _on_boundary(self, index: int) -> None:
+        if self.capture is not None and self.world_size is not None:
+            self.capture.poll_ddp(index)
         if self.capture is not None and self.capture.dirty:
             self.write_settings()
         if index == 0:
@@ -345,6 +349,8 @@ class Child:
     # ------------------------------------------------------------------ the end
 
     def finish(self, status: RunStatus, detail: str, code: int, sig: int | None) -> None:
+        # when the script ended, before the flush: orders the ranks' failures (the first is the cause)
+        self.state["ended_ns"] = time.monotonic_ns() - self.t0
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the flush finish; the parent escalates
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -154,10 +154,9 @@ def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
     """Check the options before anything is created; raise ``UsageError`` with what to do."""
     cwd = cwd or os.getcwd()
     if any(v is not None for v in (opts.nproc_per_node, opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.master_port)):
-        raise UsageError(
-            "distributed profiling (--nproc-per-node, --nnodes, --node-rank, --rdzv-endpoint, "
-            "--master-port) is not available yet; profile a single process: gpudoctor profile train.py"
-        )
+        from gpudoctor.collect import distributed  # noqa: PLC0415
+
+        distributed.validate(opts)
     if opts.max_steps is not None and opts.max_steps < 1:
         raise UsageError("--steps must be at least 1")
     if opts.active < 1:

@@ -353,7 +353,8 @@ class Patcher:
                     except Exception:
                         pass
                 inner = getattr(self, "module", None)
-                capture.note_wrapper(kind, site, type(inner).__qualname__ if inner is not None else "", options)
+                capture.note_wrapper(kind, site, type(inner).__qualname__ if inner is not None else "", options,
+                                     obj=self if ddp else None)
 
             patcher._safe(kind, note)
 

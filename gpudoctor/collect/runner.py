@@ -133,6 +133,7 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
         "max_steps": opts.max_steps,
         "cprofile": opts.cprofile,
         "cprofile_steps": opts.cprofile_steps,
+        "launcher": "torchrun" if opts.nproc_per_node is not None else "",
     }
 
 
@@ -174,12 +175,19 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
     env = os.environ.copy()
     env[CONFIG_ENV] = json.dumps(_child_config(opts, target, run_dir, t0_mono_ns, cwd))
     env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+    launcher = opts.nproc_per_node is not None
+    if launcher:
+        from gpudoctor.collect import distributed  # noqa: PLC0415
     signals = _Signals()
     signals.install()
     try:
         try:
             flags = getattr(subprocess, "_args_from_interpreter_flags", lambda: [])()  # -W, -X, -O … as given to us
-            proc = subprocess.Popen([sys.executable, *flags, "-m", CHILD_MODULE], env=env, cwd=cwd)
+            if launcher:
+                argv, preexec = distributed.launch_argv(opts, CHILD_MODULE, flags), distributed.die_with_parent_preexec
+            else:
+                argv, preexec = [sys.executable, *flags, "-m", CHILD_MODULE], None
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec)
         except OSError as err:
             from gpudoctor.model import RunStatus
 
@@ -190,8 +198,10 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
         signals.proc = proc
         # written while the training process starts (it imports torch for a second or more)
         manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+        if launcher:
+            manifest = _replace(manifest, launcher=distributed.LAUNCHER)
         rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
-        sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid)
+        sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
         while True:
             try:
                 rc = proc.wait()
@@ -201,9 +211,16 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
         t_end_unix_ns = time.time_ns()
         t_end_mono_ns = time.monotonic_ns()
         sampler.stop()
+        state, job = None, {}
+        if launcher:
+            state, ends, outcome = distributed.combined_state(run_dir, opts.nproc_per_node)
+            job = {"rank_ends": tuple(ends), "failed_rank": outcome.get("failed_rank")}
         manifest = _finish_manifest(
-            manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9
+            manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9,
+            state=state,
         )
+        if job:
+            manifest = _replace(manifest, **job)
         if nvml is not None:
             nvml.close()
     finally:
@@ -226,27 +243,30 @@ class _TraceCompressor:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.state_path = run_dir / rundir.CHILD_STATE
-        self._mtime = 0.0
+        self._mtimes: dict[Path, float] = {}
 
     def __call__(self) -> None:
-        try:
-            mtime = self.state_path.stat().st_mtime
-        except OSError:
-            return
-        if mtime == self._mtime:
-            return
-        self._mtime = mtime
-        state = rundir.read_json(self.state_path) or {}
-        rundir.compress_traces(self.run_dir, list(state.get("traces") or []))
+        # one training process, or every rank of a torchrun job (rank-tagged state files)
+        for path in (self.state_path, *self.run_dir.glob(rundir.rank_tagged(rundir.CHILD_STATE, 0).replace("rank0", "rank*"))):
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            if mtime == self._mtimes.get(path):
+                continue
+            self._mtimes[path] = mtime
+            state = rundir.read_json(path) or {}
+            rundir.compress_traces(self.run_dir, list(state.get("traces") or []))
 
 
-def _start_sampler(opts: ProfileOptions, run_dir: Path, t0_mono_ns: int, pid: int):  # noqa: ANN202
+def _start_sampler(opts: ProfileOptions, run_dir: Path, t0_mono_ns: int, pid: int, launcher: bool = False):  # noqa: ANN202
     from gpudoctor.collect.nvml import Nvml
     from gpudoctor.collect.sampler import Sampler
 
     nvml, reason = Nvml.open()
     sampler = Sampler(
-        run_dir / rundir.SAMPLES, t0_mono_ns, opts.sample_interval_ms, nvml, on_tick=_TraceCompressor(run_dir)
+        run_dir / rundir.SAMPLES, t0_mono_ns, opts.sample_interval_ms, nvml, on_tick=_TraceCompressor(run_dir),
+        rank_module=CHILD_MODULE if launcher else None,
     )
     sampler.write_meta()
     sampler.start(pid)
@@ -263,11 +283,15 @@ def _finish_manifest(
     nvml_reason: str,
     end_unix_ns: int,
     duration_s: float,
+    state: dict[str, Any] | None = None,
 ) -> Manifest:
     from gpudoctor.model import Collected, Device, ExceptionInfo, RunStatus
 
+    # ``state``: the child's account, read from its file; a torchrun job passes its ranks' accounts
+    # merged by ``distributed.combined_state``.
     state_path = run_dir / rundir.CHILD_STATE
-    state: dict[str, Any] = rundir.read_json(state_path) or {}
+    if state is None:
+        state = rundir.read_json(state_path) or {}
     steps_path = run_dir / rundir.STEPS
     if steps_path.exists():
         rundir.repair_jsonl(steps_path)
@@ -416,7 +440,12 @@ def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:
 def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
     from gpudoctor.collect.summary import summarize_steps, summary_lines
 
-    steps = rundir.read_jsonl(run_dir / rundir.STEPS)
+    steps_path = run_dir / rundir.STEPS
+    if m.launcher and not steps_path.exists():  # a torchrun job: the lowest rank's steps stand for the job's
+        from gpudoctor.collect import distributed  # noqa: PLC0415
+
+        steps_path = distributed.first_rank_steps(run_dir) or steps_path
+    steps = rundir.read_jsonl(steps_path)
     s = summarize_steps(steps)
     important = ("steps", "torch.profiler")
     missing = [f"{c.name} ({c.reason})" for c in m.collected if not c.ok and c.name in important and c.reason]

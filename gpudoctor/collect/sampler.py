@@ -21,6 +21,7 @@ from gpudoctor.model import ProcessSample
 ROLE_MAIN = "main"
 ROLE_WORKER = "worker"  # a DataLoader / multiprocessing worker of the training process
 ROLE_CHILD = "child"  # any other process the script started (compile workers, shells, …)
+ROLE_LAUNCHER = "launcher"  # torchrun's agent in a distributed run (its ranks are "main", rank set)
 
 
 def _role(proc: Any, main_cmdline: list[str] | None) -> str:
@@ -46,7 +47,11 @@ class Sampler:
         nvml: Nvml | None,
         rank: int | None = None,
         on_tick: Callable[[], object] | None = None,
+        rank_module: str | None = None,
     ) -> None:
+        """``rank_module``: the sampled process is a launcher (torchrun) whose children running
+        ``python -m rank_module`` are the ranks: each is a "main" process with its ``RANK``, and
+        their descendants are its workers and children."""
         self.path = path
         self.t0 = t0_mono_ns
         self.interval_s = interval_ms / 1000.0
@@ -67,6 +72,10 @@ class Sampler:
         self._procs: dict[int, Any] = {}
         self._roles: dict[int, str] = {}
         self._main_cmdline: list[str] | None = None
+        self.rank_module = rank_module
+        self._ranks: dict[int, int | None] = {}  # pid -> rank (launcher mode)
+        self._rank_cmdlines: dict[int, list[str]] = {}  # rank main pid -> its command line
+        self._rank_tries: dict[int, int] = {}
         try:
             import psutil  # noqa: F401, PLC0415
 
@@ -132,21 +141,27 @@ class Sampler:
             except psutil.Error:
                 return []
             self._procs[self._pid] = main
-            self._roles[self._pid] = ROLE_MAIN
+            self._roles[self._pid] = ROLE_LAUNCHER if self.rank_module else ROLE_MAIN
             main.cpu_percent(None)  # prime: the next call returns the share since now
         try:
             children = main.children(recursive=True)
         except psutil.Error:
             children = []
-        out = [(main, ROLE_MAIN)]
+        out = [(main, self._roles[self._pid])]
         alive = {self._pid}
         for c in children:
             pid = c.pid
             alive.add(pid)
             known = self._procs.get(pid)
             if known is None:
+                if self.rank_module:
+                    found = self._rank_role(c)
+                    if found is None:  # forked by the launcher, not yet running the rank: look again next tick
+                        continue
+                    self._roles[pid], self._ranks[pid] = found
+                else:
+                    self._roles[pid] = _role(c, self._main_cmdline)
                 self._procs[pid] = c
-                self._roles[pid] = _role(c, self._main_cmdline)
                 try:
                     c.cpu_percent(None)
                 except psutil.Error:
@@ -157,6 +172,37 @@ class Sampler:
             if pid not in alive:
                 del self._procs[pid]
         return out
+
+    def _rank_role(self, proc: Any) -> tuple[str, int | None] | None:
+        """Launcher mode: (role, rank) of a process under the launcher; None while it is still a
+        copy of the launcher (forked, not yet running the rank's command)."""
+        try:
+            cmd = proc.cmdline()
+        except Exception:
+            return ROLE_CHILD, None
+        launcher_cmd = self._main_cmdline
+        if launcher_cmd is not None and cmd == launcher_cmd:
+            return None
+        if self.rank_module in cmd:
+            try:
+                rank: int | None = int(proc.environ()["RANK"])
+            except Exception:
+                tries = self._rank_tries[proc.pid] = self._rank_tries.get(proc.pid, 0) + 1
+                if tries < 5:
+                    return None
+                rank = None  # its environment cannot be read: sampled without a rank
+            self._rank_cmdlines[proc.pid] = cmd
+            return ROLE_MAIN, rank
+        try:
+            parents = proc.parents()
+        except Exception:
+            parents = []
+        for a in parents:
+            if a.pid in self._rank_cmdlines:
+                main_cmd = self._rank_cmdlines[a.pid]
+                role = ROLE_WORKER if cmd == main_cmd or any("multiprocessing" in part for part in cmd) else ROLE_CHILD
+                return role, self._ranks.get(a.pid)
+        return ROLE_CHILD, None
 
     def _tick(self, tick: int) -> None:
         t_ns = time.monotonic_ns() - self.t0
@@ -176,12 +222,12 @@ class Sampler:
                 except psutil.Error:
                     continue
                 pids.add(proc.pid)
-                if tick == 0 and role == ROLE_MAIN:
+                if tick == 0 and role in (ROLE_MAIN, ROLE_LAUNCHER):
                     continue  # the first reading only primes cpu_percent
                 if role == ROLE_WORKER:
                     workers += 1
                     self.worker_pids.add(proc.pid)
-                s = ProcessSample(t_ns=t_ns, pid=proc.pid, role=role, cpu_pct=round(cpu, 1), rss_bytes=int(rss), threads=int(threads), rank=self.rank)
+                s = ProcessSample(t_ns=t_ns, pid=proc.pid, role=role, cpu_pct=round(cpu, 1), rss_bytes=int(rss), threads=int(threads), rank=self._ranks.get(proc.pid, self.rank))
                 d = s.to_dict()
                 d["kind"] = "process"
                 lines.append(d)

@@ -107,6 +107,7 @@ class SettingsCapture:
         self._autocast: dict[tuple, AutocastUse] = {}
         self._scalers: dict[tuple, CallSite] = {}
         self._wrappers: list[WrapSetting] = []
+        self._ddp: dict[int, tuple[Any, dict[str, Any]]] = {}  # index in _wrappers -> (weakref to DDP, what it reported)
         self._empty_cache_sites: dict[tuple, CallSite] = {}
         self.empty_cache_count = 0
         self._fused_support: dict[type, bool] = {}
@@ -244,9 +245,46 @@ class SettingsCapture:
 
     # ------------------------------------------------------------------ wrappers
 
-    def note_wrapper(self, kind: str, site: CallSite | None, module: str, options: dict[str, Any]) -> None:
+    def note_wrapper(self, kind: str, site: CallSite | None, module: str, options: dict[str, Any], obj: Any = None) -> None:
+        """``obj``: the DistributedDataParallel instance, whose own logging data ``poll_ddp`` reads."""
         self._wrappers.append(WrapSetting(kind=kind, call_site=site, module=module, options=_jsonable(options)))
+        if obj is not None and hasattr(obj, "_get_ddp_logging_data"):
+            self._ddp[len(self._wrappers) - 1] = (weakref.ref(obj), {"iterations": set(), "unused": None})
         self.dirty = True
+
+    def poll_ddp(self, step: int) -> None:
+        """Read DDP's own account of unused parameters (``unused_parameter_size``: bytes of parameters
+        that got no gradient, set on the iterations DDP samples for its logging: the first ten, then
+        every hundredth). Called at step boundaries; reads only around those iterations."""
+        if not self._ddp or not (step <= 12 or step % 100 in (0, 1, 2)):
+            return
+        for ref, seen in self._ddp.values():
+            model = ref()
+            if model is None:
+                continue
+            try:
+                data = model._get_ddp_logging_data()
+            except Exception as err:
+                self.error("DistributedDataParallel logging data", err)
+                continue
+            it = data.get("iteration")
+            size = data.get("unused_parameter_size")
+            if not isinstance(it, int) or not isinstance(size, int) or it <= 0 or it in seen["iterations"]:
+                continue
+            seen["iterations"].add(it)
+            before = seen["unused"]
+            seen["unused"] = size if before is None else max(before, size)
+            if seen["unused"] != before:  # the count of checks is written with the next settings anyway
+                self.dirty = True
+
+    def _wrappers_now(self) -> tuple[WrapSetting, ...]:
+        out = list(self._wrappers)
+        for i, (_, seen) in self._ddp.items():
+            if seen["unused"] is not None and i < len(out):
+                w = out[i]
+                opts = dict(w.options, unused_parameter_size=seen["unused"], unused_parameter_checks=len(seen["iterations"]))
+                out[i] = WrapSetting(kind=w.kind, call_site=w.call_site, module=w.module, options=opts)
+        return tuple(out)
 
     def note_empty_cache(self, site: CallSite | None) -> None:
         self.empty_cache_count += 1
@@ -288,7 +326,7 @@ class SettingsCapture:
             flags=self._flags_snapshot,
             autocast=tuple(self._autocast.values()),
             grad_scalers=tuple(self._scalers.values()),
-            wrappers=tuple(self._wrappers),
+            wrappers=self._wrappers_now(),
             empty_cache_calls=tuple(self._empty_cache_sites.values()),
             empty_cache_count=self.empty_cache_count,
             num_threads=num_threads,

@@ -251,7 +251,7 @@ class ProcessSample(Serde):
 
     t_ns: int
     pid: int
-    role: str  # "main", "worker" (DataLoader / multiprocessing) or "child" (another process the script started)
+    role: str  # "main", "worker" (DataLoader / multiprocessing), "child" (another process the script started) or "launcher" (torchrun)
     cpu_pct: float  # 100 = one full core
     rss_bytes: int
     threads: int

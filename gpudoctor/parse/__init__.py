@@ -120,11 +120,19 @@ def load_inputs(paths: list[Path]) -> LoadedInputs:
         if p.is_dir() and is_run_dir(p):
             run, traces = read_run_dir(p)
             notes = list(run.notes)
+            mf = run.manifest
+            # a torchrun job: each rank listed its traces (for a window recorded before the process group existed)
+            owner = {Path(t).name: e.rank for e in (mf.rank_ends if mf else ()) for t in e.traces}
             for t in traces:
                 try:
-                    timelines.append(load_trace(t))
+                    tl = load_trace(t)
                 except TraceFormatError as err:
                     notes.append(f"trace skipped: {err}")
+                    continue
+                if tl.info.rank is None and t.name in owner:
+                    tl = dataclasses.replace(tl, info=dataclasses.replace(
+                        tl.info, rank=owner[t.name], world_size=tl.info.world_size or mf.world_size))
+                timelines.append(tl)
             runs.append(dataclasses.replace(run, notes=tuple(notes)))
         elif p.is_dir():
             traces = find_traces(p)

@@ -20,6 +20,8 @@ from gpudoctor.model import (
     Gain,
     Manifest,
     Metric,
+    RankRow,
+    RankSummary,
     Report,
     Severity,
     TraceMetrics,
@@ -244,6 +246,69 @@ def trace_label(m: TraceMetrics, index: int) -> str:
     """``rank 3 (trace.pt.trace.json.gz)`` or the file name."""
     name = re.split(r"[\\/]", m.path)[-1] if m.path else f"trace {index + 1}"
     return f"rank {m.rank} ({name})" if m.rank is not None else name
+
+
+# --------------------------------------------------------------------------- ranks
+
+RANK_HEADER = ("rank", "steps", "step median", "step p90", "collectives", "exposed", "work / step", "")
+
+
+def rank_cells(row: RankRow, mixed_jobs: bool = False) -> list[str]:
+    """One row of the per-rank table, as text: rank (``3 of 8`` when jobs are mixed), steps,
+    step median and p90, time in collectives per profiled step, exposed communication (% of
+    the profiled step time), work per profiled step, and the straggler flag."""
+    label = f"{row.rank} of {row.world_size}" if mixed_jobs and row.world_size else str(row.rank)
+    return [
+        label,
+        f"{row.steps:,}",
+        duration(row.step_median_ns),
+        duration(row.step_p90_ns),
+        duration(row.comm_ns),
+        pct(row.comm_exposed_pct),
+        duration(row.work_median_ns),
+        "straggler" if row.straggler else "",
+    ]
+
+
+def mixed_jobs(rows: Iterable[RankRow]) -> bool:
+    return len({r.world_size for r in rows}) > 1
+
+
+def rank_summary_lines(s: RankSummary | None) -> list[str]:
+    """The cross-rank comparison in sentences (straggler, imbalance, what was compared, notes)."""
+    if s is None:
+        return []
+    out: list[str] = []
+    basis = (
+        "work per profiled step (step time minus exposed communication)"
+        if s.basis == "work"
+        else "step wall time"
+    )
+    of = f" of world size {s.world_size}" if s.world_size else ""
+    if s.ranks >= 2:
+        out.append(f"compared: {s.ranks} ranks{of} on {basis}, {s.compared_steps} step(s) side by side")
+    if s.straggler_rank is not None:
+        out.append(
+            f"straggler: rank {s.straggler_rank}, {duration(s.slowest_excess_ns)} per step above the median of the "
+            f"other ranks, who wait for it {pct(s.slowest_excess_pct)} of every step "
+            f"(that far behind in {s.slowest_in_steps} of {s.compared_steps} compared steps)"
+        )
+    elif s.slowest_rank is not None:
+        out.append(
+            f"no straggler: the slowest, rank {s.slowest_rank}, is {duration(s.slowest_excess_ns)} "
+            f"({pct(s.slowest_excess_pct)} of the step) above the others, "
+            f"{s.slowest_in_steps} of {s.compared_steps} compared steps that far behind"
+            + (f"; the others vary by {duration(s.jitter_ns)} from step to step" if s.jitter_ns is not None else "")
+        )
+    parts = []
+    if s.step_imbalance is not None:
+        parts.append(f"step time {number(s.step_imbalance)}×")
+    if s.work_imbalance is not None:
+        parts.append(f"work {number(s.work_imbalance)}×")
+    if parts:
+        out.append("imbalance (max / median over ranks): " + ", ".join(parts))
+    out.extend(f"note: {n}" for n in s.notes)
+    return out
 
 
 def run_line(manifest: Manifest | None) -> str:

@@ -598,14 +598,19 @@ def _run_section(report: Report) -> str:
 def _ranks(report: Report) -> str:
     if not report.ranks:
         return ""
-    rows = [
-        [str(r.rank), f"{r.steps:,}", e(f.duration(r.step_median_ns)), e(f.duration(r.step_p90_ns)), e(f.duration(r.comm_ns)),
-         e(f.pct(r.comm_exposed_pct)), '<span class="badge error">straggler</span>' if r.straggler else ""]
-        for r in report.ranks
-    ]
-    return '<h2 id="ranks">Ranks</h2>' + _table(
-        ["rank", "steps", "step median", "step p90", "communication", "comm exposed", ""], rows, numeric=[0, 1, 2, 3, 4, 5]
-    )
+    mixed = f.mixed_jobs(report.ranks)
+    rows = []
+    for r in report.ranks:
+        c = [e(x) for x in f.rank_cells(r, mixed)]
+        c[-1] = '<span class="badge error">straggler</span>' if r.straggler else ""
+        rows.append(c)
+    lines = f.rank_summary_lines(report.rank_summary)
+    summary = ""
+    if lines:
+        summary = "<ul>" + "".join(
+            f"<li><strong>{e1(x)}</strong></li>" if x.startswith("straggler:") else f"<li>{e1(x)}</li>" for x in lines
+        ) + "</ul>"
+    return '<h2 id="ranks">Ranks</h2>' + _table(list(f.RANK_HEADER), rows, numeric=[0, 1, 2, 3, 4, 5, 6]) + summary
 
 
 def _rules(report: Report) -> str:

@@ -160,25 +160,20 @@ def _breakdown_table(metrics: tuple[TraceMetrics, ...]) -> str:
 def _ranks_table(report: Report) -> str:
     if not report.ranks:
         return ""
-    rows = [
-        [
-            str(r.rank),
-            f"{r.steps:,}",
-            f.duration(r.step_median_ns),
-            f.duration(r.step_p90_ns),
-            f.duration(r.comm_ns),
-            f.pct(r.comm_exposed_pct),
-            "**straggler**" if r.straggler else "",
-        ]
-        for r in report.ranks[:MAX_TABLE_ROWS]
-    ]
-    text = table(
-        ["rank", "steps", "step median", "step p90", "communication", "comm exposed", ""],
-        rows,
-        ["r", "r", "r", "r", "r", "r", "l"],
-    )
+    mixed = f.mixed_jobs(report.ranks)
+    rows = []
+    for r in report.ranks[:MAX_TABLE_ROWS]:
+        c = [cell(x) for x in f.rank_cells(r, mixed)]
+        c[-1] = "**straggler**" if r.straggler else ""
+        rows.append(c)
+    text = table(list(f.RANK_HEADER), rows, ["r", "r", "r", "r", "r", "r", "r", "l"])
     if len(report.ranks) > MAX_TABLE_ROWS:
         text += f"\n\n{len(report.ranks) - MAX_TABLE_ROWS} more ranks are in the JSON and HTML reports."
+    lines = f.rank_summary_lines(report.rank_summary)
+    if lines:
+        text += "\n\n" + "\n".join(
+            f"- **{esc(line)}**" if line.startswith("straggler:") else f"- {esc(line)}" for line in lines
+        )
     return "### Ranks\n\n" + text
 
 

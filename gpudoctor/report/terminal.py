@@ -184,13 +184,19 @@ def _summary_section(report: Report, st: _Style) -> list[str]:
 def _ranks_section(report: Report, st: _Style) -> list[str]:
     if not report.ranks:
         return []
-    out = [st.bold("Ranks"), st.dim("  rank  steps  step median   step p90  comm exposed")]
-    for r in report.ranks:
+    mixed = f.mixed_jobs(report.ranks)
+    cells = [f.rank_cells(r, mixed) for r in report.ranks]
+    header = list(f.RANK_HEADER[:-1])
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+    out = [st.bold("Ranks"), st.dim("  " + "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))]
+    for r, c in zip(report.ranks, cells, strict=True):
         flag = st("  straggler", "1;31") if r.straggler else ""
-        out.append(
-            f"  {r.rank:>4}  {r.steps:>5}  {f.duration(r.step_median_ns):>11}  {f.duration(r.step_p90_ns):>9}"
-            f"  {f.pct(r.comm_exposed_pct):>12}{flag}"
-        )
+        out.append("  " + "  ".join(x.rjust(w) for x, w in zip(c[:-1], widths, strict=True)) + flag)
+    for line in f.rank_summary_lines(report.rank_summary):
+        if line.startswith("straggler:"):
+            out.append("  " + st(clean_line(line), "1;31"))
+        else:
+            out.append(st.dim("  " + clean_line(line)))
     return out
 
 

@@ -49,9 +49,10 @@ def test_unknown_module(tmp_path):
     assert "no module named" in _refused(tmp_path, "-m", "surely_not_a_module_xyz.train")
 
 
-def test_distributed_is_refused_for_now(tmp_path):
+def test_bad_distributed_options_are_refused(tmp_path):
     (tmp_path / "train.py").write_text("print('hi')\n")
-    assert "distributed profiling" in _refused(tmp_path, "--nproc-per-node", "2", "train.py")
+    assert "--rdzv-endpoint HOST:PORT" in _refused(tmp_path, "--nproc-per-node", "2", "--nnodes", "2", "train.py")
+    assert "go with --nproc-per-node" in _refused(tmp_path, "--master-port", "29500", "train.py")
 
 
 def test_validate_accepts_python_without_suffix_and_modules(tmp_path):
