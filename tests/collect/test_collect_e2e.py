@@ -136,7 +136,10 @@ def test_samples_cover_the_process_and_its_worker(basic):
     procs = [r for r in rows if r["kind"] == "process"]
     assert procs and {r["role"] for r in procs} >= {"main"}
     main = [r for r in procs if r["role"] == "main"]
-    assert all(r["rss_bytes"] > 10_000_000 and r["threads"] >= 1 for r in main)
+    assert all(r["rss_bytes"] > 0 and r["threads"] >= 1 for r in main)
+    # The first sample may catch the child right after exec, before torch is loaded;
+    # the training process itself holds torch (well over 10 MB).
+    assert max(r["rss_bytes"] for r in main) > 10_000_000
     parsed = Samples(process=tuple(Samples.from_dict({"process": [r]}).process[0] for r in procs))
     assert len(parsed.process) == len(procs)
 
