@@ -263,6 +263,8 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
 
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = check_paths([Path(p) for p in paths], config)
+    for line in rep.errors:  # files that could not be checked: the rest were
+        click.echo(f"gpudoctor: warning: {line}", err=True)
     _emit(rep, fmt, output, quiet)
     sys.exit(fail_on_exit_code(rep, fail_on))
 

@@ -110,6 +110,9 @@ def check_paths(paths: Sequence[Path], config: Config) -> Report:
     file_errors: list[FileError] = list(errors)
     jobs = [(str(t.path), t.display) for t in targets]
     _scan_all(jobs, root_strs, modules, file_errors)
+    if not any(path in modules for path, _display in jobs):  # not one file could be read
+        msgs = [e.message for e in file_errors]
+        raise UsageError(msgs[0] if len(msgs) == 1 else f"{msgs[0]} (and {len(msgs) - 1} more files that could not be checked)")
     _follow_imports(modules, root_strs, file_errors)
 
     project = Project(modules, [str(t.path) for t in targets])

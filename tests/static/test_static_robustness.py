@@ -70,6 +70,28 @@ def test_nothing_to_check_is_a_usage_error(tmp_path: Path):
         check_paths([empty], Config())
 
 
+def test_a_lone_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="broken.py: syntax error at line 1"):
+        check_paths([broken], Config())
+
+
+def test_unreadable_files_are_warned_about_on_stderr(tmp_path: Path):
+    import subprocess
+    import sys
+
+    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    (tmp_path / "t.py").write_text(BAD_LOOP, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--quiet", "broken.py", "t.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "gpudoctor: warning: broken.py: syntax error at line 1" in done.stderr
+    assert "GD201" in done.stdout and "broken.py" not in done.stdout
+
+
 def test_columns_count_characters_not_bytes(tmp_path: Path):
     f = tmp_path / "t.py"
     f.write_text(BAD_LOOP.replace("    print(loss.item())", "    print('épöch', loss.item())"), encoding="utf-8")
@@ -218,6 +240,7 @@ def test_a_comment_in_a_loop_body_does_not_silence_the_loop(tmp_path: Path):
 def test_deeply_nested_code_is_checked_or_reported(tmp_path: Path):
     (tmp_path / "chain.py").write_text("x = " + " + ".join(["a"] * 5000) + "\n" + BAD_LOOP, encoding="utf-8")
     (tmp_path / "nest.py").write_text("x = " + "(" * 300 + "1" + ")" * 300 + "\n", encoding="utf-8")
+    (tmp_path / "plain.py").write_text("print('checked')\n", encoding="utf-8")  # so one file is readable
     report = check_paths([tmp_path], Config())
     assert not any("internal error" in e for e in report.errors)
     assert "GD201" in _codes(report) or any("chain.py" in e for e in report.errors)
