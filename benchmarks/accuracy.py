@@ -1,0 +1,467 @@
+"""Does gpudoctor name the planted problem, and does the fix it names pay?
+
+Runs ``gpudoctor profile`` on every script of ``sample_scripts/``, planted and
+with ``--fixed``, reads each run directory (``report.json``, ``steps.jsonl``,
+``settings.json``) and prints one table:
+
+    scenario | expected | top finding | rank of expected | fixed: findings >= warning | speed-up | verdict
+
+then a summary line: scenarios diagnosed right / scenarios runnable here, false
+alarms on the fixed variants and on ``tuned_baseline.py``, median speed-up of
+the fixes.
+
+Each script's docstring says what it expects (the lines are read, never
+executed)::
+
+    Expected: GD201          (codes, comma separated; "none" for the baseline)
+    Needs: GPU               (the diagnosis needs a GPU: "needs GPU" here without one)
+    Speedup: needs 2+ GPUs   (the fix's gain cannot show on this machine)
+
+Speed-up is time per sample of the planted variant over the fixed one: the
+mean step wall time from ``steps.jsonl`` (all steps except the first two, which
+hold start-up and warm-up, and except the profiled ones, which carry the
+profiler's cost)
+divided by the batch size of the run's first DataLoader (``settings.json``), so
+that a fix that changes the batch size is compared fairly. The mean, not the
+median: a stall every epoch (worker start-up) is part of what a fix saves.
+
+Allocator: every run gets ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``
+set (what GD503 recommends; ``--native-malloc`` leaves glibc's defaults). With
+glibc's dynamic thresholds the same CPU loop flips between a few hundred and
+~16,000 minor page faults per step from one process to the next (measured on
+the 2-core CI machine: 4-25% of CPU time in the kernel), an environment
+problem that no scenario plants and that would add the same GD503 to planted
+and fixed variants alike; pinning it keeps the comparison about the planted
+problem.
+
+Targets (exit status 1 when one is missed): every scenario runnable here has
+its expected code as the top finding; no finding at warning or above on any
+fixed variant or on the baseline; every fix measurably faster where its gain
+can show here. Usage::
+
+    python benchmarks/accuracy.py                      # every scenario runnable here
+    python benchmarks/accuracy.py --only starved_dataloader --keep runs/
+    python benchmarks/accuracy.py --json accuracy.json --steps 60
+
+Timings are only comparable when nothing else loads the machine: ``--jobs``
+above 1 runs variants side by side and makes the speed-ups noisier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES_DIR = ROOT / "sample_scripts"
+BASELINE = "tuned_baseline"
+BLOCKING = ("error", "warning")  # severities that count as alarms
+WARMUP_STEPS = 2  # first steps left out of the speed-up: worker start-up, first allocations
+MALLOC_ENV = {  # glibc: no dynamic mmap threshold, no heap trimming (GD503's fix)
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+    "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024),
+}
+
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from gpudoctor.model.run import Settings, StepRecord  # noqa: E402  (stdlib-only model)
+
+_EXPECTED = re.compile(r"^Expected:\s*(.+?)\s*$", re.MULTILINE)
+_NEEDS = re.compile(r"^Needs:\s*(.+?)\s*$", re.MULTILINE)
+_SPEEDUP = re.compile(r"^Speedup:\s*(.+?)\s*$", re.MULTILINE)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    path: Path
+    expected: tuple[str, ...]  # empty for the baseline
+    needs_gpu: bool
+    speedup_needs_gpus: int  # GPUs the fix needs to show a gain (0: any machine)
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.expected
+
+
+def parse_docstring(path: Path) -> Scenario:
+    """The scenario a sample script declares in its module docstring."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))) or ""
+    m = _EXPECTED.search(doc)
+    if not m:
+        raise ValueError(f"{path}: the docstring has no 'Expected: GDnnn' line")
+    raw = m.group(1).strip()
+    expected = () if raw.lower() == "none" else tuple(c.strip().upper() for c in raw.split(","))
+    for code in expected:
+        if not re.fullmatch(r"GD\d{3}", code):
+            raise ValueError(f"{path}: bad code {code!r} in 'Expected: {raw}'")
+    needs = _NEEDS.search(doc)
+    needs_gpu = bool(needs and "gpu" in needs.group(1).lower())
+    speedup = _SPEEDUP.search(doc)
+    gpus = 0
+    if speedup:
+        n = re.search(r"(\d+)\+?\s*GPU", speedup.group(1), re.IGNORECASE)
+        gpus = int(n.group(1)) if n else 1
+    elif needs_gpu:
+        gpus = 1
+    return Scenario(path.stem, path, expected, needs_gpu, gpus)
+
+
+def discover(only: list[str] | None = None) -> list[Scenario]:
+    scenarios = [parse_docstring(p) for p in sorted(SAMPLES_DIR.glob("*.py")) if not p.name.startswith("_")]
+    if only:
+        names = {s.name for s in scenarios}
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise SystemExit(f"accuracy: no sample script named {', '.join(unknown)} (have: {', '.join(sorted(names))})")
+        scenarios = [s for s in scenarios if s.name in only]
+    return scenarios
+
+
+def gpu_count() -> int:
+    """CUDA devices the sample scripts will see (asks torch in a subprocess; 0 on error)."""
+    code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return int(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return 0
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass(slots=True)
+class Variant:
+    """One ``gpudoctor profile`` run of one script (planted or fixed)."""
+
+    fixed: bool
+    exit_code: int | None = None
+    wall_s: float = 0.0
+    run_dir: str = ""
+    error: str = ""  # why it could not be read
+    findings: list[dict] = field(default_factory=list)  # code, severity, share_pct, in report order
+    steps: int = 0
+    steps_used: int = 0
+    batch_size: int | None = None
+    mean_step_ms: float | None = None
+    median_step_ms: float | None = None
+    time_per_sample_us: float | None = None
+
+    def alarms(self) -> list[str]:
+        return [f["code"] for f in self.findings if f["severity"] in BLOCKING]
+
+
+def profile_command(script: Path, out_dir: Path, fixed: bool, steps: int | None) -> list[str]:
+    cmd = [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out_dir)]
+    if steps:
+        cmd += ["--steps", str(steps)]
+    cmd.append(str(script))
+    if fixed:
+        cmd += ["--", "--fixed"]
+    return cmd
+
+
+def read_steps(run_dir: Path) -> list[StepRecord]:
+    path = run_dir / "steps.jsonl"
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [StepRecord.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def training_batch_size(run_dir: Path) -> int | None:
+    """Batch size of the script's first DataLoader (every sample script builds its training loader first)."""
+    path = run_dir / "settings.json"
+    if not path.is_file():
+        return None
+    settings = Settings.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    for dl in settings.dataloaders:
+        if dl.batch_size:
+            return dl.batch_size
+    return None
+
+
+def step_stats(variant: Variant, run_dir: Path) -> None:
+    records = read_steps(run_dir)
+    variant.steps = len(records)
+    used = [r for r in records if r.index >= WARMUP_STEPS and not r.profiled]
+    if len(used) < 3:  # a very short run: take what there is, warm-up excluded
+        used = [r for r in records if r.index >= WARMUP_STEPS] or records
+    variant.steps_used = len(used)
+    if not used:
+        return
+    walls = [r.wall_ns / 1e6 for r in used]
+    variant.mean_step_ms = statistics.fmean(walls)
+    variant.median_step_ms = statistics.median(walls)
+    variant.batch_size = training_batch_size(run_dir)
+    per = variant.batch_size or 1
+    variant.time_per_sample_us = variant.mean_step_ms * 1e3 / per
+
+
+def run_variant(
+    scenario: Scenario, fixed: bool, runs_dir: Path, steps: int | None, verbose: bool, env: dict[str, str]
+) -> Variant:
+    variant = Variant(fixed=fixed)
+    out_dir = runs_dir / f"{scenario.name}-{'fixed' if fixed else 'planted'}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    cmd = profile_command(scenario.path, out_dir, fixed, steps)
+    log = out_dir.with_suffix(".log")
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env={**env, "NO_COLOR": "1"})
+    variant.wall_s = time.perf_counter() - start
+    variant.exit_code = proc.returncode
+    if verbose:
+        print(f"  {scenario.name:<28} {'fixed' if fixed else 'planted':<8} exit {proc.returncode}  {variant.wall_s:5.1f} s",
+              file=sys.stderr)  # fmt: skip
+    run_dirs = [d for d in out_dir.iterdir() if d.is_dir() and (d / "manifest.json").is_file()]
+    if len(run_dirs) != 1:
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        variant.error = f"no run directory in {out_dir} (exit {proc.returncode}): " + " | ".join(tail)
+        return variant
+    run_dir = run_dirs[0]
+    variant.run_dir = str(run_dir)
+    if proc.returncode != 0:
+        variant.error = f"gpudoctor profile exited {proc.returncode} (log: {log})"
+    report_path = run_dir / "report.json"
+    if not report_path.is_file():
+        variant.error = variant.error or f"no report.json in {run_dir} (log: {log})"
+    else:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        for f in report.get("findings", []):
+            share = (f.get("gain") or {}).get("share_pct")
+            variant.findings.append({"code": f["code"], "severity": f["severity"], "share_pct": share})
+    step_stats(variant, run_dir)
+    return variant
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass(slots=True)
+class Result:
+    name: str
+    expected: list[str]
+    status: str  # "measured", "needs GPU"
+    planted: Variant | None = None
+    fixed: Variant | None = None
+    top: str | None = None
+    top_severity: str | None = None
+    rank: int | None = None  # 1-based rank of the first expected code among the findings
+    fixed_alarms: list[str] = field(default_factory=list)
+    baseline_alarms: list[str] = field(default_factory=list)
+    speedup: float | None = None
+    speedup_measurable: bool = True
+    problems: list[str] = field(default_factory=list)  # targets missed
+
+    @property
+    def diagnosed_right(self) -> bool:
+        return self.status == "measured" and (not self.expected or self.top in self.expected)
+
+
+def judge(scenario: Scenario, planted: Variant, fixed: Variant | None, gpus: int) -> Result:
+    r = Result(scenario.name, list(scenario.expected), "measured", planted, fixed)
+    r.speedup_measurable = gpus >= scenario.speedup_needs_gpus
+    for v in (planted, fixed):
+        if v is not None and v.error:
+            r.problems.append(f"{'fixed' if v.fixed else 'planted'}: {v.error}")
+    codes = [f["code"] for f in planted.findings]
+    if codes:
+        r.top, r.top_severity = codes[0], planted.findings[0]["severity"]
+    if scenario.is_baseline:
+        r.baseline_alarms = planted.alarms()
+        if r.baseline_alarms:
+            r.problems.append(f"false alarm on the baseline: {', '.join(r.baseline_alarms)}")
+        return r
+    r.rank = next((i + 1 for i, c in enumerate(codes) if c in scenario.expected), None)
+    if r.top not in scenario.expected:
+        got = f"top finding {r.top}" if r.top else "no finding"
+        r.problems.append(f"expected {'/'.join(scenario.expected)} on top, got {got}")
+    if fixed is not None:
+        r.fixed_alarms = fixed.alarms()
+        if r.fixed_alarms:
+            r.problems.append(f"false alarm on the fixed variant: {', '.join(r.fixed_alarms)}")
+        a, b = planted.time_per_sample_us, fixed.time_per_sample_us
+        if a and b:
+            r.speedup = a / b
+        if r.speedup_measurable and (r.speedup is None or r.speedup <= 1.0):
+            shown = f"{r.speedup:.2f}x" if r.speedup else "not measured"
+            r.problems.append(f"the fix is not faster: {shown}")
+    return r
+
+
+def evaluate(
+    scenarios: list[Scenario],
+    runs_dir: Path,
+    gpus: int,
+    steps: int | None,
+    jobs: int,
+    verbose: bool,
+    env: dict[str, str] | None = None,
+) -> list[Result]:
+    env = dict(os.environ) if env is None else env
+    runnable = [s for s in scenarios if not s.needs_gpu or gpus > 0]
+    tasks = [(s, False) for s in runnable] + [(s, True) for s in runnable if not s.is_baseline]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {(s.name, fx): pool.submit(run_variant, s, fx, runs_dir, steps, verbose, env) for s, fx in tasks}
+        variants = {key: fut.result() for key, fut in futures.items()}
+    results = []
+    for s in scenarios:
+        if s not in runnable:
+            results.append(Result(s.name, list(s.expected), "needs GPU"))
+            continue
+        results.append(judge(s, variants[(s.name, False)], variants.get((s.name, True)), gpus))
+    return results
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _fmt_speedup(r: Result) -> str:
+    if r.speedup is None:
+        return "-"
+    return f"{r.speedup:.2f}x" + ("" if r.speedup_measurable else " (n/a here)")
+
+
+def table(results: list[Result]) -> str:
+    header = ("scenario", "expected", "top finding", "rank", "fixed >=warning", "speed-up", "verdict")
+    rows = []
+    for r in results:
+        expected = ",".join(r.expected) or "none"
+        if r.status != "measured":
+            rows.append((r.name, expected, r.status, "", "", "", "not counted"))
+            continue
+        top = f"{r.top} ({r.top_severity})" if r.top else "no finding"
+        if not r.expected:  # the baseline: its own alarms are what matters
+            alarms = ",".join(r.baseline_alarms) or "none"
+            rows.append((r.name, expected, top, "-", alarms + " (baseline)", "-", "ok" if not r.problems else "MISS"))
+            continue
+        rank = str(r.rank) if r.rank else "absent"
+        alarms = ",".join(r.fixed_alarms) or "none"
+        rows.append((r.name, expected, top, rank, alarms, _fmt_speedup(r), "ok" if not r.problems else "MISS"))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary(results: list[Result]) -> dict:
+    measured = [r for r in results if r.status == "measured"]
+    planted = [r for r in measured if r.expected]
+    speedups = [r.speedup for r in planted if r.speedup is not None and r.speedup_measurable]
+    return {
+        "diagnosed_right": sum(r.diagnosed_right for r in planted),
+        "runnable": len(planted),
+        "needs_gpu": sum(r.status == "needs GPU" for r in results),
+        "false_alarms_fixed": sum(len(r.fixed_alarms) for r in planted),
+        "false_alarms_baseline": sum(len(r.baseline_alarms) for r in measured if not r.expected),
+        "median_speedup": statistics.median(speedups) if speedups else None,
+        "speedups_measured": len(speedups),
+        "targets_met": all(not r.problems for r in measured),
+    }
+
+
+def summary_line(s: dict) -> str:
+    med = f"{s['median_speedup']:.2f}x over {s['speedups_measured']} fixes" if s["median_speedup"] else "n/a"
+    gpu = f" ({s['needs_gpu']} need a GPU, not counted)" if s["needs_gpu"] else ""
+    return (
+        f"diagnosed right: {s['diagnosed_right']}/{s['runnable']} scenarios runnable here{gpu}; "
+        f"false alarms: {s['false_alarms_fixed']} on fixed variants, {s['false_alarms_baseline']} on the baseline; "
+        f"median speed-up of the fixes: {med}; targets {'met' if s['targets_met'] else 'MISSED'}"
+    )
+
+
+def to_json(results: list[Result], s: dict, gpus: int, wall_s: float, malloc: str) -> dict:
+    def variant(v: Variant | None) -> dict | None:
+        return asdict(v) if v else None
+
+    return {
+        "gpus": gpus,
+        "malloc": malloc,
+        "wall_s": round(wall_s, 1),
+        "summary": s,
+        "scenarios": [
+            {
+                "name": r.name,
+                "expected": r.expected,
+                "status": r.status,
+                "top": r.top,
+                "top_severity": r.top_severity,
+                "rank": r.rank,
+                "fixed_alarms": r.fixed_alarms,
+                "baseline_alarms": r.baseline_alarms,
+                "speedup": r.speedup,
+                "speedup_measurable": r.speedup_measurable,
+                "problems": r.problems,
+                "planted": variant(r.planted),
+                "fixed": variant(r.fixed),
+            }
+            for r in results
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", metavar="NAME", help="run only this scenario (repeatable)")
+    p.add_argument("--jobs", type=int, default=1, help="profile runs at once (default 1: timings stay comparable)")
+    p.add_argument("--json", dest="json_out", metavar="OUT", help="write the results as JSON to OUT")
+    p.add_argument("--steps", type=int, default=None, help="pass --steps N to gpudoctor profile (default: whole scripts)")
+    p.add_argument("--keep", metavar="DIR", help="keep the run directories under DIR (default: a temporary folder)")
+    p.add_argument("--cpu-only", action="store_true", help="treat the machine as having no GPU")
+    p.add_argument("--native-malloc", action="store_true", help="leave glibc's malloc thresholds at their defaults")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-run progress on stderr")
+    args = p.parse_args(argv)
+
+    scenarios = discover(args.only)
+    gpus = 0 if args.cpu_only else gpu_count()
+    start = time.perf_counter()
+    tmp = None
+    if args.keep:
+        runs_dir = Path(args.keep).resolve()
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="gpudoctor-accuracy-")
+        runs_dir = Path(tmp.name)
+    try:
+        if not args.quiet:
+            print(f"accuracy: {len(scenarios)} scenarios, {gpus} GPU(s), runs under {runs_dir}", file=sys.stderr)
+        env = dict(os.environ) if args.native_malloc else {**MALLOC_ENV, **os.environ}
+        results = evaluate(scenarios, runs_dir, gpus, args.steps, args.jobs, not args.quiet, env)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    wall = time.perf_counter() - start
+    s = summary(results)
+    print(table(results))
+    print()
+    print(summary_line(s))
+    for r in results:
+        for problem in r.problems:
+            print(f"  {r.name}: {problem}")
+    print(f"({wall:.0f} s)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(to_json(results, s, gpus, wall, "native" if args.native_malloc else "pinned"), indent=2) + "\n", encoding="utf-8")
+    return 0 if s["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

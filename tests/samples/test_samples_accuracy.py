@@ -1,0 +1,146 @@
+"""The accuracy benchmark's CPU part as a test: right diagnoses, no false alarms, fixes that pay.
+
+Runs ``benchmarks/accuracy.py`` once (every scenario runnable on this machine,
+planted and fixed, under ``gpudoctor profile``; several minutes on 2 cores) and
+asserts the targets of issue 6 scenario by scenario, so a failure names the
+scenario and what it missed. GPU-only scenarios are "needs GPU" on a CPU
+machine and are not asserted here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks" / "accuracy.py"
+TIMEOUT_S = 1500  # the benchmark itself targets ~10 minutes on 2 cores
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("gpudoctor_bench_accuracy_names", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+acc = _load_bench()
+SCENARIOS = [s.name for s in acc.discover()]
+
+
+# ----------------------------------------------------------------- the verdict logic, on made-up runs
+
+
+def _variant(fixed: bool, codes=(), severity="warning", per_sample_us=100.0):
+    v = acc.Variant(fixed=fixed, exit_code=0)
+    v.findings = [{"code": c, "severity": severity, "share_pct": None} for c in codes]
+    v.time_per_sample_us = per_sample_us
+    return v
+
+
+def _scenario(expected=("GD201",), needs_gpu=False, gpus_for_speedup=0):
+    return acc.Scenario("s", BENCH, tuple(expected), needs_gpu, gpus_for_speedup)
+
+
+def test_judge_passes_a_right_diagnosis_with_a_clean_faster_fix():
+    r = acc.judge(_scenario(), _variant(False, ["GD201", "GD203"], "error", 200), _variant(True, ["GD203"], "info", 100), 0)
+    assert (r.top, r.rank, r.fixed_alarms, r.speedup, r.problems) == ("GD201", 1, [], 2.0, [])
+    assert r.diagnosed_right
+
+
+def test_judge_names_each_missed_target():
+    r = acc.judge(_scenario(), _variant(False, ["GD204", "GD201"], "error", 100), _variant(True, ["GD204"], "warning", 120), 0)
+    assert r.rank == 2 and not r.diagnosed_right
+    assert r.fixed_alarms == ["GD204"]
+    assert any("on top, got top finding GD204" in p for p in r.problems)
+    assert any("false alarm on the fixed variant" in p for p in r.problems)
+    assert any("not faster" in p for p in r.problems)
+
+
+def test_judge_does_not_require_a_speedup_the_machine_cannot_show():
+    r = acc.judge(_scenario(("GD601",), gpus_for_speedup=2), _variant(False, ["GD601"], "info", 100), _variant(True, [], per_sample_us=100), 1)
+    assert not r.speedup_measurable and r.problems == []
+
+
+def test_baseline_alarms_and_gpu_scenarios_in_the_summary():
+    base = acc.judge(_scenario(()), _variant(False, ["GD503"], "warning"), None, 0)
+    assert base.baseline_alarms == ["GD503"] and base.problems
+    gpu = acc.Result("g", ["GD401"], "needs GPU")
+    ok = acc.judge(_scenario(), _variant(False, ["GD201"], "error", 300), _variant(True, [], per_sample_us=100), 0)
+    s = acc.summary([base, gpu, ok])
+    assert (s["diagnosed_right"], s["runnable"], s["needs_gpu"], s["false_alarms_baseline"]) == (1, 1, 1, 1)
+    assert s["median_speedup"] == 3.0 and not s["targets_met"]
+    text = acc.table([base, gpu, ok])
+    assert "needs GPU" in text and "MISS" in text and "3.00x" in text
+    assert "diagnosed right: 1/1" in acc.summary_line(s)
+
+
+def test_parse_docstring_reads_codes_gpu_needs_and_speedup_needs(tmp_path):
+    script = tmp_path / "x.py"
+    script.write_text('"""X.\n\nProblem: p.\nExpected: GD301, GD302\nNeeds: GPU\nSpeedup: needs 2+ GPUs\nFix: f.\n"""\n')
+    s = acc.parse_docstring(script)
+    assert (s.expected, s.needs_gpu, s.speedup_needs_gpus) == (("GD301", "GD302"), True, 2)
+    script.write_text('"""X.\n\nExpected: GD2O1\n"""\n')
+    with pytest.raises(ValueError):
+        acc.parse_docstring(script)
+
+
+# ----------------------------------------------------------------- the benchmark itself (slow)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("accuracy")
+    json_path = out / "accuracy.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--json", str(json_path), "--keep", str(out / "runs"), "--quiet"],
+        capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
+    )  # fmt: skip
+    assert json_path.is_file(), f"the benchmark wrote no results (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    data["_stdout"] = proc.stdout
+    data["_exit"] = proc.returncode
+    return data
+
+
+def _result(bench: dict, name: str) -> dict:
+    for r in bench["scenarios"]:
+        if r["name"] == name:
+            return r
+    raise AssertionError(f"{name} missing from the benchmark's results")
+
+
+@pytest.mark.accuracy
+@pytest.mark.timeout(TIMEOUT_S + 60)
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_meets_the_targets(bench, name):
+    r = _result(bench, name)
+    if r["status"] == "needs GPU":
+        pytest.skip(f"{name} needs a GPU; this machine has none")
+    table = bench["_stdout"]
+    planted = r["planted"]
+    assert planted and not planted["error"], f"{name}: the planted run failed: {planted and planted['error']}\n{table}"
+    if not r["expected"]:  # the tuned baseline
+        assert not r["baseline_alarms"], f"false alarm on the baseline: {r['baseline_alarms']}\n{table}"
+        return
+    fixed = r["fixed"]
+    assert fixed and not fixed["error"], f"{name}: the fixed run failed: {fixed and fixed['error']}\n{table}"
+    assert r["top"] in r["expected"], f"{name}: expected {r['expected']} on top, got {r['top']}\n{table}"
+    assert not r["fixed_alarms"], f"{name}: findings >= warning on the fixed variant: {r['fixed_alarms']}\n{table}"
+    if r["speedup_measurable"]:
+        assert r["speedup"] is not None and r["speedup"] > 1.0, f"{name}: the fix is not faster ({r['speedup']})\n{table}"
+
+
+@pytest.mark.accuracy
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_summary_and_exit_status_agree(bench):
+    s = bench["summary"]
+    assert s["runnable"] + s["needs_gpu"] == sum(1 for r in bench["scenarios"] if r["expected"])
+    assert (bench["_exit"] == 0) == s["targets_met"], bench["_stdout"]
+    assert "diagnosed right:" in bench["_stdout"]
