@@ -174,21 +174,11 @@ class TraceView:
     # --- correlation ----------------------------------------------------------------------------
     @cached_property
     def _runtime_by_corr(self) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.flatnonzero(self.is_runtime & (self.h_corr != NO_VALUE))
-        corr = self.h_corr[idx]
-        order = np.argsort(corr, kind="stable")
-        return corr[order], idx[order]
+        return _sorted_keys(self.h_corr, self.is_runtime)
 
     def runtime_of(self, corr: np.ndarray) -> np.ndarray:
         """Host index of the runtime call with each correlation id (-1 when absent)."""
-        keys, idx = self._runtime_by_corr
-        corr = np.asarray(corr, dtype=np.int64)
-        if len(keys) == 0:
-            return np.full(np.shape(corr), -1, np.int64)
-        pos = np.searchsorted(keys, corr)
-        pos_c = np.minimum(pos, len(keys) - 1)
-        hit = (pos < len(keys)) & (keys[pos_c] == corr) & (corr != NO_VALUE)
-        return np.where(hit, idx[pos_c], -1)
+        return _lookup(*self._runtime_by_corr, corr)
 
     @cached_property
     def dev_launch(self) -> np.ndarray:
@@ -197,21 +187,11 @@ class TraceView:
 
     @cached_property
     def _ops_by_ext(self) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.flatnonzero(self.is_cpu_op & (self.h_ext != NO_VALUE))
-        ext = self.h_ext[idx]
-        order = np.argsort(ext, kind="stable")
-        return ext[order], idx[order]
+        return _sorted_keys(self.h_ext, self.is_cpu_op)
 
     def op_of_external(self, ext: np.ndarray) -> np.ndarray:
         """Host index of the cpu_op with each external id (-1 when absent)."""
-        keys, idx = self._ops_by_ext
-        ext = np.asarray(ext, dtype=np.int64)
-        if len(keys) == 0:
-            return np.full(np.shape(ext), -1, np.int64)
-        pos = np.searchsorted(keys, ext)
-        pos_c = np.minimum(pos, len(keys) - 1)
-        hit = (pos < len(keys)) & (keys[pos_c] == ext) & (ext != NO_VALUE)
-        return np.where(hit, idx[pos_c], -1)
+        return _lookup(*self._ops_by_ext, ext)
 
     # --- windows --------------------------------------------------------------------------------
     @cached_property
@@ -335,3 +315,22 @@ class Lookup:
 
     def name(self, pos: int) -> str:
         return self.view.tl.names[self.view.h_name[self.idx[pos]]]
+
+
+def _sorted_keys(column: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set values of ``column`` where ``mask`` holds, sorted, with their host indices."""
+    idx = np.flatnonzero(mask & (column != NO_VALUE))
+    keys = column[idx]
+    order = np.argsort(keys, kind="stable")
+    return keys[order], idx[order]
+
+
+def _lookup(keys: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each value, the index stored with the equal key (-1 when there is none)."""
+    values = np.asarray(values, dtype=np.int64)
+    if len(keys) == 0:
+        return np.full(np.shape(values), -1, np.int64)
+    pos = np.searchsorted(keys, values)
+    pos_c = np.minimum(pos, len(keys) - 1)
+    hit = (pos < len(keys)) & (keys[pos_c] == values) & (values != NO_VALUE)
+    return np.where(hit, idx[pos_c], -1)

@@ -41,9 +41,9 @@ for x, y in loader:
 After:
 
 ```python
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+hooks = torch.distributed.algorithms.ddp_comm_hooks.default_hooks
 model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
-model.register_comm_hook(None, default_hooks.bf16_compress_hook)  # half the bytes
+model.register_comm_hook(None, hooks.bf16_compress_hook)  # half the bytes
 for i, (x, y) in enumerate(loader):
     last = (i + 1) % accum == 0
     with contextlib.nullcontext() if last else model.no_sync():  # all-reduce every `accum` steps
@@ -105,9 +105,9 @@ _BEFORE = """model = DDP(model, device_ids=[local_rank])
 for x, y in loader:
     loss_fn(model(x), y).backward()   # all-reduce every step
     opt.step(); opt.zero_grad()"""
-_AFTER = """from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+_AFTER = """hooks = torch.distributed.algorithms.ddp_comm_hooks.default_hooks
 model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
-model.register_comm_hook(None, default_hooks.bf16_compress_hook)  # half the bytes
+model.register_comm_hook(None, hooks.bf16_compress_hook)  # half the bytes
 for i, (x, y) in enumerate(loader):
     last = (i + 1) % accum == 0
     with contextlib.nullcontext() if last else model.no_sync():  # all-reduce every `accum` steps
