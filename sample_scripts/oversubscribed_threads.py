@@ -72,7 +72,7 @@ def make_model() -> nn.Module:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Train a small CNN with torch-op augmentation in workers.")
     p.add_argument("--fixed", action="store_true", help="one intra-op thread per worker (the fix)")
-    p.add_argument("--samples", type=int, default=6144, help="dataset size (default 6144)")
+    p.add_argument("--samples", type=int, default=2560, help="dataset size (default 2560: 20 steps)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """Worker restart: DataLoader workers are started again at every one of many short epochs.
 
-Problem: a fine-tuning job runs 16 short epochs (8 steps each) over a small
+Problem: a fine-tuning job runs 12 short epochs (8 steps each) over a small
 dataset with ``num_workers=2`` and ``persistent_workers=False``. Every epoch the
 DataLoader forks two new workers, and each opens its record store again (a lazy
 per-process ``_open()``: 0.3 s of connection latency, simulated with
@@ -73,7 +73,7 @@ def make_model() -> nn.Module:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Fine-tune a small CNN for many short epochs.")
     p.add_argument("--fixed", action="store_true", help="keep the workers between epochs (the fix)")
-    p.add_argument("--epochs", type=int, default=16, help="epochs (default 16)")
+    p.add_argument("--epochs", type=int, default=12, help="epochs (default 12)")
     p.add_argument("--samples", type=int, default=1024, help="dataset size (default 1024: 8 steps)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
