@@ -31,9 +31,65 @@ def _role(proc: Any, main_cmdline: list[str] | None) -> str:
         return ROLE_CHILD
     if main_cmdline is not None and cmd == main_cmdline:
         return ROLE_WORKER  # forked from the training process
+    if any("resource_tracker" in part or "semaphore_tracker" in part for part in cmd):
+        return ROLE_CHILD  # multiprocessing's bookkeeping process (spawn / forkserver), not a worker
     if any("multiprocessing" in part for part in cmd):
         return ROLE_WORKER  # spawn / forkserver
     return ROLE_CHILD
+
+
+class RunQueueWait:
+    """Time a process's threads spent runnable but waiting for a core, from Linux's
+    ``/proc/<pid>/task/<tid>/schedstat`` (its second field: run-queue wait, ns, since the
+    thread started).
+
+    ``sample(pid, t_ns)`` returns the wait of all the process's threads since the previous
+    call for that pid, as a % of the elapsed time (100 = one thread waiting all the time),
+    or None on the first call, or where schedstat cannot be read (not Linux, a kernel
+    without it, a process gone). Threads born since the previous call count their whole
+    wait; threads that ended lose their last interval.
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.root = proc_root
+        self._last: dict[int, tuple[int, dict[int, int]]] = {}  # pid -> (t_ns, tid -> wait_ns)
+        self.available = os.path.isdir(os.path.join(proc_root, "self", "task"))
+
+    def read(self, pid: int) -> dict[int, int] | None:
+        base = os.path.join(self.root, str(pid), "task")
+        try:
+            tids = os.listdir(base)
+        except OSError:
+            return None
+        out: dict[int, int] = {}
+        for tid in tids:
+            try:
+                with open(os.path.join(base, tid, "schedstat"), "rb") as f:
+                    fields = f.read().split()
+                out[int(tid)] = int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile, or no schedstat
+        return out or None
+
+    def sample(self, pid: int, t_ns: int) -> float | None:
+        if not self.available:
+            return None
+        now = self.read(pid)
+        if now is None:
+            self._last.pop(pid, None)
+            return None
+        prev = self._last.get(pid)
+        self._last[pid] = (t_ns, now)
+        if prev is None or t_ns <= prev[0]:
+            return None
+        t_prev, before = prev
+        waited = sum(max(0, w - before.get(tid, 0)) for tid, w in now.items())
+        return round(100.0 * waited / (t_ns - t_prev), 1)
+
+    def forget(self, alive: set[int]) -> None:
+        for pid in list(self._last):
+            if pid not in alive:
+                del self._last[pid]
 
 
 class Sampler:
@@ -69,6 +125,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._writer = JsonlWriter(path)
+        self._runq = RunQueueWait()
         self._procs: dict[int, Any] = {}
         self._roles: dict[int, str] = {}
         self._main_cmdline: list[str] | None = None
@@ -221,16 +278,18 @@ class Sampler:
                         threads = proc.num_threads()
                 except psutil.Error:
                     continue
+                runq = self._runq.sample(proc.pid, t_ns)
                 pids.add(proc.pid)
                 if tick == 0 and role in (ROLE_MAIN, ROLE_LAUNCHER):
                     continue  # the first reading only primes cpu_percent
                 if role == ROLE_WORKER:
                     workers += 1
                     self.worker_pids.add(proc.pid)
-                s = ProcessSample(t_ns=t_ns, pid=proc.pid, role=role, cpu_pct=round(cpu, 1), rss_bytes=int(rss), threads=int(threads), rank=self._ranks.get(proc.pid, self.rank))
+                s = ProcessSample(t_ns=t_ns, pid=proc.pid, role=role, cpu_pct=round(cpu, 1), rss_bytes=int(rss), threads=int(threads), rank=self._ranks.get(proc.pid, self.rank), runq_wait_pct=runq)
                 d = s.to_dict()
                 d["kind"] = "process"
                 lines.append(d)
+            self._runq.forget(pids)
             self.max_workers = max(self.max_workers, workers)
             self.process_samples += sum(1 for x in lines if x["kind"] == "process")
         if self.nvml is not None:

@@ -256,6 +256,9 @@ class ProcessSample(Serde):
     rss_bytes: int
     threads: int
     rank: int | None = None
+    # time its threads were runnable but waited for a core since the previous sample, % of the
+    # interval (100 = one thread waiting all the time; Linux schedstat; None where unreadable)
+    runq_wait_pct: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,10 @@ Evidence used
 psutil samples of the main process (`cpu_pct`, 100 = one core), the
 DataLoader wait share (per-step records), GPU idle share (trace) or NVML
 utilization; the user functions with the most self time from `profile.pstats`
-when cProfile ran.
+when cProfile ran. On CPU runs, the threads that wanted a core count, not only
+those that got one: `cpu_pct + runq_wait_pct` (Linux schedstat), so a process
+held at one core by other work on the machine is not taken for one Python
+thread.
 
 Thresholds
 ----------
@@ -75,7 +78,7 @@ import statistics
 from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import GapCause
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
-from gpudoctor.rules.helpers import pstats_total_s, user_functions
+from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, user_functions
 from gpudoctor.rules.registry import Rule
 
 _BEFORE = """for x, y in loader:
@@ -208,11 +211,18 @@ def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
         return RuleResult.not_applicable(
             f"no GPU, and torch runs {threads} intra-op thread(s) on {cores} core(s): one core is the ceiling anyway"
         )
-    use_pct = 100.0 * cpu / capacity
+    # threads that wanted a core, not only those that got one: on a machine busy with other work
+    # the training process can sit at one core while both its threads are runnable
+    demand = runnable_demand(ctx)
+    wants = 100.0 * demand.main if demand is not None else cpu
+    use_pct = 100.0 * wants / capacity
     if use_pct >= t.cpu_run_thread_use_max_pct:
+        waiting = (
+            f", {wants - cpu:.0f}% more waiting for a core (other processes)" if wants - cpu >= 25.0 else ""
+        )
         return RuleResult.fine(
             f"no GPU; the training process uses {use_pct:.0f}% of its {min(threads, cores)} threads' capacity "
-            f"({cpu:.0f}% CPU)"
+            f"({cpu:.0f}% CPU{waiting})"
         )
     metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{min(threads, cores)} threads' capacity"))
     if user_share is not None:

@@ -2,10 +2,12 @@
 
 What it detects
 ---------------
-The training process's intra-op threads (`torch.get_num_threads()`) plus the
-DataLoader workers times their own threads exceed the cores available, while
-the process tree keeps the machine's CPUs saturated. Each worker that uses
-torch, NumPy/BLAS or OpenCV brings its own thread pool unless told otherwise.
+The training process and its DataLoader workers keep more threads runnable
+than the machine has cores. gpudoctor measures that demand directly: for each
+process, the time its threads ran (psutil CPU %) plus the time they were
+runnable but waited in the kernel's run queue for a core (Linux schedstat),
+summed over the process tree. Each worker that uses torch, NumPy/BLAS or
+OpenCV brings its own thread pool unless told otherwise.
 
 Why it matters
 --------------
@@ -38,22 +40,29 @@ loader = DataLoader(ds, batch_size=64, num_workers=3, worker_init_fn=worker_init
 
 Evidence used
 -------------
-Settings: `num_threads`, `cpu_count`, the DataLoaders' `num_workers` and
-`worker_init_fn`, `OMP_NUM_THREADS`; psutil samples of the main process and
-the workers (`cpu_pct`, `threads`).
+psutil samples of the training process and its workers during the steps:
+`cpu_pct` and `runq_wait_pct` (time runnable but waiting for a core, from
+`/proc/<pid>/task/<tid>/schedstat`); the median over sample instants of their
+sum is the number of threads that wanted a core. Settings: `cpu_count`,
+`num_threads`, the DataLoaders' `num_workers` and `worker_init_fn`,
+`OMP_NUM_THREADS`.
 
 Thresholds
 ----------
-- `oversubscription_ratio` (1.0): busy threads / cores above which it fires.
-- `cpu_saturation_pct` (90): the process tree's CPU as a % of all cores.
-- `error_share_pct`, `warning_share_pct`: severity from the share of CPU time
-  the threads cannot get (an inferred figure).
+- `oversubscription_ratio` (1.5): runnable threads / cores above which it
+  fires.
+- `error_share_pct`, `warning_share_pct`: severity from the share of the
+  threads' demand the cores cannot serve, (demand − cores) / demand.
 
 Known limits
 ------------
-Threads counted by psutil include idle helper threads; the rule counts a
-worker's threads only when its samples show it busy. The time at stake is
-inferred from the excess of threads over cores, not measured.
+The run-queue wait is read from Linux's schedstat: elsewhere (macOS, Windows)
+or on a run directory without it, the rule says it cannot judge. A CPU %
+alone cannot show more demand than there are cores. Other processes on the
+machine lengthen the wait but not the demand of the training's own threads,
+which is what the rule compares with the cores; they are not counted. The time
+at stake is inferred from the excess of demand over cores, not measured as
+step time.
 
 References
 ----------
@@ -61,41 +70,19 @@ References
   https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html
 - PyTorch performance tuning guide, CPU-specific optimizations:
   https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- Linux scheduler statistics (`/proc/<pid>/schedstat`: time on the CPU, time waiting on a run queue):
+  https://docs.kernel.org/scheduler/sched-stats.html
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
-
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
-from gpudoctor.rules.helpers import dataloader_call
+from gpudoctor.rules.helpers import dataloader_call, runnable_demand
 from gpudoctor.rules.registry import Rule
 
-
-def tree_cpu_pct(ctx: RuleContext) -> float | None:
-    """Median over sample instants of the CPU % of the training process and its workers (100 = one core)."""
-    by_t: dict[int, float] = defaultdict(float)
-    for p in ctx.samples_process():
-        by_t[p.t_ns] += p.cpu_pct
-    if not by_t:
-        return None
-    steps = ctx.steps()
-    if steps:
-        lo, hi = steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps)
-        inside = {t: v for t, v in by_t.items() if lo <= t <= hi}
-        by_t = inside or by_t
-    return statistics.median(by_t.values())
-
-
-def worker_threads(ctx: RuleContext) -> dict[int, int]:
-    """Busy threads per worker pid: the worker's median CPU in whole cores (at least 1)."""
-    per_pid: dict[int, list[float]] = defaultdict(list)
-    for p in ctx.samples_process("worker"):
-        per_pid[p.pid].append(p.cpu_pct)
-    return {pid: max(1, round(statistics.median(v) / 100.0)) for pid, v in per_pid.items()}
-
+# a worker whose threads want more than this many cores runs a thread pool of its own
+_POOL_PER_WORKER = 1.25
 
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
@@ -111,50 +98,57 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable(
             f"no DataLoader workers: {s.num_threads} intra-op threads on {cores} cores"
         )
-    per_worker = worker_threads(ctx)
-    if per_worker:
-        worker_demand = round(statistics.median(per_worker.values()) * workers)
-        how = f"{workers} workers × {statistics.median(per_worker.values()):g} busy thread(s) (psutil)"
-    else:
-        worker_demand = workers
-        how = f"{workers} workers × 1 thread (torch's default in workers; no worker samples)"
-    demand = s.num_threads + worker_demand
-    ratio = demand / cores
-    if ratio <= t.oversubscription_ratio:
-        return RuleResult.fine(
-            f"{s.num_threads} intra-op threads + {how} = {demand} threads on {cores} cores"
-        )
-    tree = tree_cpu_pct(ctx)
-    if tree is None:
+    d = runnable_demand(ctx)
+    if d is None:
         return RuleResult.cannot_judge(
-            f"{demand} threads on {cores} cores, but no CPU samples to see whether the machine is saturated"
+            f"{s.num_threads} intra-op threads and {workers} workers on {cores} cores, but no run-queue wait was "
+            "recorded (Linux schedstat): CPU % alone cannot show more demand than there are cores"
         )
-    saturation = tree / cores
-    if saturation < t.cpu_saturation_pct:
-        return RuleResult.fine(
-            f"{demand} threads on {cores} cores, but the processes use {saturation:.0f}% of the cores: no contention"
-        )
-    excess_pct = 100.0 * (demand - cores) / demand
+    ratio = d.tree / cores
+    how = (
+        f"training process {d.main:.1f} + {workers} workers {d.workers:.1f} "
+        f"= {d.tree:.1f} runnable threads on {cores} cores ({ratio:.2f}×, median of {d.ticks} samples)"
+    )
+    if ratio <= t.oversubscription_ratio:
+        return RuleResult.fine(f"{how}; threshold {t.oversubscription_ratio:g}×")
+    excess_pct = 100.0 * (d.tree - cores) / d.tree
     loc = location_of(dl.call_site) if dl is not None else None
-    new_workers = min(workers, max(1, cores - 1))
-    new_threads = max(1, cores - new_workers)
+    pools = d.per_worker > _POOL_PER_WORKER
+    # After one thread per worker, a worker wants about the CPU it gets now (its threads are
+    # spinning or waiting otherwise); what remains over the cores comes out of the training
+    # process's threads, and then out of the workers.
+    worker_need = min(d.workers_cpu, float(workers)) if pools else d.workers
+    main_cores = max(1, round(cores - worker_need))
+    over_after = d.main + worker_need > cores * t.oversubscription_ratio
+    new_threads = main_cores if over_after and d.main > main_cores + 0.5 else None
+    new_workers = workers
+    if over_after and worker_need > cores - 1 and workers > 1:
+        per = worker_need / workers
+        new_workers = max(1, min(workers - 1, int((cores - 1) / per) if per > 0 else workers - 1))
     omp = s.env.get("OMP_NUM_THREADS")
     message = (
-        f"CPU oversubscribed: {s.num_threads} intra-op threads + {how} = {demand} busy threads on {cores} cores "
-        f"({ratio:.1f}×), processes at {saturation:.0f}% of all cores"
+        f"CPU oversubscribed: {how}; on average {d.main_wait:.1f} of the training process's threads "
+        "are waiting for a core"
     )
-    instruction = (
-        f"Give each DataLoader worker one thread (`torch.set_num_threads(1)` in `worker_init_fn`, and "
-        f"`cv2.setNumThreads(0)` with OpenCV), set `torch.set_num_threads({new_threads})` in the training process "
-        f"(or OMP_NUM_THREADS={new_threads})"
-        + (f", and num_workers={new_workers}" if new_workers != workers else "")
-        + (f" at {loc}" if loc else "")
-        + "."
-    )
-    before = f"{dataloader_call(dl)}"
+    parts = []
+    if pools or not dl.has_worker_init_fn:
+        parts.append(
+            "give each DataLoader worker one thread (`torch.set_num_threads(1)` in `worker_init_fn`, and "
+            "`cv2.setNumThreads(0)` with OpenCV)"
+            + (f": each worker now keeps {d.per_worker:.1f} threads busy" if pools else "")
+        )
+    if new_threads is not None:
+        parts.append(f"set `torch.set_num_threads({new_threads})` in the training process (or OMP_NUM_THREADS={new_threads})")
+    if new_workers != workers:
+        parts.append(f"lower num_workers to {new_workers}")
+    if not parts:
+        parts.append(f"lower num_workers or torch's threads until they fit the {cores} cores")
+    instruction = "; ".join(parts)
+    instruction = instruction[0].upper() + instruction[1:] + (f" (DataLoader at {loc})" if loc else "") + "."
+    before = dataloader_call(dl)
     after = (
         "def worker_init_fn(_):\n    torch.set_num_threads(1)\n\n"
-        f"torch.set_num_threads({new_threads})\n"
+        + (f"torch.set_num_threads({new_threads})\n" if new_threads is not None else "")
         + dataloader_call(dl, num_workers=new_workers, worker_init_fn="worker_init_fn").replace(
             "'worker_init_fn'", "worker_init_fn"
         )
@@ -168,11 +162,14 @@ def check(ctx: RuleContext) -> RuleResult:
     if omp is not None:
         settings.append(SettingRef("OMP_NUM_THREADS", omp))
     metrics = [
-        Metric("busy_threads", demand, "count"),
+        Metric("runnable_threads", round(d.tree, 2), "count", "training process and workers, on a core or waiting"),
+        Metric("main_runnable_threads", round(d.main, 2), "count"),
+        Metric("workers_runnable_threads", round(d.workers, 2), "count"),
+        Metric("runnable_threads_per_worker", round(d.per_worker, 2), "count", "median worker"),
+        Metric("main_runq_wait_threads", round(d.main_wait, 2), "count", "training process, waiting for a core"),
         Metric("cpu_count", cores, "count"),
         Metric("oversubscription_ratio", round(ratio, 2), "ratio"),
-        Metric("process_tree_cpu_pct", round(saturation, 1), "%", "all cores"),
-        Metric("cpu_time_short_pct", round(excess_pct, 1), "%", "the threads' CPU demand"),
+        Metric("cpu_demand_unserved_pct", round(excess_pct, 1), "%", "the threads' CPU demand"),
     ]
     finding = ctx.finding(
         message,
@@ -182,7 +179,7 @@ def check(ctx: RuleContext) -> RuleResult:
         metrics=metrics,
         settings=settings,
         location=loc,
-        gain_note="share of the threads' CPU demand the cores cannot serve; inferred, not measured",
+        gain_note="share of the threads' CPU demand the cores cannot serve; inferred, not measured as step time",
     )
     return RuleResult.fired(finding)
 

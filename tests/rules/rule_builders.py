@@ -210,8 +210,9 @@ def cpu_manifest(**kw) -> Manifest:
 
 
 def proc_samples(cpu_pct: float, n: int = 20, *, role: str = "main", pid: int = 100, period_ms: float = 100.0,
-                 threads: int = 8) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(int(i * period_ms * MS), pid, role, cpu_pct, 10**9, threads) for i in range(n))
+                 threads: int = 8, runq_wait_pct: float | None = None) -> tuple[ProcessSample, ...]:
+    return tuple(ProcessSample(int(i * period_ms * MS), pid, role, cpu_pct, 10**9, threads,
+                               runq_wait_pct=runq_wait_pct) for i in range(n))
 
 
 def gpu_samples(util: float, used: int, total: int = 80 * GB, n: int = 10) -> tuple[GpuSample, ...]:

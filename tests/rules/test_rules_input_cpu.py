@@ -84,6 +84,20 @@ def test_gd201_from_a_bare_trace():
     assert "35.0%" in f.message and f.location is None
 
 
+def test_gd201_leaves_workers_short_of_cpu_to_gd204():
+    d = dataclasses.replace(dataloader(num_workers=2, prefetch_factor=2), has_worker_init_fn=True)
+    procs = proc_samples(20.0, runq_wait_pct=160.0)
+    procs += proc_samples(25.0, role="worker", pid=201, runq_wait_pct=170.0)
+    procs += proc_samples(25.0, role="worker", pid=202, runq_wait_pct=170.0)
+    data = _cpu_run(settings=settings(device_type="cpu", num_threads=2, cpu_count=2, dataloaders=(d,)),
+                    manifest=cpu_manifest(cpu_count=2), samples=Samples(process=procs))
+    res = judge("GD201", data)
+    assert res.verdict == Verdict.NOT_APPLICABLE and "GD204" in res.reason and "5.7 runnable threads" in res.reason
+    calm = Samples(process=proc_samples(100.0, runq_wait_pct=5.0) + proc_samples(20.0, role="worker", pid=201,
+                                                                                  runq_wait_pct=1.0))
+    assert judge("GD201", dataclasses.replace(data, samples=calm)).verdict == Verdict.FIRED
+
+
 def test_gd201_cannot_judge_without_steps_or_trace():
     assert judge("GD201", run()).verdict == Verdict.CANNOT_JUDGE
 
@@ -161,6 +175,16 @@ def test_gd203_cpu_run_using_its_threads_is_fine():
     assert judge("GD203", data).verdict == Verdict.FINE
 
 
+def test_gd203_cpu_run_at_one_core_because_other_processes_hold_the_other_is_fine():
+    """At one core with a second thread waiting for a core: not bound by one Python thread."""
+    def data(wait_pct):
+        return run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=2, cpu_count=2),
+                   steps=steps(), samples=Samples(process=proc_samples(100.0, runq_wait_pct=wait_pct)))
+    res = judge("GD203", data(95.0))
+    assert res.verdict == Verdict.FINE and "95% more waiting for a core" in res.reason
+    assert judge("GD203", data(3.0)).verdict == Verdict.FIRED  # one thread that wants one core
+
+
 def test_gd203_cannot_judge_without_samples():
     assert judge("GD203", run(settings=settings())).verdict == Verdict.CANNOT_JUDGE
 
@@ -168,35 +192,57 @@ def test_gd203_cannot_judge_without_samples():
 # ---------------------------------------------------------------- GD204 cpu-oversubscription
 
 
-def _oversub(num_threads: int, workers: int, main_pct: float, worker_pct: float, cores: int = 8):
-    samples = proc_samples(main_pct)
+def _oversub(num_threads: int, workers: int, main: tuple[float, float], worker: tuple[float, float] | None,
+             cores: int = 8, init_fn: bool = False):
+    """main/worker: (cpu_pct, runq_wait_pct) of the training process / each worker; None: not recorded."""
+    samples = proc_samples(main[0], runq_wait_pct=main[1])
     for w in range(workers):
-        samples += proc_samples(worker_pct, role="worker", pid=200 + w, threads=1)
-    d = dataloader(num_workers=workers, prefetch_factor=2)
+        cpu, wait = worker if worker is not None else (0.0, None)
+        samples += proc_samples(cpu, role="worker", pid=200 + w, threads=4, runq_wait_pct=wait)
+    d = dataclasses.replace(dataloader(num_workers=workers, prefetch_factor=2), has_worker_init_fn=init_fn)
     return run(manifest=cpu_manifest(cpu_count=cores),
                settings=settings(device_type="cpu", num_threads=num_threads, cpu_count=cores, dataloaders=(d,)),
                steps=steps(), samples=Samples(process=samples))
 
 
-def test_gd204_fires_when_threads_exceed_cores_on_a_saturated_machine():
-    (f,) = judge("GD204", _oversub(8, 4, 700.0, 100.0)).findings
-    assert "12 busy threads on 8 cores" in f.message
-    assert "torch.set_num_threads(4)" in f.fix.after and "worker_init_fn" in f.fix.after
-    assert round(f.gain.share_pct) == 33  # 4 of 12 threads' demand cannot be served
+def test_gd204_fires_on_measured_runnable_threads_beyond_cores():
+    # the planted sample on 2 cores: main 0.2 + 1.6 waiting, each worker 0.25 + 1.7 waiting
+    (f,) = judge("GD204", _oversub(2, 2, (20.0, 160.0), (25.0, 170.0), cores=2, init_fn=True)).findings
+    assert "5.7 runnable threads on 2 cores" in f.message
+    assert "1.6 of the training process's threads are waiting" in f.message
+    assert "each worker now keeps 1.9 threads busy" in f.fix.instruction
+    # one thread per worker is enough: the workers used half a core between them
+    assert "num_workers" not in f.fix.instruction and "training process" not in f.fix.instruction
+    assert "torch.set_num_threads(1)" in f.fix.after and "worker_init_fn=worker_init_fn" in f.fix.after
+    assert round(f.gain.share_pct) == 65  # (5.7 - 2) / 5.7 of the demand cannot be served
+    assert f.severity == Severity.ERROR
     assert str(f.location) == "train.py:31"
+    metrics = {m.name: m.value for m in f.evidence.metrics}
+    assert metrics["runnable_threads_per_worker"] == 1.95 and metrics["oversubscription_ratio"] == 2.85
 
 
-def test_gd204_quiet_when_threads_fit():
-    assert judge("GD204", _oversub(4, 4, 390.0, 100.0)).verdict == Verdict.FINE
+def test_gd204_main_threads_and_workers_too_many():
+    # 8 cores: main runs 8 threads, 6 single-threaded workers busy: 14 runnable
+    (f,) = judge("GD204", _oversub(8, 6, (500.0, 300.0), (60.0, 40.0))).findings
+    assert "torch.set_num_threads(2)" in f.fix.instruction and "torch.set_num_threads(2)" in f.fix.after
+    assert "each worker now keeps" not in f.fix.instruction
+    assert "worker_init_fn" in f.fix.instruction  # none was set: torch's default is kept explicit
 
 
-def test_gd204_quiet_when_machine_is_not_saturated():
-    res = judge("GD204", _oversub(8, 4, 150.0, 20.0))
-    assert res.verdict == Verdict.FINE and "no contention" in res.reason
+def test_gd204_quiet_when_idle_workers_sit_beside_a_busy_training_process():
+    # the fixed sample: main at two cores, two idle-ish workers with 4 threads each (psutil) —
+    # threads that exist are not threads that want a core
+    res = judge("GD204", _oversub(2, 2, (100.0, 100.0), (5.0, 2.0), cores=2))
+    assert res.verdict == Verdict.FINE and "2.1 runnable threads on 2 cores" in res.reason
+
+
+def test_gd204_cannot_judge_without_run_queue_figures():
+    res = judge("GD204", _oversub(8, 4, (700.0, None), None))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "schedstat" in res.reason
 
 
 def test_gd204_not_applicable_without_workers():
-    assert judge("GD204", _oversub(8, 0, 700.0, 0.0)).verdict == Verdict.NOT_APPLICABLE
+    assert judge("GD204", _oversub(8, 0, (700.0, 0.0), None)).verdict == Verdict.NOT_APPLICABLE
 
 
 # ---------------------------------------------------------------- GD503 host-allocator-churn
@@ -209,6 +255,22 @@ def test_gd503_fires_on_sys_time_and_page_faults():
     assert "25.0%" in f.message and "5000 minor page faults" in f.message
     assert "jemalloc" in f.fix.instruction and "MALLOC_MMAP_THRESHOLD_" in f.fix.instruction
     assert f.severity == Severity.ERROR
+
+
+def test_gd503_judges_the_later_half_where_glibc_has_settled():
+    # 40 steps: the first 20 fault 20,000 times with 30% system time, the last 20 only 27 times
+    early = steps(20, 100.0, sys_ms=30.0, user_ms=60.0, faults=20000)
+    late = tuple(dataclasses.replace(s, index=s.index + 20, start_ns=s.start_ns + 20 * 100 * MS)
+                 for s in steps(20, 100.0, sys_ms=1.0, user_ms=90.0, faults=27))
+    res = judge("GD503", run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=early + late))
+    assert res.verdict == Verdict.FINE
+    assert "27 minor faults per step over the last 20 steady steps" in res.reason
+    assert "had 20000 faults per step: the allocator settled" in res.reason
+    # the other way round (churn that begins and stays) fires
+    flipped = tuple(dataclasses.replace(a, sys_cpu_ns=b.sys_cpu_ns, user_cpu_ns=b.user_cpu_ns,
+                                        minor_faults=b.minor_faults) for a, b in zip(early + late, late + early, strict=True))
+    (f,) = judge("GD503", run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=flipped)).findings
+    assert "median of the last 20 steady steps" in f.message
 
 
 def test_gd503_quiet_with_few_faults():
