@@ -55,6 +55,25 @@ class Thresholds:
     # ... and the GPU must actually wait on launches: a few slow launches of tiny kernels that cost no
     # idle time are not a bottleneck. gpudoctor's choice (a tenth of the warning scale).
     launch_gap_min_share_pct: float = 1.0
+    # CPU runs ("dispatch-bound", gpudoctor.analysis.dispatch): the per-op overhead (ops under 10 µs and
+    # the glue gaps between ops) must be most of the typical step. Measured per trace on the 2-core CI
+    # machine (torch 2.13 CPU): planted tiny_batch_launch_bound.py 63-90%, its fix (batch 256) 63-68%,
+    # eval_without_no_grad.py 36-66%, every other sample script 16% or less. Issue 4 ("dominates")
+    dispatch_share_pct: float = 50.0
+    # ... and it must come from issuing many ops per sample (ops per step / the DataLoader's batch_size):
+    # each op's fixed cost is shared by too few samples, so a larger batch is the lever. Measured: the
+    # planted sample 899, its fix 14, eval_without_no_grad.py 22, the others 2-5. gpudoctor's choice,
+    # between the planted run and the rest (a log-scale midpoint, rounded).
+    dispatch_ops_per_sample_count: float = 100.0
+    # Without a batch size (a bare trace), most op self time must instead be in ops under 10 µs: the GPU
+    # side's "most kernels under 10 µs". Measured: planted 46-86%, fixed 45-47%, eval 13-52%. Issue 4
+    dispatch_short_op_time_pct: float = 50.0
+    # The batch size the fix suggests brings the measured overhead to this share of the step if the rest
+    # of the step grows linearly with the batch. gpudoctor's choice: a quarter left is well amortized.
+    dispatch_target_share_pct: float = 25.0
+    # Profiled steps this many times longer than the typical step were disturbed (the process waited for
+    # a CPU); the finding says so. gpudoctor's choice: step-to-step jitter alone stays under 1.5× here.
+    dispatch_disturbed_ratio: float = 1.5
 
     # ---- GD104 batch-too-small
     batch_memory_share_pct: float = 50.0  # peak GPU memory below this % of the device. Issue 4

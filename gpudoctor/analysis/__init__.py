@@ -7,8 +7,8 @@ with its own module and unit tests:
 - ``utilization``: busy/idle per device over the span, the steps and HTA's window;
   idle gaps and their causes, histogram, busy timeline;
 - ``breakdown``: where each step's time went (a documented priority);
-- ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``memory``,
-  ``comm``.
+- ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``dispatch``
+  (per-op overhead on the host), ``memory``, ``comm``.
 
 This package imports only the model and numpy (never torch).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.breakdown import mean_pct, step_breakdown
 from gpudoctor.analysis.comm import comm_stats
+from gpudoctor.analysis.dispatch import dispatch_stats
 from gpudoctor.analysis.host import cpu_summary, op_facts
 from gpudoctor.analysis.kernels import kernel_stats
 from gpudoctor.analysis.memory import memory_stats
@@ -107,6 +108,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         kernels=kernel_stats(view, windows),
         syncs=sync_summary(view, windows),
         cpu=cpu_summary(view, windows),
+        dispatch=dispatch_stats(view, windows),
         memory=memory_stats(view, devices, run, windows),
         has_stacks=bool(info.with_stack and view.is_python.any()),
         has_shapes=bool(info.record_shapes and (view.h_types >= 0).any()),

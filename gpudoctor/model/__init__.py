@@ -44,6 +44,7 @@ from gpudoctor.model.metrics import (
     CpuSummary,
     DeviceInfo,
     DeviceUtilization,
+    DispatchStats,
     GapCause,
     GapCauseTotal,
     HistogramBin,

@@ -218,6 +218,42 @@ class CpuSummary(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchStats(Serde):
+    """Per-op overhead on the host: how much of a typical step goes to issuing ops rather than to
+    the work inside them (``gpudoctor.analysis.dispatch``; the CPU side of GD103).
+
+    Measured on the dispatching thread (the one with the most ``cpu_op`` events in the steps),
+    outside DataLoader ranges. The *typical step* takes each op's self time and each gap between
+    top-level ops at its median over the steps (per position when every step repeats the same op
+    sequence, ``aligned``; else ops per name and gaps per step), so that a stall that keeps the
+    process off the CPU in one step does not count as work. Durations are of that typical step.
+    Computed for GPU traces too (there the busiest host thread may be autograd's device thread);
+    GD103 reads it only for CPU runs and judges GPU runs from ``KernelStats``.
+    """
+
+    window: WindowKind  # the windows the steps are (STEPS, or the whole trace as one step)
+    steps: int
+    thread: str = ""  # "pid/tid" of the dispatching thread
+    aligned: bool = False  # every step ran the same op sequence: per-position medians
+    ops_per_step: float = 0.0  # cpu_ops at every nesting level
+    top_level_ops_per_step: float = 0.0  # calls into the dispatcher from Python / the autograd engine
+    op_self_median_ns: int = 0  # median self time of one op (every instance)
+    op_ns: int = 0  # self time of all ops in the typical step
+    short_op_ns: int = 0  # of which in ops whose typical self time is under short_op_max_ns
+    short_op_time_pct: float = 0.0  # short_op_ns, % of op_ns
+    glue_ns: int = 0  # gaps between top-level ops shorter than glue_gap_max_ns (Python and framework glue)
+    long_gap_ns: int = 0  # longer gaps: Python work of its own (preprocessing, logging …)
+    dataloader_ns: int = 0  # in DataLoader ranges
+    typical_step_ns: int = 0  # op_ns + glue_ns + long_gap_ns + dataloader_ns
+    dispatch_ns: int = 0  # short_op_ns + glue_ns: the per-op overhead
+    dispatch_pct: float = 0.0  # dispatch_ns, % of typical_step_ns
+    step_median_ns: int = 0  # measured: median duration of the steps (a disturbed run: ≫ typical_step_ns)
+    short_op_max_ns: int = 10_000  # the cuts the figures above were made with
+    glue_gap_max_ns: int = 1_000_000
+    top_short_ops: tuple[NameStat, ...] = ()  # short ops by self time in the typical step (count = per step)
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryStats(Serde):
     device: int
     peak_allocated_bytes: int | None = None  # from [memory] events
@@ -295,6 +331,7 @@ class TraceMetrics(Serde):
     kernels: KernelStats | None = None
     syncs: SyncSummary | None = None
     cpu: CpuSummary | None = None
+    dispatch: DispatchStats | None = None  # per-op overhead on the host (None: no cpu_op in the steps)
     memory: tuple[MemoryStats, ...] = ()
     has_stacks: bool = False
     has_shapes: bool = False

@@ -1,24 +1,39 @@
-"""GD103 launch-bound: the kernels are so short that the host cannot launch them fast enough.
+"""GD103 launch-bound: the ops are so small that issuing them, not running them, sets the step time.
 
 What it detects
 ---------------
-Most kernels run for less than 10 µs and a launch call (`cudaLaunchKernel`
-and friends) takes about as long as a typical kernel runs: the mean launch
-call against the median kernel (Holistic Trace Analysis's kernel launch
-statistics compare each kernel with its launch). The GPU then waits for the
-next launch between kernels.
+On a GPU: most kernels run for less than 10 µs and a launch call
+(`cudaLaunchKernel` and friends) takes about as long as a typical kernel runs:
+the mean launch call against the median kernel (Holistic Trace Analysis's
+kernel launch statistics compare each kernel with its launch). The GPU then
+waits for the next launch between kernels.
+
+On a CPU-only run, the same overhead shows on the host ("dispatch-bound"). In
+a typical step (each op's self time and each gap between ops at its median over
+the profiled steps, so that stalls caused by other load do not count), the ops
+under 10 µs together with the glue between ops (gaps under 1 ms: the Python and
+framework code that issues the next op) take most of the step, and the model
+issues many ops per sample (ops per step over the DataLoader's batch size): the
+fixed cost of each op is shared by too few samples. Without a batch size (a bare
+trace), most op time in ops under 10 µs stands in for the second condition.
 
 Why it matters
 --------------
 Each launch costs the host a few microseconds; a kernel shorter than that
 leaves the GPU idle until the next one arrives. The step time is then set by
 Python and launch overhead, not by the GPU, and a faster GPU does not help.
+On a CPU every op costs a few microseconds of Python, dispatcher and autograd
+bookkeeping whatever its size; with tiny ops that cost is the step, and more
+cores or a faster BLAS change nothing.
 
 How to fix
 ----------
-Give each kernel more work or launch fewer of them: a larger batch size,
-`torch.compile` (fuses elementwise kernels; `mode="reduce-overhead"` adds CUDA
-graphs), CUDA graphs directly, a fused or foreach optimizer (see GD404).
+Give each kernel (each op) more work or launch fewer of them: a larger batch
+size, `torch.compile` (fuses elementwise kernels and removes the Python between
+ops; `mode="reduce-overhead"` adds CUDA graphs), CUDA graphs directly, a fused
+or foreach optimizer (see GD404). On a CPU: a larger batch (the same ops then
+process more samples for the same overhead) and `torch.compile`; for
+inference, evaluate larger batches with fewer, larger ops.
 
 Before:
 
@@ -36,11 +51,30 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 loader = DataLoader(ds, batch_size=64)   # scale the learning rate with the batch
 ```
 
+On a CPU, before:
+
+```python
+loader = DataLoader(ds, batch_size=4)
+model = Net()
+```
+
+After:
+
+```python
+loader = DataLoader(ds, batch_size=256)  # scale the learning rate with the batch
+model = torch.compile(Net())
+```
+
 Evidence used
 -------------
-Trace: kernel count and duration distribution, share of kernels under 10 µs,
+GPU: kernel count and duration distribution, share of kernels under 10 µs,
 the launch calls' count and time against the kernels' (`TraceMetrics.kernels`),
 and the GPU idle time attributed to launch-bound and short gaps.
+
+CPU (`TraceMetrics.dispatch`, from the `cpu_op` events of the thread that runs
+the loop): ops per step (per sample with the DataLoader's batch size), each
+op's self time, the gaps between top-level ops, the typical step they make and
+the measured median step; the DataLoader's `batch_size` and call site.
 
 Thresholds
 ----------
@@ -48,13 +82,36 @@ Thresholds
 - `launch_to_kernel_min_ratio` (0.8): mean launch call / median kernel.
 - `launch_gap_min_share_pct` (1): the GPU idle time in launch-bound and short
   gaps must reach this share of step time.
+- `dispatch_share_pct` (50): CPU runs: the per-op overhead (short ops and glue)
+  as a share of the typical step.
+- `dispatch_ops_per_sample_count` (100): CPU runs: ops per step per sample of
+  the batch.
+- `dispatch_short_op_time_pct` (50): CPU runs without a batch size: share of op
+  self time in ops under 10 µs (the finding is then inferred).
+- `dispatch_target_share_pct` (25): the batch size the CPU fix suggests would
+  bring the overhead to this share if the rest of the step grew with the batch.
+- `dispatch_disturbed_ratio` (1.5): profiled steps this many times longer than
+  the typical step are called disturbed (other load) in the finding.
 - `error_share_pct`, `warning_share_pct`: severity from the GPU idle time in
-  launch-bound and short gaps.
+  launch-bound and short gaps, on a CPU from the per-op overhead share.
 
 Known limits
 ------------
 The 10 µs cut is fixed by the metric. A model that is genuinely small may stay
 launch-bound whatever is done; then CUDA graphs are the remaining lever.
+
+On a CPU the 10 µs and 1 ms cuts are fixed by the metric
+(`gpudoctor.analysis.dispatch`). The overhead share leans low: an op long
+enough to count as work may still be mostly fixed cost (a 16 µs `aten::gelu`
+on 256 values); the profiler's own per-op cost in the first window (shapes,
+stacks) leans the other way. The ops-per-sample threshold is calibrated on the
+sample scripts: a moderately small model can stay under it while a larger
+batch still pays (the evaluation sample, 96 blocks of width 64 at batch 128:
+22 ops per sample, up to 66% overhead, ran 3× faster per sample at batch 1024
+on a 2-core machine). The batch size is that of the DataLoader the loop
+iterates most; a loop that batches without a DataLoader is judged as a bare
+trace. A step that does not repeat the same ops gets its typical step per op
+name, which mixes the calls of one op on small and large inputs.
 
 References
 ----------
@@ -62,13 +119,15 @@ References
   https://hta.readthedocs.io/en/latest/source/features/cuda_kernel_launch_stats.html
 - `torch.compile`: https://pytorch.org/docs/stable/generated/torch.compile.html
 - CUDA graphs in PyTorch: https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs
+- PyTorch performance tuning guide (CPU): https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
 """
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRange
 from gpudoctor.model.metrics import GapCause, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.helpers import dataloader_call
 from gpudoctor.rules.registry import Rule
 
 
@@ -174,17 +233,180 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+# --------------------------------------------------------------------------- CPU runs: dispatch-bound
+
+
+# The largest jump in batch size the fix suggests at once: beyond it the learning-rate schedule
+# (linear scaling, warm-up) needs retuning more than a rule can say. Goyal et al. scale by up to 32×
+# with the linear rule and warm-up; 64× is the sample script's own fix (4 → 256).
+_MAX_BATCH_FACTOR = 64
+
+
+def _suggested_batch(batch_size: int, overhead_pct: float, target_pct: float) -> int:
+    """The batch that would bring the measured overhead share to ``target_pct`` if the rest of the
+    step grew linearly with the batch: k× the batch turns a share f into f / (f + k(1 - f)), so
+    k = f(1 - target) / ((1 - f) target), rounded up to a power of two, between 2× and
+    ``_MAX_BATCH_FACTOR``×."""
+    f = min(max(overhead_pct / 100.0, 0.0), 0.999)
+    target = min(max(target_pct / 100.0, 0.001), 0.999)
+    factor = f * (1.0 - target) / ((1.0 - f) * target)
+    k = 2
+    while k < factor and k < _MAX_BATCH_FACTOR:
+        k *= 2
+    return batch_size * k
+
+
+def _typical_step_range(m: TraceMetrics, typical_ns: int) -> list[TimeRange]:
+    """The profiled step closest to the typical one, to open in a trace viewer."""
+    if not m.steps:
+        return []
+    s = min(m.steps, key=lambda w: (abs((w.end_ns - w.start_ns) - typical_ns), w.step))
+    return [TimeRange(s.start_ns, s.end_ns, f"ProfilerStep#{s.step}: the profiled step closest to the typical one")]
+
+
+def _judge_cpu(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    t = ctx.thresholds
+    d = m.dispatch
+    if d is None or d.ops_per_step <= 0 or d.typical_step_ns <= 0:
+        return RuleResult.cannot_judge("no GPU, and no CPU ops in the trace's steps to measure per-op overhead on")
+    cut = fmt_ns(d.short_op_max_ns)
+    short, share = d.short_op_time_pct, d.dispatch_pct
+    typical = fmt_ns(d.typical_step_ns)
+    if share < t.dispatch_share_pct:
+        parts = [
+            (d.op_ns - d.short_op_ns, f"ops of {cut} or more"),
+            (d.long_gap_ns, f"Python gaps over {fmt_ns(d.glue_gap_max_ns)}"),
+            (d.dataloader_ns, "the DataLoader"),
+        ]
+        where = ", ".join(f"{name} {fmt_pct(100.0 * ns / d.typical_step_ns)}" for ns, name in parts if ns > 0)
+        return RuleResult.fine(
+            f"no GPU; per-op overhead (ops under {cut} and the glue between ops) is {fmt_pct(share)} of a "
+            f"typical step ({typical}; threshold {t.dispatch_share_pct:g}%)" + (f": the rest is {where}" if where else "")
+        )
+    dl = ctx.main_dataloader()
+    bs = dl.batch_size if dl is not None and dl.batch_size else None
+    if bs:
+        per_sample = d.ops_per_step / bs
+        if per_sample < t.dispatch_ops_per_sample_count:
+            return RuleResult.fine(
+                f"no GPU; per-op overhead is {fmt_pct(share)} of a typical step ({typical}), but each sample "
+                f"costs only {per_sample:,.1f} ops ({d.ops_per_step:,.0f} per step at batch_size={bs}; threshold "
+                f"{t.dispatch_ops_per_sample_count:g}): the ops' fixed cost is shared by enough samples"
+            )
+        confidence = Confidence.MEASURED
+        why = f"{d.ops_per_step:,.0f} ops per step, {per_sample:,.0f} per sample (batch_size={bs})"
+    else:
+        if short < t.dispatch_short_op_time_pct:
+            return RuleResult.fine(
+                f"no GPU; per-op overhead is {fmt_pct(share)} of a typical step ({typical}), but the ops carry work "
+                f"of their own: {fmt_pct(short)} of op time is in ops under {cut} (threshold "
+                f"{t.dispatch_short_op_time_pct:g}%; the batch size is unknown)"
+            )
+        confidence = Confidence.INFERRED  # no batch size: short ops stand in for "too few samples per op"
+        why = f"{d.ops_per_step:,.0f} ops per step"
+    message = (
+        f"dispatch-bound (CPU): per-op overhead is {fmt_pct(share)} of a typical step ({typical}): {why}, "
+        f"{fmt_pct(short)} of op time in ops under {cut} (median op {fmt_ns(d.op_self_median_ns)}), "
+        f"{fmt_ns(d.glue_ns)} of glue between ops"
+    )
+    metrics = [
+        Metric("ops_per_step", d.ops_per_step, "count"),
+        Metric("top_level_ops_per_step", d.top_level_ops_per_step, "count"),
+        Metric("op_self_median_ns", d.op_self_median_ns, "ns"),
+        Metric("short_op_time_pct", round(short, 1), "%", "op self time of the typical step"),
+        Metric("dispatch_overhead_pct", round(share, 1), "%", "typical step"),
+        Metric("typical_step_ns", d.typical_step_ns, "ns"),
+        Metric("step_median_ns", d.step_median_ns, "ns"),
+        Metric("short_op_ns", d.short_op_ns, "ns"),
+        Metric("glue_ns", d.glue_ns, "ns"),
+        Metric("op_ns", d.op_ns, "ns"),
+        Metric("long_gap_ns", d.long_gap_ns, "ns"),
+        Metric("dataloader_ns", d.dataloader_ns, "ns"),
+        Metric("steps_aligned", d.aligned),
+    ]
+    if bs:
+        metrics.insert(1, Metric("ops_per_sample", round(d.ops_per_step / bs, 1), "count"))
+    notes = []
+    if d.top_short_ops:
+        notes.append("short ops with the most time per typical step: " + "; ".join(
+            f"{s.name} ×{s.count} ({fmt_ns(s.total_ns)})" for s in d.top_short_ops
+        ))
+    if d.step_median_ns > t.dispatch_disturbed_ratio * d.typical_step_ns:
+        notes.append(
+            f"the profiled steps took a median {fmt_ns(d.step_median_ns)}, "
+            f"{d.step_median_ns / d.typical_step_ns:.1f}× the typical step: the process waited for a CPU "
+            "(other load on the machine) in some ops and gaps; the shares are of the typical step"
+        )
+    settings: list[SettingRef] = []
+    location = None
+    compiled = [w for w in (ctx.settings.wrappers if ctx.settings else ()) if w.kind == "torch.compile"]
+    training = bool(m.optimizer_steps) or bool(m.backward_ops)
+    if dl is not None:
+        location = location_of(dl.call_site)
+        settings.append(SettingRef("DataLoader.batch_size", dl.batch_size, location))
+    if compiled:
+        settings.append(SettingRef("torch.compile", compiled[0].options.get("mode", "default"),
+                                   location_of(compiled[0].call_site)))
+    if bs:
+        new_bs = _suggested_batch(bs, share, t.dispatch_target_share_pct)
+        bigger = (
+            f"raise the batch size (batch_size={bs} now; {new_bs} would bring this overhead near "
+            f"{t.dispatch_target_share_pct:g}% of the step if the rest grows with the batch"
+            + ("; scale the learning rate with it)" if training else ")")
+        )
+        before = dataloader_call(dl)
+        after = dataloader_call(dl, batch_size=new_bs)
+    else:
+        bigger = "raise the batch size" + (" (scale the learning rate with it)" if training else "")
+        before, after = "loader = DataLoader(ds, batch_size=4)", "loader = DataLoader(ds, batch_size=256)"
+    if compiled:
+        instruction = (
+            f"Give each op more work: {bigger}. The model is already compiled: check that the compiled "
+            "module is the one the loop calls and that it does not recompile every step."
+        )
+    else:
+        instruction = (
+            f"Give each op more work: {bigger}, so that the same ops process more samples for the same "
+            "overhead; compile the model with `torch.compile` to fuse small ops and remove the Python "
+            "between them" + ("." if training else "; evaluate with fewer, larger ops (one batched call "
+                                                 "instead of a loop of small ones).")
+        )
+        after += "\nmodel = torch.compile(model)"
+    finding = ctx.finding(
+        message,
+        Fix(instruction, before, after),
+        share_pct=share,
+        confidence=confidence,
+        metrics=metrics,
+        time_ranges=_typical_step_range(m, d.typical_step_ns),
+        settings=settings,
+        notes=notes,
+        location=location,
+        gain_note="per-op overhead (ops under 10 µs and the glue between ops) in the typical step",
+        rank=m.rank,
+    )
+    return RuleResult.fired(finding)
+
+
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
-    return ctx.per_trace(lambda m: _judge(ctx, m))
+    # A CPU run: no GPU at all, or a script that trains on the CPU of a machine with one.
+    on_cpu = not ctx.has_gpu() or (
+        ctx.settings is not None and ctx.settings.device_type == "cpu" and not ctx.gpu_traces()
+    )
+
+    def judge(m: TraceMetrics) -> RuleResult:
+        if on_cpu and not m.has_gpu_activity:
+            return _judge_cpu(ctx, m)
+        return _judge(ctx, m)
+
+    return ctx.per_trace(judge)
 
 
 RULE = Rule(
     code="GD103",
     name="launch-bound",
-    title="Kernels are too short for the host to keep the GPU fed",
+    title="Ops too small: kernel launches (GPU) or per-op dispatch (CPU) set the step time",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs=("trace",),
 )

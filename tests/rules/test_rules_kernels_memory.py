@@ -218,7 +218,8 @@ def test_gpu_rules_name_the_missing_gpu_on_cpu_runs():
     from rule_builders import cpu_manifest, cpu_trace
 
     data = run(manifest=cpu_manifest(), metrics=(cpu_trace(),), settings=settings(device_type="cpu"))
-    for code in ("GD101", "GD102", "GD103", "GD104", "GD301", "GD302", "GD303", "GD401", "GD402",
+    # GD103 judges CPU runs too (dispatch-bound, tests/rules/test_rules_gd103_cpu.py)
+    for code in ("GD101", "GD102", "GD104", "GD301", "GD302", "GD303", "GD401", "GD402",
                  "GD403", "GD404", "GD501", "GD502", "GD702"):
         res = judge(code, data)
         assert res.verdict == Verdict.CANNOT_JUDGE, code
