@@ -22,6 +22,9 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 # manifest by the parent and then removed. Hidden so that nothing else lists it.
 CHILD_STATE = ".child-state.json"
 TMP_SUFFIX = ".tmp"
+# top-level keys gpudoctor adds to a Kineto trace (docs/run-directory.md, Traces)
+TRACE_FILTER_KEY = "gpudoctorTraceFilter"  # what the parent's filter left out (tracefilter)
+TRACE_STACK_BOUND_KEY = "gpudoctorStackBound"  # a window cut short by the Python-call budget (torchprof)
 
 
 def rank_tagged(name: str, rank: int | None) -> str:
@@ -220,11 +223,36 @@ def gzip_file(src: Path, dst: Path, level: int = GZIP_LEVEL) -> None:
     os.replace(tmp, dst)
 
 
-def compress_traces(run_dir: Path, names: list[str]) -> list[str]:
+def compress_trace(plain: Path, final: Path, level: int = GZIP_LEVEL) -> Any:
+    """Gzip one plain trace into ``final``, its short Python calls left out (``tracefilter``).
+
+    Returns the ``TraceFilterResult`` when the trace was filtered; None when it has no
+    Python calls (gzipped as recorded); a string saying why when the filter failed: the
+    trace is then gzipped as recorded, never lost.
+    """
+    from gpudoctor.collect import tracefilter  # noqa: PLC0415 - msgspec and numpy: not at start-up
+
+    tmp = final.with_name(final.name + TMP_SUFFIX)
+    outcome: Any = None
+    if tracefilter.has_python_events(plain):
+        try:
+            outcome = tracefilter.filter_trace(plain, tmp, level=level)
+        except Exception as err:  # noqa: BLE001 - whatever went wrong, the trace is kept as recorded
+            outcome = f"{type(err).__name__}: {err}" if not isinstance(err, tracefilter.TraceFilterError) else str(err)
+        else:
+            os.replace(tmp, final)
+            return outcome
+    gzip_file(plain, final, level)
+    return outcome
+
+
+def compress_traces(run_dir: Path, names: list[str], outcomes: dict[str, Any] | None = None) -> list[str]:
     """Gzip the traces the training process has finished writing (listed in its state).
 
     The training process exports plain ``*.pt.trace.json`` and lists the ``.gz`` name;
-    the parent compresses it, off the training process's time. Returns names done now.
+    the parent compresses it (:func:`compress_trace`), off the training process's time.
+    Returns names done now; ``outcomes`` receives what :func:`compress_trace` returned for
+    each (when not None).
     """
     done = []
     for name in names:
@@ -233,10 +261,12 @@ def compress_traces(run_dir: Path, names: list[str]) -> list[str]:
         if plain == final or not plain.is_file() or final.exists():
             continue
         try:
-            gzip_file(plain, final)
+            outcome = compress_trace(plain, final)
             plain.unlink()
         except OSError:
             continue
+        if outcomes is not None and outcome is not None:
+            outcomes[name] = outcome
         done.append(name)
     return done
 

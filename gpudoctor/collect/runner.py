@@ -202,6 +202,8 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
             manifest = _replace(manifest, launcher=distributed.LAUNCHER)
         rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
         sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
+        compressor = _TraceCompressor(run_dir)
+        compressor.start()
         while True:
             try:
                 rc = proc.wait()
@@ -211,13 +213,14 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
         t_end_unix_ns = time.time_ns()
         t_end_mono_ns = time.monotonic_ns()
         sampler.stop()
+        compressor.stop()
         state, job = None, {}
         if launcher:
             state, ends, outcome = distributed.combined_state(run_dir, opts.nproc_per_node)
             job = {"rank_ends": tuple(ends), "failed_rank": outcome.get("failed_rank")}
         manifest = _finish_manifest(
             manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9,
-            state=state,
+            state=state, compressor=compressor,
         )
         if job:
             manifest = _replace(manifest, **job)
@@ -238,12 +241,39 @@ def _replace(m: Manifest, **kw: Any) -> Manifest:
 
 
 class _TraceCompressor:
-    """Gzips the traces the training process lists as written, while it runs (see rundir)."""
+    """Gzips the traces the training process lists as written, while it runs (see rundir).
 
-    def __init__(self, run_dir: Path) -> None:
+    In a thread of its own (not the sampler's: thinning a trace of a Python-heavy window
+    takes seconds, and samples must go on meanwhile), polling the child's state file.
+    :meth:`stop` waits for a trace in progress, so that the end of the run never
+    compresses the same file at the same time. ``outcomes``: what
+    ``rundir.compress_trace`` returned for each trace.
+    """
+
+    def __init__(self, run_dir: Path, interval_s: float = 0.2) -> None:
         self.run_dir = run_dir
         self.state_path = run_dir / rundir.CHILD_STATE
+        self.interval_s = interval_s
+        self.outcomes: dict[str, Any] = {}
         self._mtimes: dict[Path, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-traces", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self()
+            except Exception:  # done again, for good, at the end of the run
+                pass
 
     def __call__(self) -> None:
         # one training process, or every rank of a torchrun job (rank-tagged state files)
@@ -256,7 +286,9 @@ class _TraceCompressor:
                 continue
             self._mtimes[path] = mtime
             state = rundir.read_json(path) or {}
-            rundir.compress_traces(self.run_dir, list(state.get("traces") or []))
+            rundir.compress_traces(self.run_dir, list(state.get("traces") or []), self.outcomes)
+            if self._stop.is_set():
+                return
 
 
 def _start_sampler(opts: ProfileOptions, run_dir: Path, t0_mono_ns: int, pid: int, launcher: bool = False):  # noqa: ANN202
@@ -265,12 +297,60 @@ def _start_sampler(opts: ProfileOptions, run_dir: Path, t0_mono_ns: int, pid: in
 
     nvml, reason = Nvml.open()
     sampler = Sampler(
-        run_dir / rundir.SAMPLES, t0_mono_ns, opts.sample_interval_ms, nvml, on_tick=_TraceCompressor(run_dir),
+        run_dir / rundir.SAMPLES, t0_mono_ns, opts.sample_interval_ms, nvml,
         rank_module=CHILD_MODULE if launcher else None,
     )
     sampler.write_meta()
     sampler.start(pid)
     return sampler, nvml, reason
+
+
+def _trace_notes(outcomes: dict[str, Any]) -> list[str]:
+    """In words, for the torch.profiler entry: windows cut short by the Python-call budget,
+    the Python calls the filter left out, and traces it could not filter."""
+    if not outcomes:
+        return []
+    from gpudoctor.collect.tracefilter import TraceFilterResult  # noqa: PLC0415
+
+    notes: list[str] = []
+    results = [o for o in outcomes.values() if isinstance(o, TraceFilterResult)]
+    for r in results:
+        b = r.stack_bound
+        if isinstance(b, dict) and {"first_step", "steps_recorded", "steps_scheduled", "python_calls_per_step", "budget"} <= b.keys():
+            notes.append(
+                f"the window from step {b['first_step']} recorded {b['steps_recorded']} of {b['steps_scheduled']} steps: "
+                f"its steps make {b['python_calls_per_step']:,} Python calls each, and a window records at most "
+                f"{b['budget']:,} with stacks"
+            )
+    dropped = [r for r in results if r.dropped_events]
+    if dropped:
+        n = sum(r.dropped_events for r in dropped)
+        total = sum(r.python_events for r in dropped)
+        ms = sum(r.dropped_us for r in dropped) / 1000.0
+        notes.append(
+            f"Python calls under {dropped[0].min_us:g} µs that enclose no op left out of {len(dropped)} trace(s): "
+            f"{n:,} of {total:,} ({ms:,.1f} ms of calls, now their callers' self time)"
+        )
+    for name, o in sorted(outcomes.items()):
+        if isinstance(o, str):
+            notes.append(f"{name} kept as recorded: the Python-call filter failed ({o})")
+    return notes
+
+
+def _with_trace_notes(collected: list[Collected], notes: list[str]) -> list[Collected]:
+    import dataclasses  # noqa: PLC0415
+
+    if not notes:
+        return collected
+    text = "; ".join(notes)
+    for i, c in enumerate(collected):
+        if c.name == "torch.profiler" and c.ok:
+            collected[i] = dataclasses.replace(c, detail=f"{c.detail}; {text}" if c.detail else text)
+            return collected
+    from gpudoctor.model import Collected  # noqa: PLC0415
+
+    collected.append(Collected("torch.profiler", True, detail=text))
+    return collected
 
 
 def _finish_manifest(
@@ -284,6 +364,7 @@ def _finish_manifest(
     end_unix_ns: int,
     duration_s: float,
     state: dict[str, Any] | None = None,
+    compressor: _TraceCompressor | None = None,
 ) -> Manifest:
     from gpudoctor.model import Collected, Device, ExceptionInfo, RunStatus
 
@@ -295,7 +376,8 @@ def _finish_manifest(
     steps_path = run_dir / rundir.STEPS
     if steps_path.exists():
         rundir.repair_jsonl(steps_path)
-    rundir.compress_traces(run_dir, list(state.get("traces") or []))
+    outcomes = compressor.outcomes if compressor is not None else {}
+    rundir.compress_traces(run_dir, list(state.get("traces") or []), outcomes)
     rundir.remove_leftovers(run_dir)
     steps_lines = rundir.count_lines(steps_path)
 
@@ -336,6 +418,7 @@ def _finish_manifest(
             continue
     if not state.get("collected"):
         collected.extend(_collected_from_files(run_dir, steps_lines))
+    collected = _with_trace_notes(collected, _trace_notes(outcomes))
     for note in state.get("notes", []) or []:
         collected.append(Collected("instruments", False, str(note)))
     # psutil

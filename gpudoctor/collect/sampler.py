@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +101,6 @@ class Sampler:
         interval_ms: int,
         nvml: Nvml | None,
         rank: int | None = None,
-        on_tick: Callable[[], object] | None = None,
         rank_module: str | None = None,
     ) -> None:
         """``rank_module``: the sampled process is a launcher (torchrun) whose children running
@@ -114,7 +112,6 @@ class Sampler:
         self.interval_ms = interval_ms
         self.nvml = nvml
         self.rank = rank
-        self.on_tick = on_tick  # other housekeeping of the parent (trace compression), every tick
         self.psutil_reason = ""
         self.nvml_error = ""
         self.process_samples = 0
@@ -173,11 +170,6 @@ class Sampler:
                 if not self.psutil_reason:
                     self.psutil_reason = f"sampling stopped: {type(err).__name__}: {err}"
                 return
-            if self.on_tick is not None:
-                try:
-                    self.on_tick()
-                except Exception:  # done again, for good, at the end of the run
-                    pass
             ticks += 1
             next_t += self.interval_s
             delay = next_t - time.monotonic()
@@ -276,7 +268,10 @@ class Sampler:
                         cpu = proc.cpu_percent(None)
                         rss = proc.memory_info().rss
                         threads = proc.num_threads()
+                        gone = rss == 0 or proc.status() == psutil.STATUS_ZOMBIE
                 except psutil.Error:
+                    continue
+                if gone:  # exited, not yet reaped: nothing left to measure
                     continue
                 runq = self._runq.sample(proc.pid, t_ns)
                 pids.add(proc.pid)

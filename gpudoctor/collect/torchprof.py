@@ -6,6 +6,13 @@ maps its steps onto the run's step indices. The profiler's own ``ProfilerStep#N`
 markers are replaced by gpudoctor's, entered and left at the step boundaries, so
 that ``ProfilerStep#N`` in a trace is step ``N`` of ``steps.jsonl``.
 
+A window with stacks records every Python call of its steps. Its last warm-up step
+runs under a cProfile probe that counts them; a window whose steps would record more
+than ``PYTHON_CALLS_BUDGET`` calls in all records fewer steps (at least one), exports
+its trace after them and lets the rest of its steps run unprofiled. The trace says so
+(``gpudoctorStackBound``); the parent then thins the short calls out of it
+(``tracefilter``).
+
 Kineto allows one profiler per process. When the script creates its own
 ``torch.profiler.profile`` (or the legacy ``torch.autograd.profiler.profile``),
 gpudoctor stops its window at once (exporting what it recorded), hands the profiler
@@ -15,6 +22,7 @@ copies every trace the script exports into the run directory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -24,8 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.rundir import TMP_SUFFIX, plain_trace, trace_name
+from gpudoctor.collect.rundir import TMP_SUFFIX, TRACE_STACK_BOUND_KEY, plain_trace, trace_name
 from gpudoctor.model import ProfilerSchedule
+
+# Python calls a window may record with stacks. torch's Python tracer records every call,
+# C calls included; a step that runs a tokenizer in the loop makes ~330 000 of them, and
+# stopping and exporting a 5-step window of those took 8-17 s here (a 470 MB trace). A window
+# whose last warm-up step makes more than BUDGET / active calls records fewer steps
+# (docs/run-directory.md, "Python calls in a trace").
+PYTHON_CALLS_BUDGET = 400_000
 
 
 @contextmanager
@@ -87,6 +102,12 @@ class ProfilerDriver:
         self._own_depth = 0
         self._in_user_export = False
         self._quiet_until = 0  # no window before this step: on_step_start returns at once
+        self._probe: Any = None  # cProfile counting the Python calls of the last warm-up step
+        self._probe_step = -1
+        self._cut_at: int | None = None  # last recorded step of a window cut short by the Python-call budget
+        self._stacks_on = False  # the window being recorded has stacks
+        self._bound: dict[str, int] | None = None  # the bound applied to the window being recorded
+        self.stack_bounds: list[dict[str, int]] = []  # every window cut short, in order
 
     # ------------------------------------------------------------------ patches
 
@@ -149,8 +170,14 @@ class ProfilerDriver:
         if ph == sched.WARMUP:
             return PA.WARMUP
         if ph == sched.ACTIVE:
+            cut = self._cut_at
+            if cut is not None and sched.window_start(step, self.schedule) == sched.window_start(cut, self.schedule):
+                return PA.RECORD_AND_SAVE if step == cut else PA.RECORD if step < cut else PA.NONE
             return PA.RECORD_AND_SAVE if sched.is_last_active(step, self.schedule) else PA.RECORD
         return PA.NONE
+
+    def _window_over_after(self, step: int) -> bool:
+        return not sched.phase(step + 1, self.schedule) or step == self._cut_at
 
     def running_schedule(self) -> bool:
         return self.enabled and self.active and self.owner == "gpudoctor"
@@ -168,6 +195,8 @@ class ProfilerDriver:
         try:
             if self._prof is None:
                 self._start_window(step)
+            if step == self._window_first_active and self._bound is not None:
+                self._note_bound()
             name = f"ProfilerStep#{step}"
             self._own_depth += 1
             try:
@@ -178,7 +207,65 @@ class ProfilerDriver:
         except Exception as err:
             self._fail(err)
             return ""
+        if ph == sched.WARMUP and self._stacks_on and step == self._window_first_active - 1:
+            self._start_probe(step)
         return ph
+
+    # ------------------------------------------------------------------ the Python-call budget
+
+    def _start_probe(self, step: int) -> None:
+        """Count the Python calls of the last warm-up step (cProfile, this thread), so that a
+        window of Python-heavy steps records fewer of them with stacks. Skipped when another
+        profiler (the script's cProfile, a coverage tool) holds ``sys.setprofile``."""
+        if sys.getprofile() is not None:
+            return
+        import cProfile  # noqa: PLC0415
+
+        probe = cProfile.Profile()
+        try:
+            probe.enable(subcalls=False, builtins=True)
+        except (RuntimeError, ValueError):  # another profiler is active (Python 3.12+: sys.monitoring)
+            return
+        self._probe, self._probe_step = probe, step
+
+    def _drop_probe(self) -> None:
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            try:
+                probe.disable()
+            except Exception:
+                pass
+
+    def _finish_probe(self, step: int) -> None:
+        probe, self._probe = self._probe, None
+        probe.disable()
+        if step != self._probe_step:
+            return
+        calls = sum(int(entry.callcount) for entry in probe.getstats())
+        active = self.schedule.active
+        steps = max(1, min(active, PYTHON_CALLS_BUDGET // max(calls, 1)))
+        if steps >= active:
+            return
+        first = step + 1
+        self._cut_at = first + steps - 1
+        self._bound = {
+            "python_calls_per_step": calls,
+            "budget": PYTHON_CALLS_BUDGET,
+            "steps_recorded": steps,
+            "steps_scheduled": active,
+            "first_step": first,
+        }
+        self.stack_bounds.append(self._bound)
+
+    def _note_bound(self) -> None:
+        """Recording now: the bound goes into the trace's metadata (a failure only loses the note)."""
+        self._own_depth += 1
+        try:
+            self._prof.add_metadata_json(TRACE_STACK_BOUND_KEY, json.dumps(self._bound))
+        except Exception:
+            pass
+        finally:
+            self._own_depth -= 1
 
     def _start_window(self, step: int) -> None:
         torch = self.torch
@@ -196,6 +283,9 @@ class ProfilerDriver:
         detail = not s.detail_windows or self.windows_started < s.detail_windows
         if detail:
             self.detail_windows_recorded += 1
+        self._stacks_on = bool(s.with_stack and detail)
+        self._cut_at = None
+        self._bound = None
         self._own_depth += 1
         try:
             prof = torch.profiler.profile(
@@ -223,13 +313,20 @@ class ProfilerDriver:
             except Exception as err:
                 self._fail(err)
                 return
+        if self._probe is not None:
+            try:
+                self._finish_probe(step)
+            except Exception:  # the budget is an optimisation: the window goes on unbounded
+                self._drop_probe()
         if self._prof is None:
             return
         self._own_depth += 1
         try:
             with no_lazy_inductor(self.torch):
                 self._prof.step()
-            if not sched.phase(step + 1, self.schedule):
+            if self._window_over_after(step):
+                if step == self._cut_at:  # the rest of the window runs unprofiled
+                    self._quiet_until = self._window_first_active + self.schedule.active
                 # the window is over (its trace was exported by step()): let it go
                 self._prof.stop()
                 self._prof = None
@@ -259,6 +356,7 @@ class ProfilerDriver:
     def _fail(self, err: BaseException) -> None:
         self.error = f"torch.profiler failed: {type(err).__name__}: {err}"
         self.enabled = False
+        self._drop_probe()
         self._annotation = None
         prof, self._prof = self._prof, None
         if prof is not None:
@@ -273,6 +371,7 @@ class ProfilerDriver:
 
     def finish(self) -> None:
         """The script is over: close the step marker and export a window cut short."""
+        self._drop_probe()
         if self._annotation is not None:
             ann, self._annotation = self._annotation, None
             try:
@@ -320,6 +419,7 @@ class ProfilerDriver:
         self.on_change()
 
     def in_child_after_fork(self) -> None:
+        self._drop_probe()  # a forked worker inherits the probe's sys.setprofile hook
         self.active = False
         self._annotation = None
         self._prof = None
