@@ -52,7 +52,9 @@ thread.
 
 Thresholds
 ----------
-- `main_cpu_busy_pct` (90): the main process's median CPU, % of one core.
+- `main_cpu_busy_pct` (90): the main process's median CPU, % of one core
+  (its threads' run-queue wait added where recorded: held back by other load,
+  a busy thread still wants its core).
 - `dataloader_wait_share_pct` (5): above it the wait is GD201's, not this rule's.
 - `gpu_idle_share_pct` (20): the GPU waits.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
@@ -126,7 +128,10 @@ def check(ctx: RuleContext) -> RuleResult:
     cpu, n = main_cpu_pct(ctx)
     if cpu is None:
         return RuleResult.cannot_judge("no CPU samples of the training process (psutil; run `gpudoctor profile`)")
-    if cpu < t.main_cpu_busy_pct:
+    # a thread that waits for a core (other load on the machine) still wants it: count it busy
+    demand = runnable_demand(ctx)
+    busy = max(cpu, 100.0 * demand.main) if demand is not None else cpu
+    if busy < t.main_cpu_busy_pct:
         return RuleResult.fine(
             f"training process at {cpu:.0f}% of one core (median of {n} samples; threshold {t.main_cpu_busy_pct:g}%)"
         )
@@ -216,10 +221,8 @@ def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
     demand = runnable_demand(ctx)
     wants = 100.0 * demand.main if demand is not None else cpu
     use_pct = 100.0 * wants / capacity
+    waiting = f", {wants - cpu:.0f}% more waiting for a core" if wants - cpu >= 25.0 else ""
     if use_pct >= t.cpu_run_thread_use_max_pct:
-        waiting = (
-            f", {wants - cpu:.0f}% more waiting for a core (other processes)" if wants - cpu >= 25.0 else ""
-        )
         return RuleResult.fine(
             f"no GPU; the training process uses {use_pct:.0f}% of its {min(threads, cores)} threads' capacity "
             f"({cpu:.0f}% CPU{waiting})"
@@ -235,7 +238,7 @@ def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
         confidence = Confidence.INFERRED
         gain_note = "no cProfile of the user's code to put it in time"
     message = (
-        f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU, "
+        f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
         f"{use_pct:.0f}% of what its {min(threads, cores)} intra-op threads could use"
         + (f"; hottest user code {location}" if location else "")
     )

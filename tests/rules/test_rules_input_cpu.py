@@ -185,6 +185,16 @@ def test_gd203_cpu_run_at_one_core_because_other_processes_hold_the_other_is_fin
     assert judge("GD203", data(3.0)).verdict == Verdict.FIRED  # one thread that wants one core
 
 
+def test_gd203_cpu_run_held_under_one_core_by_other_load_still_fires():
+    """60% CPU and 40% waiting: one Python thread that wants one core, on a busy machine."""
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=2, cpu_count=2),
+               steps=steps(), samples=Samples(process=proc_samples(60.0, runq_wait_pct=40.0)))
+    (f,) = judge("GD203", data).findings
+    assert "runs at 60% CPU, 40% more waiting for a core, 50% of what its 2 intra-op threads" in f.message
+    no_wait = dataclasses.replace(data, samples=Samples(process=proc_samples(60.0)))
+    assert judge("GD203", no_wait).verdict == Verdict.FINE  # without run-queue figures: not busy
+
+
 def test_gd203_cannot_judge_without_samples():
     assert judge("GD203", run(settings=settings())).verdict == Verdict.CANNOT_JUDGE
 
