@@ -100,6 +100,12 @@ class Thresholds:
     # CPU runs: the step is serial Python when the main process uses less than this % of what its
     # intra-op threads could (min(num_threads, cores) × 100) while at a full core. gpudoctor's choice.
     cpu_run_thread_use_max_pct: float = 60.0
+    # CPU runs with a trace: the step is serial Python when this share of a typical step runs between
+    # torch ops in gaps of 1 ms or more (TraceMetrics.dispatch.long_gap_ns). Measured on 2 cores: the
+    # planted cpu_preprocessing_in_loop.py 82%, every other sample script (planted and fixed) 8% or less.
+    # gpudoctor's choice: most of the step. Takes precedence over the CPU % test, which spinning
+    # OpenMP threads inflate (the planted sample reads 133% CPU).
+    cpu_run_python_share_pct: float = 50.0
 
     # ---- GD204 cpu-oversubscription
     # runnable threads of the training process and its workers (on a core + waiting in the run queue,

@@ -5,8 +5,10 @@ What it detects
 The training process runs at a full core (psutil samples) while the GPU waits
 and the wait is not for the DataLoader: Python work in the training loop
 (preprocessing, augmentation, metric computation, logging) serializes the
-step. On a CPU-only run, the same signature means the step is bound by one
-Python thread while torch's intra-op threads sit idle.
+step. On a CPU-only run, the step is bound by one Python thread while torch's
+intra-op threads sit idle: with a trace, most of a typical step runs Python
+between torch ops (gaps of 1 ms or more between them); without one, the
+process stays near one core while its intra-op threads could use more.
 
 Why it matters
 --------------
@@ -56,6 +58,11 @@ Thresholds
   (its threads' run-queue wait added where recorded: held back by other load,
   a busy thread still wants its core).
 - `dataloader_wait_share_pct` (5): above it the wait is GD201's, not this rule's.
+- `cpu_run_python_share_pct` (50): CPU runs with a trace: share of a typical
+  step (`TraceMetrics.dispatch`, see GD103) spent in Python between torch ops.
+- `cpu_run_thread_use_max_pct` (60): CPU runs without a trace: the process's
+  CPU (with its run-queue wait) as a share of what its intra-op threads could
+  use.
 - `gpu_idle_share_pct` (20): the GPU waits.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
@@ -63,8 +70,11 @@ Known limits
 ------------
 Needs psutil samples (`gpudoctor profile`); a bare trace has none. The share
 at stake is the GPU idle time not explained by the DataLoader, syncs or
-launches (on CPU runs, the Python self time of the user's functions), an
-upper bound of what moving the work can win.
+launches (on CPU runs, the Python share of the typical step, or without a trace
+the Python self time of the user's functions), an upper bound of what moving
+the work can win. On CPU runs the CPU % alone misleads: OpenMP threads spinning
+at the end of each op lift a Python-bound process above one core (the planted
+sample reads 133%), which is why a trace, when there is one, decides.
 
 References
 ----------
@@ -78,7 +88,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
-from gpudoctor.model.metrics import GapCause
+from gpudoctor.model.metrics import DispatchStats, GapCause
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
 from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, user_functions
 from gpudoctor.rules.registry import Rule
@@ -204,6 +214,19 @@ def _gpu_case(ctx, cpu, metrics, notes, location) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def _python_share(ctx: RuleContext) -> tuple[float | None, DispatchStats | None]:
+    """The largest share, over the CPU traces, of a typical step spent in Python between torch ops."""
+    best: tuple[float | None, DispatchStats | None] = (None, None)
+    for m in ctx.metrics:
+        d = m.dispatch
+        if m.has_gpu_activity or d is None or d.typical_step_ns <= 0 or d.steps == 0:
+            continue
+        pct = 100.0 * d.long_gap_ns / d.typical_step_ns
+        if best[0] is None or pct > best[0]:
+            best = (pct, d)
+    return best
+
+
 def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
     t = ctx.thresholds
     s = ctx.settings
@@ -216,32 +239,59 @@ def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
         return RuleResult.not_applicable(
             f"no GPU, and torch runs {threads} intra-op thread(s) on {cores} core(s): one core is the ceiling anyway"
         )
+    # The trace says it most directly: the share of a typical step spent in Python between torch
+    # ops (gaps of 1 ms or more), where OpenMP threads spinning in the ops cannot inflate it.
+    python_pct, dm = _python_share(ctx)
     # threads that wanted a core, not only those that got one: on a machine busy with other work
     # the training process can sit at one core while both its threads are runnable
     demand = runnable_demand(ctx)
     wants = 100.0 * demand.main if demand is not None else cpu
     use_pct = 100.0 * wants / capacity
     waiting = f", {wants - cpu:.0f}% more waiting for a core" if wants - cpu >= 25.0 else ""
-    if use_pct >= t.cpu_run_thread_use_max_pct:
+    n_threads = min(threads, cores)
+    if python_pct is not None:
+        if python_pct < t.cpu_run_python_share_pct:
+            return RuleResult.fine(
+                f"no GPU; {fmt_pct(python_pct)} of a typical step runs Python between torch ops (threshold "
+                f"{t.cpu_run_python_share_pct:g}%; the process at {cpu:.0f}% CPU{waiting})"
+            )
+    elif use_pct >= t.cpu_run_thread_use_max_pct:
         return RuleResult.fine(
-            f"no GPU; the training process uses {use_pct:.0f}% of its {min(threads, cores)} threads' capacity "
+            f"no GPU; the training process uses {use_pct:.0f}% of its {n_threads} threads' capacity "
             f"({cpu:.0f}% CPU{waiting})"
         )
-    metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{min(threads, cores)} threads' capacity"))
+    metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{n_threads} threads' capacity"))
     if user_share is not None:
+        metrics.append(Metric("user_code_self_time_pct", round(user_share, 1), "%", "cProfile time"))
+    if python_pct is not None and dm is not None:
+        at_stake = python_pct
+        confidence = Confidence.MEASURED
+        gain_note = "time between torch ops in a typical profiled step (Python work of 1 ms or more)"
+        metrics.append(Metric("python_between_ops_pct", round(python_pct, 1), "%", "typical step"))
+        metrics.append(Metric("python_between_ops_ns", dm.long_gap_ns, "ns", "typical step"))
+        metrics.append(Metric("typical_step_ns", dm.typical_step_ns, "ns"))
+        message = (
+            f"CPU run bound by Python in the loop: {fmt_pct(python_pct)} of a typical step runs Python between "
+            f"torch ops, on one thread while torch's {n_threads} intra-op threads wait"
+        )
+    elif user_share is not None:
         at_stake = user_share
         confidence = Confidence.MEASURED
         gain_note = "self time of the user's own functions (cProfile) in the profiled time"
-        metrics.append(Metric("user_code_self_time_pct", round(user_share, 1), "%", "cProfile time"))
+        message = (
+            f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
+            f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
+        )
     else:
         at_stake = None
         confidence = Confidence.INFERRED
-        gain_note = "no cProfile of the user's code to put it in time"
-    message = (
-        f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
-        f"{use_pct:.0f}% of what its {min(threads, cores)} intra-op threads could use"
-        + (f"; hottest user code {location}" if location else "")
-    )
+        gain_note = "no trace or cProfile of the user's code to put it in time"
+        message = (
+            f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
+            f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
+        )
+    if location:
+        message += f"; hottest user code {location}"
     instruction = (
         "Move per-sample Python work (transforms, decoding, metric bookkeeping) out of the loop body into the "
         "Dataset with DataLoader workers, or express it as batched tensor operations"

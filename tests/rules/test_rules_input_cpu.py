@@ -22,7 +22,7 @@ from rule_builders import (
     utilization,
 )
 
-from gpudoctor.model import Severity
+from gpudoctor.model import DispatchStats, Severity, WindowKind
 from gpudoctor.rules.context import Verdict
 from gpudoctor.rules.gd201_dataloader_stall import suggest_num_workers
 
@@ -167,6 +167,34 @@ def test_gd203_cpu_run_bound_by_one_python_thread():
     (f,) = judge("GD203", data).findings
     assert "12%" in f.message or "13%" in f.message
     assert round(f.gain.share_pct) == 61  # user self time 6.1 s of 10 s
+
+
+def _python_trace(long_gap_ms: float, typical_ms: float = 180.0):
+    d = DispatchStats(window=WindowKind.STEPS, steps=1, ops_per_step=400.0, op_ns=int((typical_ms - long_gap_ms) * MS),
+                      long_gap_ns=int(long_gap_ms * MS), typical_step_ns=int(typical_ms * MS),
+                      step_median_ns=int(typical_ms * MS))
+    return cpu_trace(dispatch=d)
+
+
+def test_gd203_cpu_run_with_python_between_ops_fires_from_the_trace_whatever_the_cpu_pct():
+    """The planted sample: OpenMP threads spinning in the ops lift the process to 133% CPU, but 82% of
+    the typical step runs Python between ops."""
+    pst = (PstatsEntry("/work/train.py", 12, "tokenize", 640, 6.0, 6.1),
+           PstatsEntry("/work/train.py", 40, "main", 1, 0.1, 10.0))
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=2, cpu_count=2),
+               steps=steps(), samples=Samples(process=proc_samples(133.0, runq_wait_pct=1.0)), pstats=pst,
+               metrics=(_python_trace(147.0),))
+    (f,) = judge("GD203", data).findings
+    assert "81.7% of a typical step runs Python between torch ops" in f.message
+    assert "train.py:12" in f.message
+    assert round(f.gain.share_pct) == 82 and f.confidence.value == "measured"
+    # the fixed sample: no Python of its own between ops
+    fixed = dataclasses.replace(data, metrics=(_python_trace(0.0, 25.0),), pstats=())
+    res = judge("GD203", fixed)
+    assert res.verdict == Verdict.FINE and "0.0% of a typical step runs Python between torch ops" in res.reason
+    # a trace says no even when the CPU % alone would have said yes
+    low_cpu = dataclasses.replace(fixed, samples=Samples(process=proc_samples(100.0, runq_wait_pct=0.0)))
+    assert judge("GD203", low_cpu).verdict == Verdict.FINE
 
 
 def test_gd203_cpu_run_using_its_threads_is_fine():
