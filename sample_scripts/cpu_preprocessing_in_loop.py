@@ -128,7 +128,7 @@ class BagClassifier(nn.Module):
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Train a bag-of-n-grams text classifier.")
     p.add_argument("--fixed", action="store_true", help="tokenize once, in the Dataset (the fix)")
-    p.add_argument("--samples", type=int, default=8192, help="documents (default 8192)")
+    p.add_argument("--samples", type=int, default=4096, help="documents (default 4096: 64 steps)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
