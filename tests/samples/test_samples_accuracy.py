@@ -1,7 +1,7 @@
 """The accuracy benchmark's CPU part as a test: right diagnoses, no false alarms, fixes that pay.
 
 Runs ``benchmarks/accuracy.py`` once (every scenario runnable on this machine,
-planted and fixed, under ``gpudoctor profile``; several minutes on 2 cores) and
+planted and fixed, twice each, under ``gpudoctor profile``; about 6 minutes on 2 cores) and
 asserts the targets of issue 6 scenario by scenario, so a failure names the
 scenario and what it missed. GPU-only scenarios are "needs GPU" on a CPU
 machine and are not asserted here.
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks" / "accuracy.py"
-TIMEOUT_S = 1500  # the benchmark itself targets ~10 minutes on 2 cores
+TIMEOUT_S = 1500  # the benchmark takes about 6 minutes on 2 cores (2 runs of each variant)
 
 
 def _load_bench():
@@ -37,8 +37,8 @@ SCENARIOS = [s.name for s in acc.discover()]
 # ----------------------------------------------------------------- the verdict logic, on made-up runs
 
 
-def _variant(fixed: bool, codes=(), severity="warning", per_sample_us=100.0):
-    v = acc.Variant(fixed=fixed, exit_code=0)
+def _variant(fixed: bool, codes=(), severity="warning", per_sample_us=100.0, repeat=1):
+    v = acc.Variant(fixed=fixed, exit_code=0, repeat=repeat)
     v.findings = [{"code": c, "severity": severity, "share_pct": None} for c in codes]
     v.time_per_sample_us = per_sample_us
     return v
@@ -49,13 +49,24 @@ def _scenario(expected=("GD201",), needs_gpu=False, gpus_for_speedup=0):
 
 
 def test_judge_passes_a_right_diagnosis_with_a_clean_faster_fix():
-    r = acc.judge(_scenario(), _variant(False, ["GD201", "GD203"], "error", 200), _variant(True, ["GD203"], "info", 100), 0)
+    r = acc.judge(_scenario(), [_variant(False, ["GD201", "GD203"], "error", 200)], [_variant(True, ["GD203"], "info", 100)], 0)
     assert (r.top, r.rank, r.fixed_alarms, r.speedup, r.problems) == ("GD201", 1, [], 2.0, [])
     assert r.diagnosed_right
 
 
+def test_judge_compares_the_fastest_runs_and_judges_every_run():
+    planted = [_variant(False, ["GD201"], "error", 300), _variant(False, ["GD204"], "error", 200, repeat=2)]
+    fixed = [_variant(True, [], per_sample_us=260), _variant(True, ["GD204"], "warning", 150, repeat=2)]
+    r = acc.judge(_scenario(), planted, fixed, 0)
+    assert r.speedup == 200 / 150 and r.planted.repeat == 2 and r.fixed.repeat == 2
+    assert r.top == "GD201" and r.fixed_alarms == ["GD204"]
+    assert any("got top finding GD204 (planted run 2)" in p for p in r.problems)
+    assert any("false alarm on the fixed variant (fixed run 2): GD204" in p for p in r.problems)
+    assert not r.diagnosed_right  # a miss in any run is a miss
+
+
 def test_judge_names_each_missed_target():
-    r = acc.judge(_scenario(), _variant(False, ["GD204", "GD201"], "error", 100), _variant(True, ["GD204"], "warning", 120), 0)
+    r = acc.judge(_scenario(), [_variant(False, ["GD204", "GD201"], "error", 100)], [_variant(True, ["GD204"], "warning", 120)], 0)
     assert r.rank == 2 and not r.diagnosed_right
     assert r.fixed_alarms == ["GD204"]
     assert any("on top, got top finding GD204" in p for p in r.problems)
@@ -64,15 +75,15 @@ def test_judge_names_each_missed_target():
 
 
 def test_judge_does_not_require_a_speedup_the_machine_cannot_show():
-    r = acc.judge(_scenario(("GD601",), gpus_for_speedup=2), _variant(False, ["GD601"], "info", 100), _variant(True, [], per_sample_us=100), 1)
+    r = acc.judge(_scenario(("GD601",), gpus_for_speedup=2), [_variant(False, ["GD601"], "info", 100)], [_variant(True, [], per_sample_us=100)], 1)
     assert not r.speedup_measurable and r.problems == []
 
 
 def test_baseline_alarms_and_gpu_scenarios_in_the_summary():
-    base = acc.judge(_scenario(()), _variant(False, ["GD503"], "warning"), None, 0)
+    base = acc.judge(_scenario(()), [_variant(False, ["GD503"], "warning")], None, 0)
     assert base.baseline_alarms == ["GD503"] and base.problems
     gpu = acc.Result("g", ["GD401"], "needs GPU")
-    ok = acc.judge(_scenario(), _variant(False, ["GD201"], "error", 300), _variant(True, [], per_sample_us=100), 0)
+    ok = acc.judge(_scenario(), [_variant(False, ["GD201"], "error", 300)], [_variant(True, [], per_sample_us=100)], 0)
     s = acc.summary([base, gpu, ok])
     assert (s["diagnosed_right"], s["runnable"], s["needs_gpu"], s["false_alarms_baseline"]) == (1, 1, 1, 1)
     assert s["median_speedup"] == 3.0 and not s["targets_met"]
@@ -135,6 +146,7 @@ def test_scenario_meets_the_targets(bench, name):
     assert not r["fixed_alarms"], f"{name}: findings >= warning on the fixed variant: {r['fixed_alarms']}\n{table}"
     if r["speedup_measurable"]:
         assert r["speedup"] is not None and r["speedup"] > 1.0, f"{name}: the fix is not faster ({r['speedup']})\n{table}"
+    assert not r["problems"], f"{name}: {r['problems']}\n{table}"  # every repeat judged, not only the first
 
 
 @pytest.mark.accuracy
