@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Train a small CNN with torch-op augmentation in workers.")
     p.add_argument("--fixed", action="store_true", help="one intra-op thread per worker (the fix)")
     # small on purpose: how long the planted workers take swings 3-4x from run to run (whether
-    # their OpenMP threads happen to be descheduled at barriers); 768 keeps the worst under 20 s
-    p.add_argument("--samples", type=int, default=768, help="dataset size (default 768: 24 steps)")
-    p.add_argument("--batch-size", type=int, default=32)
+    # their OpenMP threads happen to be descheduled at barriers); 1120 keeps the worst under 20 s
+    p.add_argument("--samples", type=int, default=1120, help="dataset size (default 1120: 14 steps)")
+    p.add_argument("--batch-size", type=int, default=80)
     p.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
