@@ -72,10 +72,12 @@ def make_model() -> nn.Module:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Train a small CNN with torch-op augmentation in workers.")
     p.add_argument("--fixed", action="store_true", help="one intra-op thread per worker (the fix)")
-    # small on purpose: how long the planted workers take swings 3-4x from run to run (whether
-    # their OpenMP threads happen to be descheduled at barriers); 1120 keeps the worst under 20 s
-    p.add_argument("--samples", type=int, default=1120, help="dataset size (default 1120: 14 steps)")
-    p.add_argument("--batch-size", type=int, default=80)
+    # How long the planted workers take swings from run to run on 2 cores (8 to 38 s for the whole
+    # script: whether their OpenMP threads happen to be descheduled at barriers). Smaller runs were
+    # tried and dropped: at 768-1280 samples the planted run sometimes showed no oversubscription at
+    # all, and the fixed one's short steps made receiving a batch look like a data stall.
+    p.add_argument("--samples", type=int, default=2560, help="dataset size (default 2560: 20 steps)")
+    p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
