@@ -311,6 +311,18 @@ def test_gd503_judges_the_later_half_where_glibc_has_settled():
     assert "median of the last 20 steady steps" in f.message
 
 
+def test_gd503_leaves_out_steps_under_torch_profiler():
+    quiet = steps(20, 100.0, sys_ms=1.0, user_ms=90.0, faults=26)
+    noisy = tuple(dataclasses.replace(s, minor_faults=12000, sys_cpu_ns=30 * MS, profiled=True, window="active")
+                  if 12 <= s.index < 17 else s for s in quiet)
+    res = judge("GD503", run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=noisy))
+    assert res.verdict == Verdict.FINE and "26 minor faults per step" in res.reason
+    # with the profiler in (almost) every step, those steps are all there is to judge
+    allp = tuple(dataclasses.replace(s, minor_faults=12000, sys_cpu_ns=30 * MS, profiled=True, window="active")
+                 for s in quiet)
+    assert judge("GD503", run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=allp)).findings
+
+
 def test_gd503_quiet_with_few_faults():
     data = run(settings=settings(device_type="cpu"), steps=steps(20, 100.0, sys_ms=25.0, faults=300))
     assert judge("GD503", data).verdict == Verdict.FINE
