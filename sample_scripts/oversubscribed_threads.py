@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     worker_threads = 1 if args.fixed else (os.cpu_count() or 1)
     loader = DataLoader(
         Photos(args.samples), batch_size=args.batch_size, shuffle=True, num_workers=2,
-        persistent_workers=True, pin_memory=device.type == "cuda", multiprocessing_context="spawn",
+        persistent_workers=True, prefetch_factor=4, pin_memory=device.type == "cuda", multiprocessing_context="spawn",
         worker_init_fn=functools.partial(set_worker_threads, threads=worker_threads),
     )  # fmt: skip
 
