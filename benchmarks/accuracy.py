@@ -209,7 +209,7 @@ def training_batch_size(run_dir: Path) -> int | None:
 def step_stats(variant: Variant, run_dir: Path) -> None:
     records = read_steps(run_dir)
     variant.steps = len(records)
-    used = [r for r in records if r.index >= WARMUP_STEPS and not r.profiled and not r.window]
+    used = [r for r in records if r.index >= WARMUP_STEPS and not r.window]  # no instrument on
     if len(used) < 3:  # a very short run: take what there is, warm-up excluded
         used = [r for r in records if r.index >= WARMUP_STEPS] or records
     variant.steps_used = len(used)

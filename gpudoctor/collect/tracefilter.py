@@ -55,8 +55,6 @@ import numpy as np
 from gpudoctor.collect.rundir import TRACE_FILTER_KEY, TRACE_STACK_BOUND_KEY
 
 MIN_US = 10.0  # python_function events shorter than this (and enclosing no op) are dropped
-NOTE_KEY = TRACE_FILTER_KEY
-STACK_BOUND_KEY = TRACE_STACK_BOUND_KEY
 CHUNK_BYTES = 4 << 20
 _HEADER_LIMIT = 64 << 20
 _READ_BYTES = 4 << 20
@@ -427,7 +425,7 @@ def filter_trace(src: Path, dst: Path, *, min_us: float = MIN_US, level: int = 1
         result = TraceFilterResult(
             python_events=first.n_python, dropped_events=dropped, dropped_us=dropped_us,
             bytes_in=os.path.getsize(src), bytes_out=0, min_us=min_us,
-            stack_bound=_header_value(scanner.head, STACK_BOUND_KEY),
+            stack_bound=_header_value(scanner.head, TRACE_STACK_BOUND_KEY),
         )
         out.write(_tail_with_note(scanner.tail, result))
     return dataclasses.replace(result, bytes_out=os.path.getsize(dst))
@@ -454,4 +452,4 @@ def _tail_with_note(tail: bytes, result: TraceFilterResult) -> bytes:
     if not body.endswith(b"}"):
         raise TraceFilterError("the trace is not a JSON object after traceEvents")
     note = json.dumps(result.note(), separators=(", ", ": ")).encode()
-    return body[:-1].rstrip() + b',\n  "' + NOTE_KEY.encode() + b'": ' + note + b"\n}" + tail[len(body) :]
+    return body[:-1].rstrip() + b',\n  "' + TRACE_FILTER_KEY.encode() + b'": ' + note + b"\n}" + tail[len(body) :]

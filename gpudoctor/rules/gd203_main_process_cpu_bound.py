@@ -156,7 +156,7 @@ def check(ctx: RuleContext) -> RuleResult:
         metrics.append(Metric("data_wait_share_pct", round(wait, 2), "%", "steps"))
     if ctx.has_gpu():
         return _gpu_case(ctx, cpu, metrics, notes, location)
-    return _cpu_case(ctx, cpu, metrics, notes, location, user_share)
+    return _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share)
 
 
 def _gpu_case(ctx, cpu, metrics, notes, location) -> RuleResult:
@@ -227,7 +227,7 @@ def _python_share(ctx: RuleContext) -> tuple[float | None, DispatchStats | None]
     return best
 
 
-def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
+def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share) -> RuleResult:
     t = ctx.thresholds
     s = ctx.settings
     cores = ctx.cpu_count()
@@ -244,7 +244,6 @@ def _cpu_case(ctx, cpu, metrics, notes, location, user_share) -> RuleResult:
     python_pct, dm = _python_share(ctx)
     # threads that wanted a core, not only those that got one: on a machine busy with other work
     # the training process can sit at one core while both its threads are runnable
-    demand = runnable_demand(ctx)
     wants = 100.0 * demand.main if demand is not None else cpu
     use_pct = 100.0 * wants / capacity
     waiting = f", {wants - cpu:.0f}% more waiting for a core" if wants - cpu >= 25.0 else ""

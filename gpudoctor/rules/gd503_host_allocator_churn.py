@@ -87,7 +87,7 @@ def check(ctx: RuleContext) -> RuleResult:
             "no per-step CPU usage (sys_cpu_ns, minor_faults in steps.jsonl: `gpudoctor profile` on Linux)"
         )
     # torch.profiler's own buffers fault pages in during its window: not the script's allocator
-    unprofiled = [s for s in steps if s.window not in _PROFILER_WINDOWS and not s.profiled]
+    unprofiled = [s for s in steps if s.window not in _PROFILER_WINDOWS]
     if len(unprofiled) >= _MIN_UNPROFILED_STEPS:
         steps = unprofiled
     # glibc raises its mmap threshold as large blocks are freed: a short run can spend its first

@@ -98,7 +98,7 @@ def test_short_calls_without_ops_are_dropped_and_noted(tmp_path):
     assert out["schemaVersion"] == 1 and out["with_stack"] == 1 and out["traceName"] == str(src)
     assert r.python_events == 12 and r.dropped_events == len(DROPPED_IDS)
     assert r.dropped_us == pytest.approx(8.0 + 1.0 + 5.0 + 2.0)  # outermost dropped calls only (not #4)
-    assert out[tracefilter.NOTE_KEY] == {
+    assert out[rundir.TRACE_FILTER_KEY] == {
         "min_us": 10.0, "dropped_events": 5, "dropped_us": 16.0, "kept_python_events": 7,
     }
     assert r.bytes_in == src.stat().st_size and r.bytes_out == (tmp_path / "out.json.gz").stat().st_size
@@ -111,7 +111,7 @@ def test_threshold_is_a_parameter(tmp_path):
     py_ids = {e["args"]["Python id"] for e in out["traceEvents"] if e.get("cat") == "python_function"}
     # 8, 5, 2 and 1 µs calls now stay; only dict.get (0.2 µs, no op) goes
     assert py_ids == KEPT_IDS | {3, 6, 10, 11}
-    assert r.dropped_events == 1 and out[tracefilter.NOTE_KEY]["min_us"] == 1.0
+    assert r.dropped_events == 1 and out[rundir.TRACE_FILTER_KEY]["min_us"] == 1.0
 
 
 def test_same_output_whatever_the_piece_size(tmp_path):
@@ -212,7 +212,7 @@ def test_compress_traces_filters_and_reports(tmp_path):
     assert list(outcomes) == [names[0]]  # nothing to filter in a trace without Python calls
     r = outcomes[names[0]]
     assert isinstance(r, tracefilter.TraceFilterResult) and r.dropped_events == len(DROPPED_IDS)
-    assert tracefilter.NOTE_KEY not in _read_gz(tmp_path / names[1])
+    assert rundir.TRACE_FILTER_KEY not in _read_gz(tmp_path / names[1])
 
 
 def test_python_id_set_dense_and_sparse():
@@ -231,10 +231,10 @@ def test_python_id_set_dense_and_sparse():
 
 def test_stack_bound_is_read_from_the_header(tmp_path):
     bound = {"python_calls_per_step": 120000, "budget": 400000, "steps_recorded": 3, "steps_scheduled": 5, "first_step": 3}
-    src = _write(tmp_path / "t.json", _events(), **{tracefilter.STACK_BOUND_KEY: bound})
+    src = _write(tmp_path / "t.json", _events(), **{rundir.TRACE_STACK_BOUND_KEY: bound})
     r = filter_trace(src, tmp_path / "t.gz")
     assert r.stack_bound == bound
-    assert _read_gz(tmp_path / "t.gz")[tracefilter.STACK_BOUND_KEY] == bound
+    assert _read_gz(tmp_path / "t.gz")[rundir.TRACE_STACK_BOUND_KEY] == bound
 
 
 def test_manifest_notes_say_what_was_left_out():
@@ -273,7 +273,7 @@ def test_python_heavy_steps_give_a_bounded_trace(tmp_path):
     assert not list(run_dir.glob("*.pt.trace.json"))  # no plain trace left behind
     with gzip.open(trace, "rt", encoding="utf-8") as f:
         out = json.load(f)
-    bound = out[tracefilter.STACK_BOUND_KEY]
+    bound = out[rundir.TRACE_STACK_BOUND_KEY]
     calls = bound["python_calls_per_step"]
     assert 100_000 < calls < 150_000, bound
     recorded = max(1, PYTHON_CALLS_BUDGET // calls)
@@ -283,7 +283,7 @@ def test_python_heavy_steps_give_a_bounded_trace(tmp_path):
     assert [s["index"] for s in steps(run_dir) if s["profiled"]] == list(range(3, 3 + recorded))
     assert [s["window"] for s in steps(run_dir)][2 : 3 + 5] == ["warmup"] + ["active"] * recorded + [""] * (5 - recorded)
     # the short calls were left out: a few hundred Python frames stay of ~360 000
-    note = out[tracefilter.NOTE_KEY]
+    note = out[rundir.TRACE_FILTER_KEY]
     assert note["dropped_events"] > 0.95 * calls * recorded
     assert 0 < note["kept_python_events"] < 5_000
     assert trace.stat().st_size < 200_000, trace.stat().st_size
