@@ -44,6 +44,7 @@ __all__ = ["TraceOutcome", "analyze_job", "analyze_paths", "available_cores"]
 
 POOL_MIN_BYTES = 8 << 20  # several traces smaller than this in all (on disk) are read in this process
 CLUSTER_EXTRA = "pip install 'gpudoctor[cluster]'"
+CONNECT_TIMEOUT = "10s"  # how long --cluster waits for the scheduler to answer
 
 
 def available_cores() -> int:
@@ -133,7 +134,7 @@ def _map_cluster(plan: InputPlan, run: RunData, address: str) -> list[TraceOutco
     except ImportError:
         raise UsageError(f"--cluster needs Dask's distributed scheduler, which is not installed: {CLUSTER_EXTRA}") from None
     try:
-        client = Client(address, timeout="10s", set_as_default=False)
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as err:
         raise UsageError(
             f"--cluster {address}: no Dask scheduler answered there ({err}); start one with `dask scheduler` "

@@ -263,45 +263,43 @@ class _Pieces:
         saved_open, saved_close = buf[cur - 1], buf[cut + 1]
         buf[cur - 1] = 0x5B  # "["
         buf[cut + 1] = 0x5D  # "]"
-        view = memoryview(buf)[cur - 1 : cut + 2]
-        events: Any = None
+        # a copy (one memcpy): the decoded msgspec.Raw values point into it, and a view of
+        # the growing buffer could not be released while anything (a sampling profiler's
+        # frame, say) still held one
+        piece = buf[cur - 1 : cut + 2]
+        buf[cur - 1], buf[cut + 1] = saved_open, saved_close
+        size = len(piece)
         items: Any = None
         try:
-            size = len(view)
+            events = EVENTS_DECODER.decode(piece)
+        except msgspec.ValidationError:  # well-formed? then convert leniently
+            events = None
             try:
-                events = EVENTS_DECODER.decode(view)
-            except msgspec.ValidationError:  # well-formed? then convert leniently
-                events = None
-                try:
-                    items = _ANY_DECODER.decode(view)
-                except msgspec.DecodeError as err:
-                    pos = _error_pos(err)
-                    if pos is None or pos >= size - 1:
-                        return WRONG_CUT
-                    items = self._python_json(view, cur)
+                items = _ANY_DECODER.decode(piece)
             except msgspec.DecodeError as err:
                 pos = _error_pos(err)
                 if pos is None or pos >= size - 1:
                     return WRONG_CUT
-                events = None
-                items = self._python_json(view, cur)
-            if isinstance(items, int):
-                return items
-            if events is not None:
-                self.builder.add_events(events)
-            else:
-                self.builder.add_dicts(items)
-            return DECODED
-        finally:
-            del events, items  # their msgspec.Raw values point into the buffer
-            view.release()
-            buf[cur - 1], buf[cut + 1] = saved_open, saved_close
+                items = self._python_json(piece, cur)
+        except msgspec.DecodeError as err:
+            pos = _error_pos(err)
+            if pos is None or pos >= size - 1:
+                return WRONG_CUT
+            events = None
+            items = self._python_json(piece, cur)
+        if isinstance(items, int):
+            return items
+        if events is not None:
+            self.builder.add_events(events)
+        else:
+            self.builder.add_dicts(items)
+        return DECODED
 
-    def _python_json(self, view: memoryview, cur: int) -> list[Any] | int:
+    def _python_json(self, piece: bytearray, cur: int) -> list[Any] | int:
         """The standard library's reading of a piece msgspec refused in the middle (it also
         reads NaN and Infinity): the events, or ``WRONG_CUT``/``ARRAY_END``; raises where the
         JSON is corrupt."""
-        text = bytes(view).decode("utf-8", errors="surrogateescape")
+        text = piece.decode("utf-8", errors="surrogateescape")
         try:
             items = json.loads(text)
         except json.JSONDecodeError as err:
