@@ -22,6 +22,7 @@ analysis; neither imports it.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import multiprocessing
 import os
@@ -35,6 +36,7 @@ from gpudoctor.analysis import analyze_trace, dropped_events_note
 from gpudoctor.errors import TraceFormatError, UsageError
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.trace import Timeline
 from gpudoctor.parse import InputPlan, TraceJob, load_trace, plan_inputs, trace_order
 from gpudoctor.parse.kineto import NeedsFallback
 from gpudoctor.parse.parallel import read_trace_split, split_count
@@ -42,7 +44,7 @@ from gpudoctor.parse.stream import read_trace_streaming
 
 __all__ = ["TraceOutcome", "analyze_job", "analyze_paths", "available_cores"]
 
-POOL_MIN_BYTES = 8 << 20  # several traces smaller than this in all (on disk) are read in this process
+POOL_MIN_BYTES = 2 << 20  # several traces smaller than this in all (on disk) are read in this process
 CLUSTER_EXTRA = "pip install 'gpudoctor[cluster]'"
 CONNECT_TIMEOUT = "10s"  # how long --cluster waits for the scheduler to answer
 
@@ -65,24 +67,30 @@ class TraceOutcome:
     dropped: dict[str, int] = dataclasses.field(default_factory=dict)  # malformed events left out, by reason
 
 
-def analyze_job(job: TraceJob, run: RunData, parts: int = 1, executor: Executor | None = None) -> TraceOutcome:
-    """Read one trace and compute its metrics (``parts`` > 1: its events in that many
-    processes of ``executor``). A trace the user can fix comes back as an error, never
-    raised, so that every way of mapping reports it the same way."""
-
+def _read(job: TraceJob, parts: int = 1, executor: Executor | None = None) -> Timeline | TraceFormatError:
     try:
         if parts > 1 and executor is not None:
             try:
-                tl = read_trace_split(job.path, parts, executor)
+                return read_trace_split(job.path, parts, executor)
             except NeedsFallback:
-                tl = read_trace_streaming(job.path)
-        else:
-            tl = load_trace(job.path)
+                return read_trace_streaming(job.path)
+        return load_trace(job.path)
     except TraceFormatError as err:
-        return TraceOutcome(trace_order(None, str(job.path)), error=err)
+        return err
+
+
+def _outcome(job: TraceJob, tl: Timeline | TraceFormatError, run: RunData) -> TraceOutcome:
+    if isinstance(tl, TraceFormatError):
+        return TraceOutcome(trace_order(None, str(job.path)), error=tl)
     tl = job.adopt(tl)
     return TraceOutcome(trace_order(tl.info.rank, tl.path), metrics=analyze_trace(tl, run),
                         dropped=dict(tl.info.dropped_events))
+
+
+def analyze_job(job: TraceJob, run: RunData) -> TraceOutcome:
+    """Read one trace and compute its metrics. A trace the user can fix comes back as an
+    error, never raised, so that every way of mapping reports it the same way."""
+    return _outcome(job, _read(job), run)
 
 
 def _analyze_remote(job: TraceJob, run: RunData, display: str) -> TraceOutcome:
@@ -103,6 +111,23 @@ def _worker_version() -> str:
     return __version__
 
 
+def _bound_heap() -> None:
+    """Pin glibc's mmap and trim thresholds at 4 MiB for the rest of the process (and the
+    workers it forks). glibc raises its mmap threshold each time a large block is freed (up
+    to 32 MiB); after that, big arrays come from the heap and what they free stays in RSS.
+    Measured on a 327 MB trace read in two parts: the peak of both processes together fell
+    from 273-315 MB to about 240 MB, for ~0.2 s more system time. Results are unaffected."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    mallopt(m_mmap_threshold, 4 << 20)
+    mallopt(m_trim_threshold, 4 << 20)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     # fork where it is the platform's way (Linux): workers start in milliseconds with the
     # parent's modules loaded; the standard library launches them before any thread
@@ -119,8 +144,10 @@ def _map_local(plan: InputPlan, run: RunData, jobs: int, pool_min_bytes: int) ->
         parts = split_count(items[0].path, jobs)
         if parts < 2:
             return [analyze_job(items[0], run)]
+        _bound_heap()
         with _pool(parts - 1) as ex:  # this process reads the first part
-            return [analyze_job(items[0], run, parts, ex)]
+            tl = _read(items[0], parts, ex)
+        return [_outcome(items[0], tl, run)]  # the workers are gone: their memory too
     total = sum(j.path.stat().st_size for j in items)
     if total < pool_min_bytes:
         return [analyze_job(j, run) for j in items]

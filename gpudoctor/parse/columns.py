@@ -454,7 +454,7 @@ class ColumnBuilder:
         group = _GROUP
         codes = [group(e.cat, _UNKNOWN) for e in events]
         g = np.frombuffer(array("b", codes), dtype=np.int8)
-        seen = np.unique(g).tolist()
+        seen = np.flatnonzero(np.bincount(g, minlength=_UNKNOWN + 1)).tolist()  # codes are 0..99
         self.codes_seen.update(seen)
         if _UNKNOWN in seen:
             for i in np.flatnonzero(g == _UNKNOWN).tolist():
@@ -518,15 +518,25 @@ class ColumnBuilder:
             tid = np.fromiter(map(_TID, host), np.int64, len(host))
         except (ValueError, TypeError, OverflowError):  # string pids/tids ("Spans"): one by one
             return _intern(self.threads, list(map(_PIDTID, host)))
-        pairs = np.stack([pid, tid], axis=1)
-        uniq, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # the pairs in order of first appearance
-        ids = np.empty(len(uniq), dtype=np.int32)
+        if not (len(pid) and pid.min() >= 0 and pid.max() < (1 << 31) and tid.min() >= -(1 << 31)
+                and tid.max() < (1 << 31)):
+            return _intern(self.threads, list(map(_PIDTID, host)))
+        key = (pid << 32) + (tid & 0xFFFFFFFF)  # one int64 per (pid, tid)
+        order = np.argsort(key, kind="stable")  # sort-based: np.unique hashes, slower here
+        srt = key[order]
+        head = np.empty(len(srt), dtype=bool)
+        head[0] = True
+        np.not_equal(srt[1:], srt[:-1], out=head[1:])
+        group = np.cumsum(head) - 1
+        first = order[head]  # the first event of each (pid, tid), stable sort: in file order
+        ids = np.empty(len(first), dtype=np.int32)
         threads = self.threads
-        for k in order.tolist():
-            key = (int(uniq[k, 0]), int(uniq[k, 1]))
-            ids[k] = threads.setdefault(key, len(threads))
-        return ids[inverse.reshape(-1)]
+        for k in np.argsort(first, kind="stable").tolist():  # new threads in order of first appearance
+            i = int(first[k])
+            ids[k] = threads.setdefault((int(pid[i]), int(tid[i])), len(threads))
+        out = np.empty(len(key), dtype=np.int32)
+        out[order] = ids[group]
+        return out
 
     def _add_tabled(self, sub: list[Event], g: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         """Complete events of host and device categories, in file order."""
@@ -848,5 +858,6 @@ def _runtime_names(names: tuple[str, ...], b: ColumnBuilder) -> set[str]:
         return set()
     kind = np.frombuffer(b.h_kind, dtype=np.int8)
     idx = np.frombuffer(b.h_name, dtype=np.int32)
-    ids = np.unique(idx[(kind == HostKind.RUNTIME) | (kind == HostKind.DRIVER)])
-    return {names[i] for i in ids}
+    ids = np.flatnonzero(np.bincount(idx[(kind == HostKind.RUNTIME) | (kind == HostKind.DRIVER)],
+                                     minlength=len(names)))
+    return {names[i] for i in ids.tolist()}
