@@ -494,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank-mb", type=float, default=45.0, help="size of each rank trace (MB)")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved timed rounds; the best of each is compared")
     ap.add_argument("--keep", type=Path, help="folder to write the traces to and keep them in")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: use the traces already there")
     ap.add_argument("--no-targets", action="store_true", help="print the figures, exit 0 whatever they are")
     args = ap.parse_args(argv)
 
@@ -518,13 +519,18 @@ def main(argv: list[str] | None = None) -> int:
             if layout not in (*LAYOUTS, "kineto"):
                 ap.error(f"unknown layout {layout!r}")
             path = folder / f"bench-{layout}.pt.trace.json{'.gz' if layout == 'gzip' else ''}"
-            n = write_tiled(obj, path, layout, int(args.size_mb * 1e6))
+            if args.reuse and path.is_file():
+                n = -1
+            else:
+                n = write_tiled(obj, path, layout, int(args.size_mb * 1e6))
             traces.append((layout, path, n))
         rank_dir = folder / "ranks"
         if args.ranks:
             rank_dir.mkdir(exist_ok=True)
             for r in range(args.ranks):
-                write_tiled(obj, rank_dir / f"rank{r}.pt.trace.json", "lines", int(args.rank_mb * 1e6), r, args.ranks)
+                rp = rank_dir / f"rank{r}.pt.trace.json"
+                if not (args.reuse and rp.is_file()):
+                    write_tiled(obj, rp, "lines", int(args.rank_mb * 1e6), r, args.ranks)
         print(f"traces: {what}, written in {time.perf_counter() - t0:.0f} s to {folder}", file=sys.stderr)
         print("machine: " + f"{_cores()} cores available, load average {os.getloadavg()[0]:.2f} at the start")
 
@@ -537,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
                 contenders.append(("Holistic Trace Analysis", hta))
             runs = _rounds(contenders, args.repeat)
             gz = f", {path.stat().st_size / 1e6:.0f} MB gzipped" if path.name.endswith(".gz") else ""
-            print(f"\n[{layout}] {path.name}: {size_mb:.0f} MB of JSON{gz}, {n:,} events; "
+            events = f"{n:,} events" if n >= 0 else "reused"
+            print(f"\n[{layout}] {path.name}: {size_mb:.0f} MB of JSON{gz}, {events}; "
                   f"{args.repeat} interleaved round(s), best time of each")
             print(f"  {'contender':<26} {'time s':>7} {'MB/s':>7} {'max RSS MB':>11} {'tree PSS MB':>12} {'exit':>5}"
                   "  all times s")

@@ -221,9 +221,10 @@ def _raw(v: Any) -> msgspec.Raw:
 
 
 def _is_used(cat: str, ph: str) -> bool:
-    """Whether an event of this category and phase would go into a table (or the flows)."""
+    """Whether an event of this category and phase would be analyzed (flow endpoints are not:
+    they only help recover correlation ids, and one without a time is just not used)."""
     g = CATEGORY_GROUPS.get(cat, _UNKNOWN)
-    return (g < _FLOW and ph == "X") or (g == _FLOW and ph in ("s", "f")) or g == _MEMORY
+    return (g < _FLOW and ph == "X") or g == _MEMORY
 
 
 def event_from_dict(d: dict[str, Any]) -> tuple[Event | None, str]:
@@ -327,14 +328,13 @@ def _floats(getter: Any, items: list[Any]) -> np.ndarray:
 
 def _ints(getter: Any, items: list[Any]) -> np.ndarray:
     """An int64 column from an attribute that is an int, or a string such as ROCm's "0x0"."""
-    values = list(map(getter, items))
     try:
-        col = array("q", values)
-    except TypeError:  # a string among them
-        col = array("q", [v if type(v) is int else _int(v) for v in values])
-    except OverflowError:  # beyond int64: not an id gpudoctor can use
-        col = array("q", [v if type(v) is int and -(1 << 63) <= v < (1 << 63) else NO_VALUE for v in values])
-    return np.frombuffer(col, dtype=np.int64) if len(col) else np.zeros(0, np.int64)
+        return np.fromiter(map(getter, items), np.int64, len(items))
+    except (ValueError, TypeError, OverflowError):  # a string among them, or beyond int64
+        pass
+    values = list(map(getter, items))
+    out = [v if type(v) is int else _int(v) for v in values]
+    return np.array([v if -(1 << 63) <= v < (1 << 63) else NO_VALUE for v in out], dtype=np.int64)
 
 
 def _external_ids(args: list[Args]) -> np.ndarray:
@@ -376,9 +376,16 @@ class ColumnBuilder:
     ``Timeline``. A builder is picklable: that is how a part travels between processes.
     """
 
-    def __init__(self, path: str, parser: str) -> None:
+    def __init__(self, path: str, parser: str, keep_flows: bool = False) -> None:
         self.path = path
         self.parser = parser
+        # Flow endpoints serve one purpose: the correlation ids of GPU activity that lacks
+        # them (no real trace we have does). Unless kept, they are only counted; a builder
+        # that then meets such activity says so (``needs_flows``) and the file is read again
+        # with them kept.
+        self.keep_flows = keep_flows
+        self.needs_flows = False
+        self.flow_endpoints = 0
         self.names: dict[str, int] = {}
         self.dims: dict[bytes, int] = {b"": NO_VALUE}
         self.types: dict[bytes, int] = {b"": NO_VALUE}
@@ -480,7 +487,11 @@ class ColumnBuilder:
                 self._add_tabled(sub, gk, ts, dur)
         flows = np.flatnonzero(g == _FLOW)
         if len(flows):
-            self._add_flows(_take(events, flows))
+            fl = _take(events, flows)
+            phases = [e.ph for e in fl]
+            self.flow_endpoints += phases.count("s") + phases.count("f")
+            if self.keep_flows:
+                self._add_flows(fl, phases)
         for i in np.flatnonzero((g > _FLOW) & (g != _UNKNOWN) & (g != _IGNORED)).tolist():
             c = int(g[i])
             e = events[i]
@@ -586,34 +597,35 @@ class ColumnBuilder:
             if missing.any():  # the GPU's index is its pid in Kineto's layout
                 pids = _ints(_PID, dev)
                 device = np.where(missing, np.where(pids != NO_VALUE, pids, 0), device)
-            self.d_kind.frombytes(_DEVICE_KIND_OF[g[dsel] - 10].tobytes())
+            dkinds = _DEVICE_KIND_OF[g[dsel] - 10]
+            self.d_kind.frombytes(dkinds.tobytes())
             self.d_name.frombytes(name_ids[dsel].tobytes())
             self.d_ts.frombytes(ts[dsel].tobytes())
             self.d_dur.frombytes(dur[dsel].tobytes())
             self.d_device.frombytes(device.astype(np.int32).tobytes())
             self.d_stream.frombytes(_ints(_STREAM, args).tobytes())
-            self.d_corr.frombytes(_ints(_CORR, args).tobytes())
+            corr = _ints(_CORR, args)
+            if not self.needs_flows and bool(((corr == NO_VALUE) & (dkinds != DeviceKind.ANNOTATION)).any()):
+                self.needs_flows = True
+            self.d_corr.frombytes(corr.tobytes())
             self.d_ext.frombytes(_external_ids(args).tobytes())
             self.d_bytes.frombytes(_ints(_BYTES, args).tobytes())
 
-    def _add_flows(self, flows: list[Event]) -> None:
-        ids = [e.id for e in flows]
-        phases = [e.ph for e in flows]
-        keep = [type(i) is int and (p == "s" or p == "f") for i, p in zip(ids, phases, strict=True)]
-        if not all(keep):
-            flows = [e for e, k in zip(flows, keep, strict=True) if k]
-            ids = [e.id for e in flows]
+    def _add_flows(self, flows: list[Event], phases: list[str]) -> None:
+        """Flow endpoints ("s"/"f" with an integer id): only their time, id and end are kept."""
+        try:
+            if phases.count("s") + phases.count("f") != len(phases):
+                raise TypeError
+            fid = np.fromiter(map(_ID, flows), np.int64, len(flows))  # TypeError: a string or no id
+        except (TypeError, ValueError, OverflowError):
+            flows = [e for e in flows if type(e.id) is int and (e.ph == "s" or e.ph == "f")
+                     and -(1 << 63) <= e.id < (1 << 63)]
             phases = [e.ph for e in flows]
+            fid = np.fromiter(map(_ID, flows), np.int64, len(flows))
         ts = _floats(_TS, flows)
         bad = ~_in_range(ts)
-        start = np.array([p == "s" for p in phases], dtype=np.int8)
-        fid = _ints(_ID, flows) if len(flows) else np.zeros(0, np.int64)
-        if bad.any():
-            missing = int(np.count_nonzero(np.isnan(ts)))
-            if missing:
-                self.dropped["ts missing"] += missing
-            if int(np.count_nonzero(bad)) > missing:
-                self.dropped["ts out of range"] += int(np.count_nonzero(bad)) - missing
+        start = np.fromiter(map("s".__eq__, phases), bool, len(phases)).view(np.int8)
+        if bad.any():  # no time: of no use to match anything
             ts, start, fid = ts[~bad], start[~bad], fid[~bad]
         self.f_ts.frombytes(ts.tobytes())
         self.f_id.frombytes(fid.tobytes())
@@ -646,6 +658,9 @@ class ColumnBuilder:
         self.dropped.update(other.dropped)
         self.event_count += other.event_count
         self.fwdbwd += other.fwdbwd
+        self.flow_endpoints += other.flow_endpoints
+        self.needs_flows |= other.needs_flows
+        self.keep_flows &= other.keep_flows
 
     # ------------------------------------------------------------------ build
     def _recover_correlations(self, flow_ts: array, host_corr: np.ndarray, host_ts: np.ndarray,
@@ -690,6 +705,8 @@ class ColumnBuilder:
         )
 
     def build(self, header: Header) -> Timeline:
+        if self.needs_flows and not self.keep_flows:  # the reader must read the file again with flows kept
+            raise RuntimeError(f"{self.path}: correlation ids are missing and the flow events were not kept")
         self._check_usable()
         # fractional µs anywhere (durations too: epoch-based starts lose their fraction in float64)
         fractional = any(_has_fraction(a) for a in (self.h_ts, self.d_ts, self.h_dur, self.d_dur))
@@ -713,7 +730,6 @@ class ColumnBuilder:
             )
             self.h_corr = _to_array("q", h_corr_np)
             self.d_corr = _to_array("q", d_corr_np)
-        flow_count = len(f_ts)
         del f_ts
 
         names = tuple(self.names)
@@ -743,7 +759,7 @@ class ColumnBuilder:
             profile_memory=header.profile_memory or len(m_ts) > 0,
             event_count=self.event_count,
             unknown_categories=dict(sorted(self.unknown.items())),
-            flow_count=flow_count,
+            flow_count=self.flow_endpoints,
             fwdbwd_flow_count=self.fwdbwd,
             trace_name=header.trace_name,
             parser=self.parser,

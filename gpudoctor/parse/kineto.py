@@ -508,6 +508,8 @@ def find_start(path: Path) -> TraceStart:
 def read_trace_chunked(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
     """The whole file in one process. Raises ``NeedsFallback`` for what it does not read."""
     part = read_part(path, None, None, chunk_bytes)
+    if part.builder.needs_flows:  # GPU activity without correlation ids: read again, flows kept
+        part = read_part(path, None, None, chunk_bytes, keep_flows=True)
     return part.builder.build(Header.from_json({**part.header, **part.tail}))
 
 
@@ -538,7 +540,8 @@ def _skip_to(path: Path, fh: BinaryIO, target: int) -> None:
         raise _gzip_error(path, err, target - left) from None
 
 
-def read_part(path: Path, target: int | None, stop_target: int | None, chunk_bytes: int = CHUNK_BYTES) -> PartResult:
+def read_part(path: Path, target: int | None, stop_target: int | None, chunk_bytes: int = CHUNK_BYTES,
+              keep_flows: bool = False) -> PartResult:
     """Decode one part of a trace's events (plain or gzip).
 
     The first part (``target`` None) starts at the first event and also reads the header.
@@ -554,7 +557,7 @@ def read_part(path: Path, target: int | None, stop_target: int | None, chunk_byt
     except OSError as err:
         raise TraceFormatError(str(path), f"cannot open it ({err})") from None
     with fh:
-        builder = ColumnBuilder(str(path), parser="chunked")
+        builder = ColumnBuilder(str(path), parser="chunked", keep_flows=keep_flows)
         prefetch = isinstance(fh, gzip.GzipFile)  # decompress in a thread, beside the decoder
         if target is None:
             r = _Reader(path, fh, prefetch=prefetch)

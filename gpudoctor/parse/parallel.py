@@ -113,6 +113,6 @@ def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_byte
         del part.builder
         tail = part.tail
         ended = part.ended
-    if ended != END:
+    if ended != END or builder.needs_flows:  # (GPU activity without correlation ids: flows needed)
         return read_trace_chunked(path, chunk_bytes)
     return builder.build(Header.from_json({**header, **tail}))

@@ -152,7 +152,7 @@ def read_trace_streaming(path: Path) -> Timeline:
         fh = open_trace(path)
     except OSError as err:
         raise TraceFormatError(str(path), f"cannot open it ({err})") from None
-    builder = ColumnBuilder(str(path), parser="streaming")
+    builder = ColumnBuilder(str(path), parser="streaming", keep_flows=True)
     header: dict[str, Any] = {}
     with fh:
         t = _Text(path, fh)

@@ -114,7 +114,7 @@ def reference(path: Path) -> Timeline:
         obj = json.load(fh)
     events = obj if isinstance(obj, list) else obj["traceEvents"]
     header = {} if isinstance(obj, list) else {k: v for k, v in obj.items() if k != "traceEvents"}
-    b = ColumnBuilder(str(path), parser="chunked")
+    b = ColumnBuilder(str(path), parser="chunked", keep_flows=True)
     b.add_dicts(events)
     return b.build(Header.from_json(header))
 
@@ -238,7 +238,8 @@ def test_nan_and_infinity_written_by_python(tmp_path):
     ev = nasty_events(10)
     ev[5]["args"]["occupancy"] = float("nan")
     ev[9]["dur"] = float("inf")
-    ev[12]["ts"] = float("nan")
+    ev[13]["ts"] = float("nan")  # a kernel
+    ev[12]["ts"] = float("nan")  # a flow endpoint: not analyzed, so not counted either
     p = write(tmp_path / "t.json", serialize(ev, "lines"), False)
     assert "NaN" in p.read_text() and "Infinity" in p.read_text()
     for chunk in (200, 1 << 22):
@@ -281,3 +282,18 @@ def test_truncated_gzip_in_every_layout(tmp_path):
         p.write_bytes(data[: len(data) // 2])
         with pytest.raises(TraceFormatError, match="gzip stream is truncated"):
             load_trace(p)
+
+
+def test_correlation_ids_from_flows_in_one_piece_and_in_parts(tmp_path):
+    """GPU activity without correlation ids (older writers): the flow events are kept (the
+    file is read again with them) and give the ids, in one process or in parts."""
+    ev = nasty_events(30)
+    for e in ev:
+        if e.get("cat") in ("kernel", "cuda_runtime"):
+            e["args"] = {k: v for k, v in e["args"].items() if k != "correlation"}
+    p = write(tmp_path / "t.json", serialize(ev, "minified"), False)
+    ref = reference(p)
+    assert sorted(set(ref.device.correlation)) == list(range(50, 80))
+    assert same(read_trace_chunked(p, chunk_bytes=700), ref)
+    with ThreadPoolExecutor(2) as ex:
+        assert same(read_split_at(p, [p.stat().st_size // 2], ex, chunk_bytes=700), ref)

@@ -45,7 +45,7 @@ def test_every_shared_trace_in_every_layout(shared_traces, tmp_path):
                 obj = json.load(fh)
             events = obj["traceEvents"]
             header = {k: v for k, v in obj.items() if k != "traceEvents"}
-            b = ColumnBuilder(str(src), parser="chunked")
+            b = ColumnBuilder(str(src), parser="chunked", keep_flows=True)
             b.add_dicts(events)
             ref = b.build(Header.from_json(header))
             assert ref.info.dropped_events == {}, src.name
