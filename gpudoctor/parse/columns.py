@@ -356,9 +356,17 @@ def _intern(table: dict[Any, int], keys: list[Any]) -> np.ndarray:
     return np.array(ids, dtype=np.int32)
 
 
-def _intern_raw(table: dict[bytes, int], raws: list[msgspec.Raw]) -> np.ndarray:
+def _intern_attr(table: dict[Any, int], getter: Any, items: list[Any]) -> np.ndarray:
+    """``_intern`` of an attribute of each item (one pass when every key is known already)."""
+    ids = list(map(table.get, map(getter, items)))
+    if None in ids:
+        return _intern(table, list(map(getter, items)))
+    return np.array(ids, dtype=np.int32)
+
+
+def _intern_raw(table: dict[bytes, int], getter: Any, args: list[Args]) -> np.ndarray:
     """Ids of JSON texts; ``table`` starts as ``{b"": NO_VALUE}`` (absent), so ids count from 0."""
-    keys = list(map(bytes, raws))
+    keys = list(map(bytes, map(getter, args)))
     ids = list(map(table.get, keys))
     if None in ids:
         for i, v in enumerate(ids):
@@ -551,8 +559,7 @@ class ColumnBuilder:
 
     def _add_tabled(self, sub: list[Event], g: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         """Complete events of host and device categories, in file order."""
-        names = self.names
-        name_ids = _intern(names, [e.name for e in sub])
+        name_ids = _intern_attr(self.names, _NAME, sub)
         on_host = g < 10
         hsel = np.flatnonzero(on_host)
         if len(hsel):
@@ -574,8 +581,8 @@ class ColumnBuilder:
             if len(ops):
                 args = [e.args for e in _take(host, ops)]
                 ext[ops] = _external_ids(args)
-                dims[ops] = _intern_raw(self.dims, [a.input_dims for a in args])
-                types[ops] = _intern_raw(self.types, [a.input_type for a in args])
+                dims[ops] = _intern_raw(self.dims, _DIMS, args)
+                types[ops] = _intern_raw(self.types, _TYPES, args)
                 flags[ops] = ((_ints(_SEQ, args) != NO_VALUE) * HOST_FLAG_SEQUENCE
                               | (_ints(_FWD, args) != NO_VALUE) * HOST_FLAG_FWD_THREAD).astype(np.int8)
             self.h_kind.frombytes(kinds.tobytes())
