@@ -42,6 +42,7 @@ PART_MIN_BYTES = 48 << 20  # each part at least this much
 
 
 GZIP_MIN_PARTS = 4  # a gzipped trace is split only with this many processes or more
+FIRST_PART_SHARE = 0.9  # the first part (read here) is this fraction of an even share
 
 
 def split_count(path: Path, parts: int) -> int:
@@ -67,7 +68,10 @@ def read_trace_split(path: Path, parts: int, executor: Executor, chunk_bytes: in
     size = stream_size(path)
     if size <= start.offset:
         return read_trace_chunked(path, chunk_bytes)
-    targets = [start.offset + (size - start.offset) * k // parts for k in range(1, parts)]
+    # this process also joins the parts and builds the Timeline: its part is a little smaller
+    span = size - start.offset
+    first = int(span * FIRST_PART_SHARE) // parts
+    targets = [start.offset + first + (span - first) * (k - 1) // (parts - 1) for k in range(1, parts)]
     return read_split_at(path, targets, executor, chunk_bytes)
 
 
