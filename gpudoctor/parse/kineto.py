@@ -59,6 +59,7 @@ CHUNK_BYTES = 4 << 20  # decode this much of traceEvents at a time (smaller: les
 HEADER_LIMIT = 64 << 20  # "traceEvents" must start within this many bytes
 MAX_EVENT_BYTES = 256 << 20  # one event larger than this is taken as corrupt
 _READ_BYTES = 4 << 20
+_BUFFER_BYTES = 16 << 20  # the reader's buffer: two pieces and a read ahead
 _PREFETCH_BLOCKS = 4  # gzip: blocks decompressed ahead of the decoder
 
 _ANY_DECODER = msgspec.json.Decoder()
@@ -156,57 +157,87 @@ class _Prefetch:
 
 
 class _Reader:
-    """A growing window on the decompressed stream: ``buf[0]`` is at stream offset ``base``."""
+    """A window on the decompressed stream in one reused buffer: ``buf[:end]`` holds the
+    stream from offset ``base``. The file is read straight into the buffer (``readinto``)
+    and ``drop`` moves the unread tail to the front: about a third of the copying that
+    appending blocks to a growing ``bytearray`` costs."""
 
     def __init__(self, path: Path, fh: BinaryIO, base: int = 0, prefetch: bool = False) -> None:
         self.path = path
         self.fh = fh
-        self.buf = bytearray()
+        self.buf = bytearray(_BUFFER_BYTES)
+        self.end = 0
         self.base = base
         self.eof = False
         self.pre = _Prefetch(fh) if prefetch else None
 
-    def _read(self, n: int) -> bytes:
+    def _room(self, need: int) -> None:
+        """Make ``len(buf) >= need`` (one event larger than the buffer, a long header)."""
+        if need > len(self.buf):
+            grown = bytearray(max(need, 2 * len(self.buf)))
+            grown[: self.end] = memoryview(self.buf)[: self.end]
+            self.buf = grown
+
+    def _read_more(self, want: int) -> int:
         if self.pre is not None:
-            return self.pre.read()
-        return self.fh.read(n)
+            block = self.pre.read()
+            self._room(self.end + len(block))
+            self.buf[self.end : self.end + len(block)] = block
+            return len(block)
+        self._room(max(want, self.end + _READ_BYTES))
+        with memoryview(self.buf) as mv:
+            return self.fh.readinto(mv[self.end :]) or 0  # type: ignore[attr-defined]
 
     def fill(self, want: int) -> None:
-        """Read until ``len(buf) >= want`` or the end of the stream."""
-        while not self.eof and len(self.buf) < want:
+        """Read until ``end >= want`` or the end of the stream."""
+        while not self.eof and self.end < want:
             try:
-                block = self._read(max(_READ_BYTES, want - len(self.buf)))
+                n = self._read_more(want)
             except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-                raise _gzip_error(self.path, err, self.base + len(self.buf)) from None
+                raise _gzip_error(self.path, err, self.base + self.end) from None
             except OSError as err:
                 raise TraceFormatError(str(self.path), f"cannot read it ({err})") from None
-            if not block:
+            if not n:
                 self.eof = True
-            else:
-                self.buf += block
+            self.end += n
 
-    def drop(self, n: int) -> None:
-        del self.buf[:n]
+    def fill_all(self) -> None:
+        """Read to the end of the stream (what follows the last piece: small)."""
+        while not self.eof:
+            self.fill(self.end + _READ_BYTES)
+
+    def consumed(self, cur: int, want: int) -> int:
+        """The caller is done with ``buf[:cur - 1]`` and will next want ``buf[:want]``:
+        when that would not fit, the unread tail moves to the front. Returns ``cur`` in the
+        (possibly moved) buffer."""
+        if want <= len(self.buf) or cur <= 1:
+            return cur
+        n = cur - 1
+        keep = self.end - n
+        self.buf[:keep] = self.buf[n : self.end]  # a copy first: the ranges overlap
+        self.end = keep
         self.base += n
+        return 1
 
     def close(self) -> None:
         if self.pre is not None:
             self.pre.close()
 
 
-def _find_cut(buf: bytearray, start: int, limit: int) -> int:
-    """Position of the last ``}`` in ``buf[start:limit]`` followed by ``,`` and ``{`` (-1: none)."""
+def _find_cut(buf: bytearray, start: int, limit: int, end: int) -> int:
+    """Position of the last ``}`` in ``buf[start:limit]`` followed by ``,`` and ``{`` within
+    ``buf[:end]`` (-1: none)."""
     pos = buf.rfind(b"}", start, limit)
     while pos >= 0:
-        if _SEP.match(buf, pos):
+        if _SEP.match(buf, pos, end):
             return pos
         pos = buf.rfind(b"}", start, pos)
     return -1
 
 
-def _next_start(buf: bytearray, cut: int) -> int:
+def _next_start(buf: bytearray, cut: int, end: int) -> int:
     """Where the event after the separator at ``cut`` begins (its ``{``)."""
-    m = _SEP.match(buf, cut)
+    m = _SEP.match(buf, cut, end)
     assert m is not None
     return m.end() - 1
 
@@ -354,12 +385,12 @@ class _Pieces:
         stop_cut = -1  # stream offset of the "}" this part ends with, once found
         while True:
             r.fill(cur + window + 64)
-            limit = min(len(r.buf), cur + window)
-            if stop_target is not None and stop_cut < 0 and r.base + len(r.buf) > stop_target:
+            limit = min(r.end, cur + window)
+            if stop_target is not None and stop_cut < 0 and r.base + r.end > stop_target:
                 if stop_target < r.base:
                     return -1, UNPROVEN
                 # the same rule as the next part's start: the first separator at or after the target
-                m = _SEP.search(r.buf, stop_target - r.base)
+                m = _SEP.search(r.buf, stop_target - r.base, r.end)
                 if m is not None:
                     stop_cut = r.base + m.start()
                 elif r.eof:
@@ -371,11 +402,11 @@ class _Pieces:
                         return -1, STOPPED if stop_cut == start_cut else UNPROVEN
                     return -1, STOPPED if self.decode(cur, cut) == DECODED else UNPROVEN
                 limit = min(limit, stop_target - r.base)  # never cut at or past the target
-            cut = _find_cut(r.buf, cur, limit)
+            cut = _find_cut(r.buf, cur, limit, r.end)
             status = self.decode(cur, cut) if cut >= 0 else WRONG_CUT
             tries = 0
             while status == WRONG_CUT and cut >= 0 and tries < 2:  # a "}" in a string: an earlier one
-                cut = _find_cut(r.buf, cur, cut)
+                cut = _find_cut(r.buf, cur, cut, r.end)
                 status = self.decode(cur, cut) if cut >= 0 else WRONG_CUT
                 tries += 1
             if status == WRONG_CUT and tries == 2:  # walk the events to the last true boundary
@@ -386,7 +417,7 @@ class _Pieces:
             if status == ARRAY_END:
                 return (-1, UNPROVEN) if stop_target is not None else (cur, END)
             if status == WRONG_CUT:  # no whole event in the window
-                if r.eof and limit >= len(r.buf):
+                if r.eof and limit >= r.end:
                     return (-1, UNPROVEN) if stop_target is not None else (cur, END)
                 if window >= MAX_EVENT_BYTES:
                     raise TraceFormatError(
@@ -396,10 +427,8 @@ class _Pieces:
                 window *= 2  # one event bigger than the window, or no separator yet
                 continue
             window = self.chunk_bytes
-            cur = _next_start(r.buf, cut)
-            if cur > self.chunk_bytes:
-                r.drop(cur - 1)
-                cur = 1
+            cur = _next_start(r.buf, cut, r.end)
+            cur = r.consumed(cur, cur + window + 64)
 
 
 def _decode_rest(path: Path, text: bytes, base: int, builder: ColumnBuilder, tail: dict[str, Any]) -> None:
@@ -471,24 +500,24 @@ def _read_start(path: Path, r: _Reader) -> tuple[dict[str, Any], int]:
     want = 1 << 20
     while True:
         r.fill(want)
-        stripped = r.buf.lstrip()
+        stripped = r.buf[: r.end].lstrip()
         if not stripped:
             raise TraceFormatError(str(path), "the file is empty")
         first = stripped[:1]
         if first == b"[":  # the JSON Array Format: a bare list of events
-            return {}, r.buf.index(b"[") + 1
+            return {}, r.buf.index(b"[", 0, r.end) + 1
         if first != b"{":
             raise TraceFormatError(
                 str(path), f"it does not start with a JSON object or array (starts with {bytes(stripped[:20])!r})"
             )
-        m = _KEY.search(r.buf)
+        m = _KEY.search(r.buf, 0, r.end)
         if m is not None:
             return _decode_header(bytes(r.buf[: m.start()])), m.end()
         if r.eof:
             raise TraceFormatError(
                 str(path), "no traceEvents array", "it is JSON but not a Kineto/Chrome trace; pass a torch.profiler trace"
             )
-        if len(r.buf) >= HEADER_LIMIT:
+        if r.end >= HEADER_LIMIT:
             raise NeedsFallback("no traceEvents array near the start of the file")
         want *= 2
 
@@ -580,7 +609,7 @@ def _read_part(path: Path, r: _Reader, builder: ColumnBuilder, target: int | Non
         want = 1 << 20
         while True:
             r.fill(want)
-            m = _SEP.search(r.buf)
+            m = _SEP.search(r.buf, 0, r.end)
             if m is not None:
                 cur = m.end() - 1
                 start_cut = target + m.start()
@@ -591,8 +620,8 @@ def _read_part(path: Path, r: _Reader, builder: ColumnBuilder, target: int | Non
     cur, ended = _Pieces(path, r, builder, chunk_bytes).run(cur, stop_target, start_cut)
     tail: dict[str, Any] = {}
     if ended == END:
-        r.fill(1 << 62)
-        _decode_rest(path, bytes(r.buf[cur:]), r.base + cur, builder, tail)
+        r.fill_all()
+        _decode_rest(path, bytes(r.buf[cur : r.end]), r.base + cur, builder, tail)
     return PartResult(builder, True, ended, header, tail)
 
 

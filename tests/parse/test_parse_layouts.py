@@ -297,3 +297,18 @@ def test_correlation_ids_from_flows_in_one_piece_and_in_parts(tmp_path):
     assert same(read_trace_chunked(p, chunk_bytes=700), ref)
     with ThreadPoolExecutor(2) as ex:
         assert same(read_split_at(p, [p.stat().st_size // 2], ex, chunk_bytes=700), ref)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_small_reader_buffer_moves_and_grows(tmp_path, monkeypatch, gz):
+    """The reader's buffer moves its unread tail to the front and grows for large events:
+    with a buffer of a few hundred bytes both happen all the time."""
+    import gpudoctor.parse.kineto as kineto
+
+    monkeypatch.setattr(kineto, "_BUFFER_BYTES", 300)
+    monkeypatch.setattr(kineto, "_READ_BYTES", 128)
+    for layout in ("kineto", "minified", "pretty"):
+        p = write(tmp_path / f"{layout}.json", serialize(nasty_events(30), layout), gz)
+        ref = reference(p)
+        for chunk in (64, 500, 2000):
+            assert same(read_trace_chunked(p, chunk_bytes=chunk), ref), (layout, chunk)
