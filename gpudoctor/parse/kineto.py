@@ -26,10 +26,15 @@ happen per piece: the rest of the file stays on the fast path.
 **Gzip.** A thread decompresses ahead of the decoder (zlib releases the GIL), so
 decompression and decoding use two cores.
 
-**Parts.** ``read_part`` decodes the events that start in a byte range of a plain file;
-``parse.parallel`` runs the parts of one large trace in several processes and joins
-them (``ColumnBuilder.extend``). A part must end exactly at the boundary where the next
-one starts; it reports whether that boundary proved true.
+**Parts.** ``read_part`` decodes the events that start in a byte range of a trace (a
+gzipped one is decompressed up to the range); ``parse.parallel`` runs the parts of one
+large trace in several processes and joins them (``ColumnBuilder.extend``). A part must
+end exactly at the boundary where the next one starts; it reports whether that boundary
+proved true.
+
+**Flows.** Flow events (``ac2g``) only serve to recover the correlation ids of GPU
+activity that lacks them; they are counted, and kept only when such activity turns up
+(the file is then read again with them).
 
 A truncated or corrupt file raises ``TraceFormatError`` naming the file and where it
 broke (byte offset and line in the decompressed text). ``NeedsFallback`` (the streaming
