@@ -402,17 +402,18 @@ if sample:
 err = p.communicate()[1]
 wall = time.perf_counter() - t0
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps([wall, ru.ru_maxrss * 1024, peak_pss, p.returncode, err.decode(errors="replace")[-400:]]))
+cpu = ru.ru_utime + ru.ru_stime
+print(json.dumps([wall, ru.ru_maxrss * 1024, peak_pss, p.returncode, err.decode(errors="replace")[-400:], cpu]))
 """
 
 
-def _run(argv: list[str], sample: bool = False) -> tuple[float, int, int, int, str]:
+def _run(argv: list[str], sample: bool = False) -> tuple[float, int, int, int, str, float]:
     """Run argv in a fresh process: (wall s, peak RSS of its largest process, peak PSS of its
-    process tree (0 unless ``sample``), exit code, stderr tail)."""
+    process tree (0 unless ``sample``), exit code, stderr tail, CPU s of all its processes)."""
     out = subprocess.run([sys.executable, "-c", _HELPER, "1" if sample else "0", *argv],
                          capture_output=True, text=True, check=True)
-    wall, rss, pss, rc, err = json.loads(out.stdout)
-    return wall, rss, pss, rc, err
+    wall, rss, pss, rc, err, cpu = json.loads(out.stdout)
+    return wall, rss, pss, rc, err, cpu
 
 
 def _gpudoctor(*args: str) -> list[str]:
@@ -554,18 +555,20 @@ def main(argv: list[str] | None = None) -> int:
                 b = min(timed, key=lambda r: r[0])
                 rss = max(r[1] for r in runs[name])
                 pss = max(r[2] for r in runs[name])
-                best[name] = (b[0], rss, pss)
+                best[name] = (b[0], rss, pss, min(r[5] for r in timed))
                 print(f"  {name:<26} {b[0]:7.2f} {size_mb / b[0]:7.1f} {rss / 1e6:11.0f} "
                       f"{(f'{pss / 1e6:.0f}' if pss else '-'):>12} {max(r[3] for r in runs[name]):>5}  "
                       + " ".join(f"{r[0]:.2f}" for r in timed))
                 for r in runs[name]:
                     if r[3] != 0:
                         failures.append(f"{layout}: {name} failed (exit {r[3]}): {r[4]}")
-            g_time, g_rss, g_pss = best["gpudoctor analyze"]
+            g_time, g_rss, g_pss, g_cpu = best["gpudoctor analyze"]
             ratio = best["json.load"][0] / g_time
             print(f"  json.load / gpudoctor: x{ratio:.2f} (target ≥ {TARGET_X:g}, goal {GOAL_X:g}); "
                   f"gpudoctor peak memory: largest process {g_rss / 1e6:.0f} MB, whole tree {g_pss / 1e6:.0f} MB "
                   f"(target ≤ {TARGET_RSS_MB:.0f}); json.load peak RSS x{best['json.load'][1] / g_rss:.1f} gpudoctor's")
+            print(f"  CPU time (all processes, least of the rounds): gpudoctor {g_cpu:.2f} s, json.load "
+                  f"{best['json.load'][3]:.2f} s: x{best['json.load'][3] / g_cpu:.2f} (load-independent; not a target)")
             if "Holistic Trace Analysis" in best:
                 print(f"  HTA / gpudoctor: x{best['Holistic Trace Analysis'][0] / g_time:.2f}")
             if ratio < TARGET_X:
