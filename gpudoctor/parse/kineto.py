@@ -175,6 +175,7 @@ class _Reader:
         self.base = base
         self.eof = False
         self.pre = _Prefetch(fh) if prefetch else None
+        self.pending = memoryview(b"")
 
     def _room(self, need: int) -> None:
         """Make ``len(buf) >= need`` (one event larger than the buffer, a long header)."""
@@ -184,12 +185,14 @@ class _Reader:
             self.buf = grown
 
     def _read_more(self, want: int) -> int:
+        """Read what fits after ``end`` (the buffer grows only when ``want`` exceeds it); 0: the end."""
+        self._room(want)
         if self.pre is not None:
-            block = self.pre.read()
-            self._room(self.end + len(block))
-            self.buf[self.end : self.end + len(block)] = block
-            return len(block)
-        self._room(max(want, self.end + _READ_BYTES))
+            block = self.pending if len(self.pending) else memoryview(self.pre.read())
+            k = min(len(block), len(self.buf) - self.end)
+            self.buf[self.end : self.end + k] = block[:k]
+            self.pending = block[k:]  # what did not fit: the next read's
+            return k
         with memoryview(self.buf) as mv:
             return self.fh.readinto(mv[self.end :]) or 0  # type: ignore[attr-defined]
 

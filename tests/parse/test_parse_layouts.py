@@ -312,3 +312,26 @@ def test_a_small_reader_buffer_moves_and_grows(tmp_path, monkeypatch, gz):
         ref = reference(p)
         for chunk in (64, 500, 2000):
             assert same(read_trace_chunked(p, chunk_bytes=chunk), ref), (layout, chunk)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_reader_buffer_stays_bounded(tmp_path, monkeypatch, gz):
+    """Past the header (read in up to 1 MiB), the buffer holds a window or one event: a
+    3 MB trace read through a 300-byte buffer never makes it hold the file."""
+    import gpudoctor.parse.kineto as kineto
+
+    monkeypatch.setattr(kineto, "_BUFFER_BYTES", 300)
+    monkeypatch.setattr(kineto, "_READ_BYTES", 4096)
+    largest = []
+    room = kineto._Reader._room
+
+    def spy(self, need):
+        room(self, need)
+        largest.append(len(self.buf))
+
+    monkeypatch.setattr(kineto._Reader, "_room", spy)
+    text = serialize(nasty_events(2500), "minified")
+    assert len(text) > 3 << 20
+    p = write(tmp_path / "t.json", text, gz)
+    assert read_trace_chunked(p, chunk_bytes=2000).info.event_count == 1 + 8 * 2500
+    assert max(largest) <= 1 << 20
