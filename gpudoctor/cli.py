@@ -8,7 +8,6 @@ exit code. Heavy modules are imported inside the commands so that
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -37,14 +36,13 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
     sys.exit(code)
 
 
-def load_and_analyze(paths: list[str]):
-    """parse → analysis for anything ``analyze`` takes; returns a ``RunData`` with metrics."""
-    from gpudoctor.analysis import analyze_trace
-    from gpudoctor.parse import load_inputs
+def load_and_analyze(paths: list[str], jobs: int | None = None, cluster: str | None = None):
+    """parse → analysis for anything ``analyze`` takes; returns a ``RunData`` with metrics.
 
-    loaded = load_inputs([Path(p) for p in paths])
-    metrics = tuple(analyze_trace(t, loaded.run) for t in loaded.timelines)
-    return dataclasses.replace(loaded.run, metrics=metrics)
+    ``jobs``: processes (default: the cores available); ``cluster``: a Dask scheduler's address."""
+    from gpudoctor.pipeline import analyze_paths
+
+    return analyze_paths(paths, jobs=jobs, cluster=cluster)
 
 
 def _config(select: tuple[str, ...], ignore: tuple[str, ...], sets: tuple[str, ...], where: Path):
@@ -100,6 +98,21 @@ def _rule_options(f):
         type=click.Choice(LEVELS),
         default=None,
         help="Exit 1 when a finding is at or above this severity (for CI gates).",
+    )(f)
+    return f
+
+
+def _parallel_options(f):
+    f = click.option(
+        "-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+        help="Processes that read and analyze traces: one per rank trace, or one large trace in N parts "
+        "(default: the cores available). The report is the same for every N.",
+    )(f)
+    f = click.option(
+        "--cluster", default=None, metavar="ADDRESS",
+        help="Analyze the traces on a Dask cluster (the scheduler's address, tcp://HOST:8786): one task per "
+        "trace, read by the workers by path (a file system they share with this machine), reduced here. "
+        "Needs pip install 'gpudoctor[cluster]' here and on the workers.",
     )(f)
     return f
 
@@ -216,16 +229,18 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
+@_parallel_options
 @_rule_options
 @_report_options
-def analyze(paths, select, ignore, sets, fail_on, fmt, output, quiet):
+def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet):
     """Diagnose a saved run directory, a Kineto trace, or a folder of traces (one per rank).
 
-    Several run directories (one per node) are merged into one job.
+    Several run directories (one per node) are merged into one job. Traces are read in
+    parallel processes (--jobs) or on a Dask cluster (--cluster).
     """
     from gpudoctor.engine import diagnose, write_report_json
 
-    run = load_and_analyze(list(paths))
+    run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     report = diagnose(run, config, kind="analyze")
     first = Path(paths[0])
@@ -237,16 +252,17 @@ def analyze(paths, select, ignore, sets, fail_on, fmt, output, quiet):
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
+@_parallel_options
 @_rule_options
 @_report_options
-def report(paths, select, ignore, sets, fail_on, fmt, output, quiet):
+def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet):
     """Render the diagnosis of a run or trace as terminal, md, json, html or sarif.
 
     The format is guessed from -o's extension when --format is not given.
     """
     from gpudoctor.engine import diagnose
 
-    run = load_and_analyze(list(paths))
+    run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = diagnose(run, config, kind="analyze")
     _emit(rep, fmt, output, quiet)

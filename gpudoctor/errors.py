@@ -30,9 +30,13 @@ class TraceFormatError(GpudoctorError):
     def __init__(self, path: str, where: str, hint: str = "") -> None:
         self.path = path
         self.where = where
+        self.hint = hint
         msg = f"{path}: not a readable Kineto trace ({where})"
         msg += f"; {hint}" if hint else "; re-record it or pass another trace file"
         super().__init__(msg)
+
+    def __reduce__(self) -> tuple:  # picklable: it crosses process boundaries (analyze --jobs)
+        return (type(self), (self.path, self.where, self.hint))
 
 
 class RunDirError(GpudoctorError):

@@ -29,7 +29,7 @@ from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import DeviceInfo, TraceMetrics, Window, WindowKind
 from gpudoctor.model.trace import Timeline
 
-__all__ = ["TraceView", "analyze_trace"]
+__all__ = ["TraceView", "analyze_trace", "dropped_events_note"]
 
 
 def _devices(timeline: Timeline, run: RunData | None) -> tuple[DeviceInfo, ...]:
@@ -42,6 +42,12 @@ def _devices(timeline: Timeline, run: RunData | None) -> tuple[DeviceInfo, ...]:
             for d in run.manifest.devices
         )
     return ()
+
+
+def dropped_events_note(dropped: dict[str, int]) -> str:
+    """What a report says about the malformed events the parser left out."""
+    why = ", ".join(f"{n:,} {reason}" for reason, n in sorted(dropped.items()))
+    return f"{sum(dropped.values()):,} malformed event(s) dropped, not analyzed: {why}"
 
 
 def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetrics:
@@ -80,8 +86,10 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
     if info.unknown_categories:
         cats = ", ".join(f"{k} ({v})" for k, v in info.unknown_categories.items())
         notes.append(f"events of unknown categories were not analyzed: {cats}")
+    if info.dropped_events:
+        notes.append(dropped_events_note(info.dropped_events))
     if info.parser == "streaming":
-        notes.append("read with the streaming parser (the file's layout is not Kineto's own)")
+        notes.append("read with the streaming parser (the header is not where a Kineto trace has it)")
     if not view.is_activity.any():
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
     for u in utilization:

@@ -96,8 +96,14 @@ def hta_idle(view: TraceView, device: int) -> tuple[Window, float] | None:
     if len(step_names) >= 2:
         last_start = int(view.h_ts[steps].max())
         early = view.h_ts < last_start
-        corrs = np.unique(view.h_corr[early & (view.h_corr >= 0)])
-        act &= np.isin(view.d_corr, corrs)
+        # membership by binary search in the sorted ids (np.unique/np.isin hash or sort the
+        # union and took ~0.5 s on 600k runtime calls with numpy 2.4; this takes ~30 ms)
+        corrs = np.sort(view.h_corr[early & (view.h_corr >= 0)])
+        if len(corrs):
+            pos = np.minimum(np.searchsorted(corrs, view.d_corr), len(corrs) - 1)
+            act &= corrs[pos] == view.d_corr
+        else:
+            act &= False
         n_steps = len({(int(view.h_name[i]), int(view.h_ts[i])) for i in steps.tolist()})
         kept_note = f"GPU activity launched before the last of {n_steps} ProfilerStep iterations (HTA drops it)"
     idx = np.flatnonzero(act)

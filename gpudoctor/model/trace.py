@@ -147,6 +147,8 @@ class TraceInfo:
     fwdbwd_flow_count: int = 0  # forward -> backward links (the autograd graph was recorded)
     trace_name: str = ""
     parser: str = "chunked"  # "chunked" (typed msgspec decode) or "streaming" (fallback)
+    # events that would have been used but were malformed, by reason ("ts not a number": 3); not kept
+    dropped_events: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,10 @@ from gpudoctor.parse.kineto import NeedsFallback, read_trace_chunked
 from gpudoctor.parse.rundir import is_run_dir, read_run_dir
 from gpudoctor.parse.stream import read_trace_streaming
 
-__all__ = ["LoadedInputs", "load_inputs", "load_trace", "read_run_dir", "find_traces"]
+__all__ = [
+    "InputPlan", "LoadedInputs", "TraceJob", "find_traces", "load_inputs", "load_trace", "plan_inputs",
+    "read_run_dir", "trace_order",
+]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -104,12 +107,53 @@ def _merge_runs(runs: list[RunData]) -> RunData:
     )
 
 
-def load_inputs(paths: list[Path]) -> LoadedInputs:
-    """Read everything ``analyze`` was given (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One trace to read: where it comes from decides what its errors do."""
+
+    path: Path
+    run_index: int | None = None  # the run directory it belongs to (an error: a note there); None: fatal
+    owner_rank: int | None = None  # the rank whose manifest entry lists it (for a trace without distributedInfo)
+    owner_world: int | None = None
+
+    def adopt(self, tl: Timeline) -> Timeline:
+        """The rank the run directory knows for a trace that does not say its own."""
+        if tl.info.rank is None and self.owner_rank is not None:
+            return dataclasses.replace(tl, info=dataclasses.replace(
+                tl.info, rank=self.owner_rank, world_size=tl.info.world_size or self.owner_world))
+        return tl
+
+
+@dataclass(frozen=True, slots=True)
+class InputPlan:
+    """What ``analyze`` was given, before any trace is read: the run directories' records
+    and the traces, in order. Reading the traces is a map (``TraceJob`` → timeline or
+    metrics) that may run anywhere; ``finish`` folds what went wrong back in."""
+
+    runs: tuple[RunData, ...]
+    jobs: tuple[TraceJob, ...]
+    source: str
+
+    @property
+    def run(self) -> RunData:
+        """The merged records (what ``analyze_trace`` reads), without per-trace notes."""
+        return _merge_runs(list(self.runs)) if self.runs else RunData(source=self.source)
+
+    def finish(self, skipped: dict[int, list[str]]) -> RunData:
+        """The merged records with each run directory's unreadable traces noted in it."""
+        if not self.runs:
+            return RunData(source=self.source)
+        runs = [dataclasses.replace(r, notes=r.notes + tuple(f"trace skipped: {e}" for e in skipped.get(i, ())))
+                for i, r in enumerate(self.runs)]
+        return _merge_runs(runs)
+
+
+def plan_inputs(paths: list[Path]) -> InputPlan:
+    """Read what ``analyze`` was given except the traces (see the module docstring)."""
     if not paths:
         raise UsageError("nothing to analyze: pass a run directory, a trace file or a folder of traces")
     runs: list[RunData] = []
-    timelines: list[Timeline] = []
+    jobs: list[TraceJob] = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
@@ -119,21 +163,13 @@ def load_inputs(paths: list[Path]) -> LoadedInputs:
             )
         if p.is_dir() and is_run_dir(p):
             run, traces = read_run_dir(p)
-            notes = list(run.notes)
             mf = run.manifest
             # a torchrun job: each rank listed its traces (for a window recorded before the process group existed)
             owner = {Path(t).name: e.rank for e in (mf.rank_ends if mf else ()) for t in e.traces}
+            world = mf.world_size if mf is not None else None
             for t in traces:
-                try:
-                    tl = load_trace(t)
-                except TraceFormatError as err:
-                    notes.append(f"trace skipped: {err}")
-                    continue
-                if tl.info.rank is None and t.name in owner:
-                    tl = dataclasses.replace(tl, info=dataclasses.replace(
-                        tl.info, rank=owner[t.name], world_size=tl.info.world_size or mf.world_size))
-                timelines.append(tl)
-            runs.append(dataclasses.replace(run, notes=tuple(notes)))
+                jobs.append(TraceJob(t, len(runs), owner.get(t.name), world if t.name in owner else None))
+            runs.append(run)
         elif p.is_dir():
             traces = find_traces(p)
             if not traces:
@@ -141,16 +177,30 @@ def load_inputs(paths: list[Path]) -> LoadedInputs:
                     f"{p}: no run directory files and no Kineto trace (*.json, *.json.gz) in it; pass a run "
                     "directory, a trace file or a folder of traces"
                 )
-            for t in traces:
-                timelines.append(load_trace(t))
+            jobs.extend(TraceJob(t) for t in traces)
         else:
-            timelines.append(load_trace(p))
-    if runs:
-        run = _merge_runs(runs)
-    else:
-        run = RunData(source=", ".join(str(p) for p in paths))
+            jobs.append(TraceJob(p))
+    return InputPlan(runs=tuple(runs), jobs=tuple(jobs), source=", ".join(str(p) for p in paths))
 
-    def order(t: Timeline) -> tuple[int, str]:
-        return (t.info.rank if t.info.rank is not None else 1 << 30, t.path)
 
-    return LoadedInputs(run=run, timelines=tuple(sorted(timelines, key=order)))
+def trace_order(rank: int | None, path: str) -> tuple[int, str]:
+    """Traces (and their metrics) are ordered by rank, then path."""
+    return (rank if rank is not None else 1 << 30, path)
+
+
+def load_inputs(paths: list[Path]) -> LoadedInputs:
+    """Read everything ``analyze`` was given, traces included, in this process."""
+    plan = plan_inputs(paths)
+    timelines: list[Timeline] = []
+    skipped: dict[int, list[str]] = {}
+    for job in plan.jobs:
+        try:
+            tl = load_trace(job.path)
+        except TraceFormatError as err:
+            if job.run_index is None:
+                raise
+            skipped.setdefault(job.run_index, []).append(str(err))
+            continue
+        timelines.append(job.adopt(tl))
+    run = plan.finish(skipped)
+    return LoadedInputs(run=run, timelines=tuple(sorted(timelines, key=lambda t: trace_order(t.info.rank, t.path))))

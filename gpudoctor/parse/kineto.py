@@ -1,28 +1,56 @@
-"""Kineto (Chrome trace JSON) → ``Timeline``, in bounded memory.
+"""Kineto (Chrome trace JSON) → ``Timeline``, in bounded memory, whatever the layout.
 
-Fast path (``parser="chunked"``): the file (plain or gzip) is read in blocks; the
-``traceEvents`` array is cut into ~4 MiB pieces at event boundaries and each piece
-is decoded by msgspec into typed structs that hold only the fields gpudoctor uses;
-the structs go straight into compact columns (``ColumnBuilder``) and are dropped.
-The header (``deviceProperties``, ``distributedInfo`` …) and the tail after the array
-(``traceName``, ``baseTimeNanoseconds`` …) are decoded separately.
+The file (plain or gzip) is read in blocks. The header before ``traceEvents``
+(``deviceProperties``, ``distributedInfo`` …) is decoded on its own; the array is cut
+into ~4 MiB pieces and each piece is decoded by msgspec into typed structs that hold
+only the fields gpudoctor uses; the structs go straight into compact columns
+(``ColumnBuilder``) and are dropped. The end of the array and what follows it
+(``traceName``, ``baseTimeNanoseconds`` …) are decoded by the standard library's scanner.
 
-Cutting at ``},`` + newline + ``{`` assumes the writer's layout (Kineto and
-``json.dump(indent=…)`` both write it; a JSON string cannot hold a raw newline). When
-that assumption fails (minified JSON, values of unexpected types, an array that is not
-where it should be), the file is read again by the streaming fallback
-(``parse/stream.py``), which reads any valid JSON one event at a time.
+**Where a piece is cut.** At the last ``}`` in the window that is followed by ``,`` and
+``{`` (with any whitespace between): Kineto's ``},\\n  {``, one event per line, pretty
+printing and minified ``},{`` alike. Such a ``}`` may sit inside a string (a name with
+``"},{"`` in it) or close a nested object; the decoder says so: a piece that starts
+at a true event boundary and decodes as a JSON array ends at one too (a prefix of
+valid JSON tokenizes the same in the piece as in the file), and a wrong cut always fails
+at the piece's end (the bracket it added, or inside a string). Then an earlier candidate
+is tried, and after two wrong ones the standard library's scanner walks the piece event
+by event to the last true boundary. Nothing is ever cut silently in the wrong place.
+
+**What msgspec refuses.** A piece with values of unexpected types (a string ``ts``, an
+event that is not an object) is decoded untyped and converted leniently, the malformed
+events counted (``TraceInfo.dropped_events``); a piece that is not strict JSON but that
+``json.load`` reads (``NaN``, ``Infinity``) is decoded by the standard library. Both
+happen per piece: the rest of the file stays on the fast path.
+
+**Gzip.** A thread decompresses ahead of the decoder (zlib releases the GIL), so
+decompression and decoding use two cores.
+
+**Parts.** ``read_part`` decodes the events that start in a byte range of a trace (a
+gzipped one is decompressed up to the range); ``parse.parallel`` runs the parts of one
+large trace in several processes and joins them (``ColumnBuilder.extend``). A part must
+end exactly at the boundary where the next one starts; it reports whether that boundary
+proved true.
+
+**Flows.** Flow events (``ac2g``) only serve to recover the correlation ids of GPU
+activity that lacks them; they are counted, and kept only when such activity turns up
+(the file is then read again with them).
 
 A truncated or corrupt file raises ``TraceFormatError`` naming the file and where it
-broke (byte offset and line in the decompressed text).
+broke (byte offset and line in the decompressed text). ``NeedsFallback`` (the streaming
+parser of ``parse/stream.py`` takes over) is left only for a ``traceEvents`` array that
+does not start within the first 64 MiB or a header no JSON decoder reads.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import queue
 import re
+import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,23 +58,36 @@ import msgspec
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
-from gpudoctor.parse.columns import ColumnBuilder, Event, Header
+from gpudoctor.parse.columns import EVENTS_DECODER, ColumnBuilder, Header
 
 CHUNK_BYTES = 4 << 20  # decode this much of traceEvents at a time (smaller: less memory, same speed)
 HEADER_LIMIT = 64 << 20  # "traceEvents" must start within this many bytes
+MAX_EVENT_BYTES = 256 << 20  # one event larger than this is taken as corrupt
 _READ_BYTES = 4 << 20
+_BUFFER_BYTES = 16 << 20  # the reader's buffer: two pieces and a read ahead
+_PREFETCH_BLOCKS = 4  # gzip: blocks decompressed ahead of the decoder
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _ANY_DECODER = msgspec.json.Decoder()
-_BRACE_AFTER_WS = re.compile(rb"[ \t\r\n]*\{")
+_SEP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
+_WS = re.compile(r"[ \t\r\n]*")
+DECODED, WRONG_CUT, ARRAY_END = 0, 1, 2  # what decoding a piece found
+END, STOPPED, UNPROVEN = 0, 1, 2  # how a part ended
 
-__all__ = ["CHUNK_BYTES", "NeedsFallback", "open_trace", "read_trace_chunked", "locate"]
+__all__ = [
+    "CHUNK_BYTES", "NeedsFallback", "PartResult", "TraceStart", "find_start", "is_gzip", "locate",
+    "open_trace", "read_part", "read_trace_chunked", "stream_size",
+]
 
 
 class NeedsFallback(Exception):
-    """The fast path cannot read this layout; the streaming parser should."""
+    """The fast path cannot read this file; the streaming parser should."""
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
 
 
 def open_trace(path: Path) -> BinaryIO:
@@ -81,43 +122,139 @@ def _gzip_error(path: Path, err: BaseException, offset: int) -> TraceFormatError
     return TraceFormatError(str(path), f"{what}, after {offset} decompressed bytes")
 
 
-class _Reader:
-    """A growing window on the decompressed stream: ``buf[0]`` is at stream offset ``base``."""
+class _Prefetch:
+    """Reads blocks of a stream in a thread (gzip: decompression beside the decoder)."""
 
-    def __init__(self, path: Path, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.q: queue.Queue[Any] = queue.Queue(_PREFETCH_BLOCKS)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="gpudoctor-gunzip", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                block = self.fh.read(_READ_BYTES)
+                self._put(block)
+                if not block:
+                    return
+        except BaseException as err:  # handed to the reader, raised there  # noqa: BLE001
+            self._put(err)
+
+    def _put(self, item: Any) -> None:
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def read(self) -> bytes:
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+class _Reader:
+    """A window on the decompressed stream in one reused buffer: ``buf[:end]`` holds the
+    stream from offset ``base``. The file is read straight into the buffer (``readinto``)
+    and ``drop`` moves the unread tail to the front: about a third of the copying that
+    appending blocks to a growing ``bytearray`` costs."""
+
+    def __init__(self, path: Path, fh: BinaryIO, base: int = 0, prefetch: bool = False) -> None:
         self.path = path
         self.fh = fh
-        self.buf = bytearray()
-        self.base = 0
+        self.buf = bytearray(_BUFFER_BYTES)
+        self.end = 0
+        self.base = base
         self.eof = False
+        self.pre = _Prefetch(fh) if prefetch else None
+        self.pending = memoryview(b"")
+
+    def _room(self, need: int) -> None:
+        """Make ``len(buf) >= need`` (one event larger than the buffer, a long header)."""
+        if need > len(self.buf):
+            grown = bytearray(max(need, 2 * len(self.buf)))
+            grown[: self.end] = memoryview(self.buf)[: self.end]
+            self.buf = grown
+
+    def _read_more(self, want: int) -> int:
+        """Read what fits after ``end`` (the buffer grows only when ``want`` exceeds it); 0: the end."""
+        self._room(want)
+        if self.pre is not None:
+            block = self.pending if len(self.pending) else memoryview(self.pre.read())
+            k = min(len(block), len(self.buf) - self.end)
+            self.buf[self.end : self.end + k] = block[:k]
+            self.pending = block[k:]  # what did not fit: the next read's
+            return k
+        with memoryview(self.buf) as mv:
+            return self.fh.readinto(mv[self.end :]) or 0  # type: ignore[attr-defined]
 
     def fill(self, want: int) -> None:
-        """Read until ``len(buf) >= want`` or the end of the stream."""
-        while not self.eof and len(self.buf) < want:
+        """Read until ``end >= want`` or the end of the stream."""
+        while not self.eof and self.end < want:
             try:
-                block = self.fh.read(max(_READ_BYTES, want - len(self.buf)))
+                n = self._read_more(want)
             except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-                raise _gzip_error(self.path, err, self.base + len(self.buf)) from None
+                raise _gzip_error(self.path, err, self.base + self.end) from None
             except OSError as err:
                 raise TraceFormatError(str(self.path), f"cannot read it ({err})") from None
-            if not block:
+            if not n:
                 self.eof = True
-            else:
-                self.buf += block
+            self.end += n
 
-    def drop(self, n: int) -> None:
-        del self.buf[:n]
+    def fill_all(self) -> None:
+        """Read to the end of the stream (what follows the last piece: small)."""
+        while not self.eof:
+            self.fill(self.end + _READ_BYTES)
+
+    def consumed(self, cur: int, want: int) -> int:
+        """The caller is done with ``buf[:cur - 1]`` and will next want ``buf[:want]``:
+        when that would not fit, the unread tail moves to the front. Returns ``cur`` in the
+        (possibly moved) buffer."""
+        if want <= len(self.buf) or cur <= 1:
+            return cur
+        n = cur - 1
+        keep = self.end - n
+        self.buf[:keep] = self.buf[n : self.end]  # a copy first: the ranges overlap
+        self.end = keep
         self.base += n
+        return 1
+
+    def close(self) -> None:
+        if self.pre is not None:
+            self.pre.close()
 
 
-def _find_cut(buf: bytearray, start: int, limit: int) -> int:
-    """Position of the ``}`` that ends the last whole event in ``buf[start:limit]`` (-1: none)."""
-    pos = buf.rfind(b"},\n", start, limit)
+def _find_cut(buf: bytearray, start: int, limit: int, end: int) -> int:
+    """Position of the last ``}`` in ``buf[start:limit]`` followed by ``,`` and ``{`` within
+    ``buf[:end]`` (-1: none)."""
+    pos = buf.rfind(b"}", start, limit)
     while pos >= 0:
-        if _BRACE_AFTER_WS.match(buf, pos + 2):
+        if _SEP.match(buf, pos, end):
             return pos
-        pos = buf.rfind(b"},\n", start, pos)
+        pos = buf.rfind(b"}", start, pos)
     return -1
+
+
+def _next_start(buf: bytearray, cut: int, end: int) -> int:
+    """Where the event after the separator at ``cut`` begins (its ``{``)."""
+    m = _SEP.match(buf, cut, end)
+    assert m is not None
+    return m.end() - 1
+
+
+def _decode_object(text: bytes) -> Any:
+    try:
+        return _ANY_DECODER.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text.decode("utf-8", errors="replace"))  # NaN, Infinity
 
 
 def _decode_header(raw: bytes) -> dict[str, Any]:
@@ -125,10 +262,181 @@ def _decode_header(raw: bytes) -> dict[str, Any]:
     text = raw.rstrip(b" \t\r\n")
     if text.endswith(b","):
         text = text[:-1]
-    obj = _ANY_DECODER.decode(bytes(text) + b"}")
+    try:
+        obj = _decode_object(bytes(text) + b"}")
+    except ValueError as err:
+        raise NeedsFallback(f"the header before traceEvents does not decode ({err})") from None
     if not isinstance(obj, dict):
         raise NeedsFallback("the header is not an object")
     return obj
+
+
+def _error_pos(err: msgspec.DecodeError) -> int | None:
+    m = _BYTE_POS.search(str(err))
+    return int(m.group(1)) if m is not None else None
+
+
+class _Pieces:
+    """Decodes ``traceEvents`` piece by piece into a builder."""
+
+    def __init__(self, path: Path, r: _Reader, builder: ColumnBuilder, chunk_bytes: int) -> None:
+        self.path = path
+        self.r = r
+        self.builder = builder
+        self.chunk_bytes = chunk_bytes
+
+    def corrupt(self, offset: int, what: str) -> TraceFormatError:
+        return TraceFormatError(
+            str(self.path),
+            f"corrupt JSON ({what}) at {locate(self.path, offset)}, after {self.builder.event_count} events",
+        )
+
+    def decode(self, cur: int, cut: int) -> int:
+        """Decode ``buf[cur:cut + 1]`` (whole events from a true event start) as one array.
+
+        ``DECODED``; ``WRONG_CUT`` when ``cut`` is not the end of an event of the array (a
+        ``}`` inside a string or a nested value); ``ARRAY_END`` when the array ends inside
+        the piece (the ``}`` is in what follows ``traceEvents``); ``TraceFormatError``
+        where the JSON is corrupt."""
+        buf = self.r.buf
+        saved_open, saved_close = buf[cur - 1], buf[cut + 1]
+        buf[cur - 1] = 0x5B  # "["
+        buf[cut + 1] = 0x5D  # "]"
+        # a copy (one memcpy): the decoded msgspec.Raw values point into it, and a view of
+        # the growing buffer could not be released while anything (a sampling profiler's
+        # frame, say) still held one
+        piece = buf[cur - 1 : cut + 2]
+        buf[cur - 1], buf[cut + 1] = saved_open, saved_close
+        size = len(piece)
+        items: Any = None
+        try:
+            events = EVENTS_DECODER.decode(piece)
+        except msgspec.ValidationError:  # well-formed? then convert leniently
+            events = None
+            try:
+                items = _ANY_DECODER.decode(piece)
+            except msgspec.DecodeError as err:
+                pos = _error_pos(err)
+                if pos is None or pos >= size - 1:
+                    return WRONG_CUT
+                items = self._python_json(piece, cur)
+        except msgspec.DecodeError as err:
+            pos = _error_pos(err)
+            if pos is None or pos >= size - 1:
+                return WRONG_CUT
+            events = None
+            items = self._python_json(piece, cur)
+        if isinstance(items, int):
+            return items
+        if events is not None:
+            self.builder.add_events(events)
+        else:
+            self.builder.add_dicts(items)
+        return DECODED
+
+    def _python_json(self, piece: bytearray, cur: int) -> list[Any] | int:
+        """The standard library's reading of a piece msgspec refused in the middle (it also
+        reads NaN and Infinity): the events, or ``WRONG_CUT``/``ARRAY_END``; raises where the
+        JSON is corrupt."""
+        text = piece.decode("utf-8", errors="surrogateescape")
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as err:
+            if err.pos >= len(text) - 1 or err.msg.startswith("Unterminated string"):
+                return WRONG_CUT
+            if err.msg.startswith("Extra data"):
+                return ARRAY_END
+            offset = self.r.base + cur - 1 + len(text[: err.pos].encode("utf-8", errors="surrogateescape"))
+            raise self.corrupt(offset, err.msg) from None
+        return items if isinstance(items, list) else [items]
+
+    def exact_cut(self, cur: int, limit: int) -> int:
+        """The last true event end in ``buf[cur:limit]`` that a ``{`` follows, found by walking
+        the events with the standard library's scanner (when candidate cuts were wrong);
+        -1 when the first event does not end before ``limit``."""
+        text = bytes(self.r.buf[cur:limit]).decode("utf-8", errors="surrogateescape")
+        dec = json.JSONDecoder()
+        pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+        last = -1  # index in text of the last good "}"
+        while True:
+            try:
+                _, end = dec.raw_decode(text, pos)
+            except json.JSONDecodeError as err:
+                if err.msg.startswith("Unterminated") or len(text) - err.pos < 64:
+                    break  # the window ends inside this event
+                offset = self.r.base + cur + len(text[: err.pos].encode("utf-8", errors="surrogateescape"))
+                raise self.corrupt(offset, err.msg) from None
+            nxt = _WS.match(text, end).end()  # type: ignore[union-attr]
+            if nxt >= len(text) or text[nxt] != ",":
+                break  # the end of the array (or of the window)
+            after = _WS.match(text, nxt + 1).end()  # type: ignore[union-attr]
+            if after >= len(text):
+                break
+            if text[after] == "{" and text[end - 1] == "}":
+                last = end - 1
+            pos = after
+        if last < 0:
+            return -1
+        return cur + len(text[:last].encode("utf-8", errors="surrogateescape"))
+
+    def run(self, cur: int, stop_target: int | None = None, start_cut: int | None = None) -> tuple[int, int]:
+        """Decode from buffer position ``cur`` (a true event start) until no whole event is
+        left before the end of the array: returns (the buffer position where the rest
+        begins, ``END``). With ``stop_target`` (a stream offset), the part ends instead
+        with the event before the first separator whose ``}`` is at or after it:
+        returns (-1, ``STOPPED``) when that ``}`` proved an event end, (-1, ``UNPROVEN``)
+        when it did not (or the array ended first), and (rest, ``END``) when the file has
+        no separator after ``stop_target``. ``start_cut``: the stream offset of the separator
+        this part started after (None: the start of the array)."""
+        r = self.r
+        window = self.chunk_bytes
+        stop_cut = -1  # stream offset of the "}" this part ends with, once found
+        while True:
+            r.fill(cur + window + 64)
+            limit = min(r.end, cur + window)
+            if stop_target is not None and stop_cut < 0 and r.base + r.end > stop_target:
+                if stop_target < r.base:
+                    return -1, UNPROVEN
+                # the same rule as the next part's start: the first separator at or after the target
+                m = _SEP.search(r.buf, stop_target - r.base, r.end)
+                if m is not None:
+                    stop_cut = r.base + m.start()
+                elif r.eof:
+                    stop_target = None  # nothing after it: this part reads to the end
+            if stop_target is not None:
+                if stop_cut >= 0 and stop_cut - r.base < limit:
+                    cut = stop_cut - r.base
+                    if cut < cur:  # at or before this part's own start
+                        return -1, STOPPED if stop_cut == start_cut else UNPROVEN
+                    return -1, STOPPED if self.decode(cur, cut) == DECODED else UNPROVEN
+                limit = min(limit, stop_target - r.base)  # never cut at or past the target
+            cut = _find_cut(r.buf, cur, limit, r.end)
+            status = self.decode(cur, cut) if cut >= 0 else WRONG_CUT
+            tries = 0
+            while status == WRONG_CUT and cut >= 0 and tries < 2:  # a "}" in a string: an earlier one
+                cut = _find_cut(r.buf, cur, cut, r.end)
+                status = self.decode(cur, cut) if cut >= 0 else WRONG_CUT
+                tries += 1
+            if status == WRONG_CUT and tries == 2:  # walk the events to the last true boundary
+                cut = self.exact_cut(cur, limit)
+                status = self.decode(cur, cut) if cut >= 0 else WRONG_CUT
+                if cut >= 0 and status == WRONG_CUT:
+                    raise self.corrupt(r.base + cut, "an event boundary that does not decode")
+            if status == ARRAY_END:
+                return (-1, UNPROVEN) if stop_target is not None else (cur, END)
+            if status == WRONG_CUT:  # no whole event in the window
+                if r.eof and limit >= r.end:
+                    return (-1, UNPROVEN) if stop_target is not None else (cur, END)
+                if window >= MAX_EVENT_BYTES:
+                    raise TraceFormatError(
+                        str(self.path),
+                        f"an event larger than {MAX_EVENT_BYTES >> 20} MiB at {locate(self.path, r.base + cur)}",
+                    )
+                window *= 2  # one event bigger than the window, or no separator yet
+                continue
+            window = self.chunk_bytes
+            cur = _next_start(r.buf, cut, r.end)
+            cur = r.consumed(cur, cur + window + 64)
 
 
 def _decode_rest(path: Path, text: bytes, base: int, builder: ColumnBuilder, tail: dict[str, Any]) -> None:
@@ -139,8 +447,7 @@ def _decode_rest(path: Path, text: bytes, base: int, builder: ColumnBuilder, tai
     """
     s = text.decode("utf-8", errors="surrogateescape")
     dec = json.JSONDecoder()
-    ws = re.compile(r"[ \t\r\n]*")
-    pos = ws.match(s, 0).end()  # type: ignore[union-attr]
+    pos = _WS.match(s, 0).end()  # type: ignore[union-attr]
 
     def fail(at: int, what: str) -> TraceFormatError:
         offset = base + len(s[:at].encode("utf-8", errors="surrogateescape"))
@@ -161,17 +468,17 @@ def _decode_rest(path: Path, text: bytes, base: int, builder: ColumnBuilder, tai
         if not first:
             if s[pos] != ",":
                 raise fail(pos, "expected ',' or ']' between events")
-            pos = ws.match(s, pos + 1).end()  # type: ignore[union-attr]
+            pos = _WS.match(s, pos + 1).end()  # type: ignore[union-attr]
         try:
             obj, pos = dec.raw_decode(s, pos)
         except json.JSONDecodeError as err:
             raise fail(err.pos, err.msg) from None
         first = False
         events.append(obj)
-        pos = ws.match(s, pos).end()  # type: ignore[union-attr]
+        pos = _WS.match(s, pos).end()  # type: ignore[union-attr]
     builder.add_dicts(events)
     # the rest of the top-level object (absent for a top-level array)
-    pos = ws.match(s, pos).end()  # type: ignore[union-attr]
+    pos = _WS.match(s, pos).end()  # type: ignore[union-attr]
     rest = s[pos:].strip()
     if not rest:
         return
@@ -188,94 +495,150 @@ def _decode_rest(path: Path, text: bytes, base: int, builder: ColumnBuilder, tai
         raise TraceFormatError(str(path), f"unexpected text after traceEvents at {locate(path, base + len(text) - len(rest))}")
 
 
-def read_trace_chunked(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
-    """The fast path. Raises ``NeedsFallback`` for layouts it does not handle."""
+@dataclass(frozen=True, slots=True)
+class TraceStart:
+    """Where the events of a trace begin: the header and the stream offset after ``[``."""
+
+    header: dict[str, Any]
+    offset: int
+
+
+def _read_start(path: Path, r: _Reader) -> tuple[dict[str, Any], int]:
+    """Read up to the ``[`` of ``traceEvents``: the header and the buffer position after ``[``."""
+    want = 1 << 20
+    while True:
+        r.fill(want)
+        stripped = r.buf[: r.end].lstrip()
+        if not stripped:
+            raise TraceFormatError(str(path), "the file is empty")
+        first = stripped[:1]
+        if first == b"[":  # the JSON Array Format: a bare list of events
+            return {}, r.buf.index(b"[", 0, r.end) + 1
+        if first != b"{":
+            raise TraceFormatError(
+                str(path), f"it does not start with a JSON object or array (starts with {bytes(stripped[:20])!r})"
+            )
+        m = _KEY.search(r.buf, 0, r.end)
+        if m is not None:
+            return _decode_header(bytes(r.buf[: m.start()])), m.end()
+        if r.eof:
+            raise TraceFormatError(
+                str(path), "no traceEvents array", "it is JSON but not a Kineto/Chrome trace; pass a torch.profiler trace"
+            )
+        if r.end >= HEADER_LIMIT:
+            raise NeedsFallback("no traceEvents array near the start of the file")
+        want *= 2
+
+
+def find_start(path: Path) -> TraceStart:
+    """The header and where the events begin (``NeedsFallback``/``TraceFormatError`` as above)."""
     try:
         fh = open_trace(path)
     except OSError as err:
         raise TraceFormatError(str(path), f"cannot open it ({err})") from None
     with fh:
         r = _Reader(path, fh)
-        # --- header: up to the "traceEvents": [ key
-        header: dict[str, Any] = {}
-        start = -1
+        header, start = _read_start(path, r)
+        return TraceStart(header=header, offset=r.base + start)
+
+
+def read_trace_chunked(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
+    """The whole file in one process. Raises ``NeedsFallback`` for what it does not read."""
+    part = read_part(path, None, None, chunk_bytes)
+    if part.builder.needs_flows:  # GPU activity without correlation ids: read again, flows kept
+        part = read_part(path, None, None, chunk_bytes, keep_flows=True)
+    return part.builder.build(Header.from_json({**part.header, **part.tail}))
+
+
+@dataclass(slots=True)
+class PartResult:
+    """One part of a trace decoded by ``read_part`` (it travels between processes)."""
+
+    builder: ColumnBuilder
+    started: bool  # False: no separator after the part's target (the part before read on)
+    ended: int  # END (the part read to the end of the file), STOPPED or UNPROVEN
+    header: dict[str, Any]  # the first part's
+    tail: dict[str, Any]  # what follows traceEvents (the part that read to the end)
+
+
+def _skip_to(path: Path, fh: BinaryIO, target: int) -> None:
+    """Advance a stream to ``target`` (a plain file seeks; gzip decompresses and discards)."""
+    if not isinstance(fh, gzip.GzipFile):
+        fh.seek(target)
+        return
+    left = target
+    try:
+        while left > 0:
+            block = fh.read(min(left, _READ_BYTES))
+            if not block:
+                return
+            left -= len(block)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise _gzip_error(path, err, target - left) from None
+
+
+def read_part(path: Path, target: int | None, stop_target: int | None, chunk_bytes: int = CHUNK_BYTES,
+              keep_flows: bool = False) -> PartResult:
+    """Decode one part of a trace's events (plain or gzip).
+
+    The first part (``target`` None) starts at the first event and also reads the header.
+    Another starts with the event after the first separator (``}`` ``,`` ``{``) whose ``}``
+    is at or after stream offset ``target``; it ends with the event before the first such
+    separator at or after ``stop_target`` (None: at the end of the file, tail included).
+    The neighbouring parts compute the same separator from the same bytes, so the parts
+    tile the array exactly once every part but the first proves true by the part before
+    it ending ``STOPPED``. A part whose start is not proven may raise a
+    ``TraceFormatError`` that is not one: the caller raises it only once proven."""
+    try:
+        fh = open_trace(path)
+    except OSError as err:
+        raise TraceFormatError(str(path), f"cannot open it ({err})") from None
+    with fh:
+        builder = ColumnBuilder(str(path), parser="chunked", keep_flows=keep_flows)
+        prefetch = isinstance(fh, gzip.GzipFile)  # decompress in a thread, beside the decoder
+        if target is None:
+            r = _Reader(path, fh, prefetch=prefetch)
+        else:
+            _skip_to(path, fh, target)
+            r = _Reader(path, fh, base=target, prefetch=prefetch)
+        try:
+            return _read_part(path, r, builder, target, stop_target, chunk_bytes)
+        finally:
+            r.close()
+
+
+def _read_part(path: Path, r: _Reader, builder: ColumnBuilder, target: int | None, stop_target: int | None,
+               chunk_bytes: int) -> PartResult:
+    header: dict[str, Any] = {}
+    start_cut: int | None = None
+    if target is None:
+        header, cur = _read_start(path, r)
+    else:
         want = 1 << 20
         while True:
             r.fill(want)
-            stripped = r.buf.lstrip()
-            if not stripped:
-                raise TraceFormatError(str(path), "the file is empty")
-            first = stripped[:1]
-            if first == b"[":  # the JSON Array Format: a bare list of events
-                start = r.buf.index(b"[") + 1
-                break
-            if first != b"{":
-                raise TraceFormatError(
-                    str(path), f"it does not start with a JSON object or array (starts with {bytes(stripped[:20])!r})"
-                )
-            m = _KEY.search(r.buf)
+            m = _SEP.search(r.buf, 0, r.end)
             if m is not None:
-                try:
-                    header = _decode_header(bytes(r.buf[: m.start()]))
-                except msgspec.DecodeError as err:
-                    raise NeedsFallback(f"the header before traceEvents does not decode ({err})") from None
-                start = m.end()
+                cur = m.end() - 1
+                start_cut = target + m.start()
                 break
-            if r.eof or len(r.buf) >= HEADER_LIMIT:
-                raise NeedsFallback("no traceEvents array near the start of the file")
+            if r.eof:
+                return PartResult(builder, False, END, header, {})
             want *= 2
+    cur, ended = _Pieces(path, r, builder, chunk_bytes).run(cur, stop_target, start_cut)
+    tail: dict[str, Any] = {}
+    if ended == END:
+        r.fill_all()
+        _decode_rest(path, bytes(r.buf[cur : r.end]), r.base + cur, builder, tail)
+    return PartResult(builder, True, ended, header, tail)
 
-        builder = ColumnBuilder(str(path), parser="chunked")
-        cur = start
-        window = chunk_bytes
-        while True:
-            r.fill(cur + window + 1)
-            limit = min(len(r.buf), cur + window)
-            cut = _find_cut(r.buf, cur, limit)
-            if cut < 0:
-                if r.eof and limit >= len(r.buf):
-                    break
-                if window >= 8 * chunk_bytes and r.buf.find(b"\n", cur, limit) < 0:
-                    raise NeedsFallback("no newline between events (minified JSON)")
-                if window >= 64 * chunk_bytes:
-                    raise NeedsFallback("no event boundary in the writer's layout")
-                window *= 2  # one event bigger than the window, or no layout newline yet
-                continue
-            window = chunk_bytes
-            buf = r.buf
-            saved_open, saved_close = buf[cur - 1], buf[cut + 1]
-            buf[cur - 1] = 0x5B  # "["
-            buf[cut + 1] = 0x5D  # "]"
-            view = memoryview(buf)[cur - 1 : cut + 2]
-            try:
-                events = _EVENTS_DECODER.decode(view)
-            except msgspec.ValidationError as err:
-                view.release()
-                raise NeedsFallback(f"values of unexpected types ({err})") from None
-            except msgspec.DecodeError as err:
-                view.release()
-                m = _BYTE_POS.search(str(err))
-                if m is not None and int(m.group(1)) < len(buf[cur - 1 : cut + 2]) - 2:
-                    offset = r.base + cur - 1 + int(m.group(1))
-                    raise TraceFormatError(
-                        str(path),
-                        f"corrupt JSON ({str(err).split(' (byte')[0]}) at {locate(path, offset)}, "
-                        f"after {builder.event_count} events",
-                    ) from None
-                raise NeedsFallback(f"a piece cut at an event boundary does not decode ({err})") from None
-            try:
-                builder.add_events(events)
-            finally:
-                del events
-                view.release()
-            buf[cur - 1], buf[cut + 1] = saved_open, saved_close
-            cur = cut + 2
-            if cur > chunk_bytes:
-                r.drop(cur - 1)
-                cur = 1
-        # --- the rest: last events, "]", the tail of the top-level object
-        tail: dict[str, Any] = {}
-        _decode_rest(path, bytes(r.buf[cur:]), r.base + cur, builder, tail)
-    header.update(tail)
-    return builder.build(Header.from_json(header))
 
+def stream_size(path: Path) -> int:
+    """Bytes of JSON text: the file's size, or for gzip the size its trailer states (modulo
+    4 GiB: a hint for splitting, never trusted for correctness)."""
+    size = path.stat().st_size
+    if not is_gzip(path):
+        return size
+    with open(path, "rb") as fh:
+        fh.seek(max(size - 4, 0))
+        return int.from_bytes(fh.read(4), "little")

@@ -1,11 +1,14 @@
 """The streaming fallback: any valid JSON trace, one event at a time.
 
-Used when the chunked fast path meets a layout it does not assume (minified JSON,
-``traceEvents`` late in a large header, values of unexpected types). It walks the
-top-level object with the standard library's C scanner (``raw_decode``) one value at a
-time, so memory stays bounded by one batch of events, and it says exactly where a
-corrupt file broke (line and column). About as fast as ``json.load`` with the garbage
-collector off; the fast path is several times faster.
+Used only where the fast path cannot find its footing: a ``traceEvents`` array that
+does not start within the first 64 MiB of the file, or a header before it that no JSON
+decoder reads. (Every layout of valid JSON, minified included, and pieces that only the
+standard library reads, NaN or Infinity, are the fast path's.) It walks the top-level
+object with the standard library's C scanner (``raw_decode``) one value at a time, so
+memory stays bounded by one batch of events, and it says exactly where a corrupt file
+broke (line and column). The batches go through the same typed decoder as the fast path
+(``ColumnBuilder.add_dicts``): measured on a 286 MB minified trace, a little faster than
+``json.load`` of the same file, in a tenth of its memory.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def read_trace_streaming(path: Path) -> Timeline:
         fh = open_trace(path)
     except OSError as err:
         raise TraceFormatError(str(path), f"cannot open it ({err})") from None
-    builder = ColumnBuilder(str(path), parser="streaming")
+    builder = ColumnBuilder(str(path), parser="streaming", keep_flows=True)
     header: dict[str, Any] = {}
     with fh:
         t = _Text(path, fh)

@@ -33,3 +33,17 @@ def test_generated_trace_parses_and_has_what_it_says(tmp_path, root):
     assert m.kernels.fp32_eligible_op_count > 0 and m.backward_ops > 0
     causes = {c.cause for c in m.utilization[0].gap_causes}
     assert GapCause.DATALOADER in causes
+
+
+def test_benchmark_smoke_run_prints_its_figures(tmp_path, root, capsys):
+    """The benchmark end to end on tiny traces (the real run takes minutes): it writes the
+    layouts and the rank folder, runs every contender and prints the ratios."""
+    bench = _bench(root)
+    rc = bench.main(["--size-mb", "2", "--rank-mb", "0.5", "--ranks", "2", "--repeat", "1",
+                     "--layouts", "minified,gzip", "--keep", str(tmp_path), "--no-targets"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "[minified]" in out and "[gzip]" in out and "[ranks]" in out
+    assert "json.load / gpudoctor: x" in out and "--jobs" in out
+    assert "torch imported by gpudoctor analyze: False" in out
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]

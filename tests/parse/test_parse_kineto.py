@@ -212,11 +212,17 @@ def test_any_valid_json_layout_reads_the_same(tmp_path, layout):
         assert tl.info.rank == 3
 
 
-def test_minified_json_needs_the_fallback(tmp_path):
+def test_minified_json_is_read_by_the_fast_path(tmp_path):
     p = write(tmp_path, json.dumps({"traceEvents": events(30)}, separators=(",", ":")))
+    fast = read_trace_chunked(p, chunk_bytes=256)  # no newline anywhere: cut at "},{"
+    assert fast.info.parser == "chunked"
+    assert columns(fast) == columns(read_trace_streaming(p))
+
+
+def test_a_header_no_json_decoder_reads_needs_the_fallback(tmp_path):
+    p = write(tmp_path, '{"schemaVersion": 1, "x": [1, 2,], "traceEvents": []}')
     with pytest.raises(NeedsFallback):
-        read_trace_chunked(p, chunk_bytes=256)  # no newline between events: no safe cut
-    assert columns(load_trace(p)) == columns(read_trace_streaming(p))
+        read_trace_chunked(p)
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -266,9 +272,9 @@ def test_not_a_trace(tmp_path, text, match):
         load_trace(write(tmp_path, text))
 
 
-def test_empty_trace_events(tmp_path):
-    tl = load_trace(write(tmp_path, kineto_text([])))
-    assert len(tl.host) == len(tl.device) == 0 and tl.info.platform == "cpu"
+def test_empty_trace_events_is_not_a_trace_to_analyze(tmp_path):
+    with pytest.raises(TraceFormatError, match="traceEvents is empty"):
+        load_trace(write(tmp_path, kineto_text([])))
 
 
 def test_host_and_device_categories_in_other_phases_are_skipped(tmp_path):

@@ -1,0 +1,121 @@
+"""One large trace read by several processes: its events split in byte ranges, joined in order.
+
+``read_trace_split(path, parts, executor)`` cuts the events of a trace into ``parts``
+byte ranges of about equal size. This process reads the first (and the header); the
+executor's processes read the others (``kineto.read_part``): each starts after the
+first event separator at or after its target offset and stops at the next part's, so
+neighbouring parts agree on the boundary without talking to each other (a gzipped trace
+is decompressed up to its part's target by the process reading that part). The parts'
+column builders come back and are appended in file order (``ColumnBuilder.extend``):
+the ``Timeline`` is the one a single process builds.
+
+A boundary is used only once the part before it ended by decoding an event that closes
+exactly there (``STOPPED``): until then, the later part may have started inside a string
+and its results, errors included, are not trusted. If a boundary cannot be proved (a
+separator inside a string, a split point past the end of the array) or a process dies,
+the file is read again in one process. Nothing here is a scheduler of its own: the
+caller passes a ``concurrent.futures`` executor.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from gpudoctor.errors import TraceFormatError
+from gpudoctor.model.trace import Timeline
+from gpudoctor.parse.columns import Header
+from gpudoctor.parse.kineto import (
+    CHUNK_BYTES,
+    END,
+    STOPPED,
+    find_start,
+    is_gzip,
+    read_part,
+    read_trace_chunked,
+    stream_size,
+)
+
+SPLIT_MIN_BYTES = 96 << 20  # a trace smaller than this (JSON text) is read by one process
+PART_MIN_BYTES = 48 << 20  # each part at least this much
+
+
+FIRST_PART_SHARE = 0.9  # the first part (read here, then joined here) is this fraction of an even share
+# a gzipped trace: every part but the first decompresses the stream up to its start first
+GZIP_FIRST_PART_SHARE = 1.2
+
+
+def split_count(path: Path, parts: int) -> int:
+    """How many parts are worth it for this trace (1: read it in one process)."""
+    if parts < 2:
+        return 1
+    size = stream_size(path)
+    if size < SPLIT_MIN_BYTES:
+        return 1
+    return max(1, min(parts, size // PART_MIN_BYTES))
+
+
+def read_trace_split(path: Path, parts: int, executor: Executor, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
+    """Read ``path`` in ``parts`` parts, all but the first in ``executor``'s processes."""
+    if parts < 2:
+        return read_trace_chunked(path, chunk_bytes)
+    start = find_start(path)  # the header is read (and checked) before any work is handed out
+    size = stream_size(path)
+    if size <= start.offset:
+        return read_trace_chunked(path, chunk_bytes)
+    # this process also joins the parts and builds the Timeline: its part is a little smaller;
+    # for gzip, larger: the other processes first decompress the stream up to their part
+    # (measured on 2 idle cores, 330 MB gzipped: 1.2 -> 1.9 s, 0.9 -> 2.0 s, 1 process 2.3 s)
+    span = size - start.offset
+    share = GZIP_FIRST_PART_SHARE if is_gzip(path) else FIRST_PART_SHARE
+    first = int(span * share) // parts
+    targets = [start.offset + first + (span - first) * (k - 1) // (parts - 1) for k in range(1, parts)]
+    return read_split_at(path, targets, executor, chunk_bytes)
+
+
+def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
+    """Read ``path`` in parts that start at the separators after ``targets`` (increasing
+    stream offsets), all but the first in ``executor``."""
+    stops: list[int | None] = [*targets[1:], None]
+    futures: list[Future] = []
+    try:
+        futures = [executor.submit(read_part, path, t, s, chunk_bytes) for t, s in zip(targets, stops, strict=True)]
+    except (BrokenProcessPool, RuntimeError):
+        futures = []
+    if not futures:
+        return read_trace_chunked(path, chunk_bytes)
+    try:
+        first = read_part(path, None, targets[0], chunk_bytes)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    builder, header, tail = first.builder, first.header, first.tail
+    ended = first.ended
+    for i, fut in enumerate(futures):
+        if ended == END:  # the part before read to the end: the rest found no separator
+            for f in futures[i:]:
+                f.cancel()
+            break
+        if ended != STOPPED:  # the boundary is not proven: read the file in one piece
+            for f in futures[i:]:
+                f.cancel()
+            return read_trace_chunked(path, chunk_bytes)
+        try:
+            part = fut.result()
+        except BrokenProcessPool:
+            return read_trace_chunked(path, chunk_bytes)
+        except TraceFormatError:  # its start is proven: the error is the file's
+            for f in futures[i + 1 :]:
+                f.cancel()
+            raise
+        if not part.started:  # cannot be: the part before found a separator after this one's target
+            return read_trace_chunked(path, chunk_bytes)
+        builder.extend(part.builder)
+        del part.builder
+        tail = part.tail
+        ended = part.ended
+    if ended != END or builder.needs_flows:  # (GPU activity without correlation ids: flows needed)
+        return read_trace_chunked(path, chunk_bytes)
+    return builder.build(Header.from_json({**header, **tail}))
