@@ -9,7 +9,7 @@ The exit code is the README's under every plumbing condition: a reader that went
 away (``| head -1``, ``| true``), a closed stdout (``>&-``) or stderr, an ``-o`` that
 cannot be written (exit 2, before ``profile`` runs anything), a read-only run
 directory (the report is printed, ``report.json`` skipped). gpudoctor's own lines
-are escaped (``model.safe.terminal_line``): a file name or a script's message
+are escaped (``gpudoctor.safe.terminal_line``): a file name or a script's message
 cannot drive the terminal.
 """
 
@@ -33,7 +33,7 @@ from gpudoctor.errors import (
     GpudoctorError,
     UsageError,
 )
-from gpudoctor.model.safe import terminal_line
+from gpudoctor.safe import terminal_line
 
 FORMATS = ("terminal", "md", "json", "html", "sarif")
 LEVELS = ("info", "warning", "error")

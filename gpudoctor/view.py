@@ -44,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import safe
 from gpudoctor.errors import GpudoctorError, UsageError
-from gpudoctor.model import Manifest, safe
+from gpudoctor.model import Manifest
 from gpudoctor.model._serde import FieldTypeError, check
 
 PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")

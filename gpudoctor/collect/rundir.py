@@ -451,11 +451,16 @@ def compress_traces(run_dir: Path, names: list[str], outcomes: dict[str, Any] | 
     return done
 
 
-def trace_file_complete(path: Path) -> bool:
-    """Whether a plain Kineto trace ends as a complete JSON document does (a cheap look at its tail).
+# How a Kineto trace ends: its event list closed, then (Kineto since 2021) the trace's name.
+_TRACE_END = re.compile(rb'(?:\]|"traceName"\s*:\s*"(?:[^"\\]|\\.)*")\s*\}\s*$')
 
-    Kineto writes the document's closing brace last: a writer stopped by a full disk, a
-    size limit or a kill leaves a file that ends elsewhere.
+
+def trace_file_complete(path: Path) -> bool:
+    """Whether a plain Kineto trace ends as a whole Kineto document does (a look at its last 64 KiB).
+
+    Kineto writes the event list, then ``"traceName": "…" }``: a writer stopped by a full
+    disk, a size limit or a kill leaves a file that ends elsewhere, often on an event's
+    closing brace, which a bare ``}`` test would take for the end.
     """
     try:
         with open(path, "rb") as fh:
@@ -463,11 +468,11 @@ def trace_file_complete(path: Path) -> bool:
             size = fh.tell()
             if size == 0:
                 return False
-            fh.seek(max(0, size - 256))
-            tail = fh.read().rstrip()
+            fh.seek(max(0, size - (1 << 16)))
+            tail = fh.read()
     except OSError:
         return False
-    return tail.endswith(b"}")
+    return _TRACE_END.search(tail) is not None
 
 
 def why_write_stopped(path: Path) -> str:
@@ -539,7 +544,7 @@ def _whole_json(path: Path) -> bool:
     return True
 
 
-def settle_leftovers(run_dir: Path) -> tuple[list[str], list[str], list[str]]:
+def settle_leftovers(run_dir: Path, listed: list[str] | tuple[str, ...] = ()) -> tuple[list[str], list[str], list[str]]:
     """What a killed or failed writer left behind, after :func:`compress_traces`.
 
     Never removes the only copy of something:
@@ -548,8 +553,9 @@ def settle_leftovers(run_dir: Path) -> tuple[list[str], list[str], list[str]]:
       of a newer copy: removed;
     - a Kineto ``*.pt.trace.json.tmp`` that is complete is renamed into place (the rename
       Kineto could not do); an incomplete one becomes ``*.pt.trace.json.incomplete``;
-    - a plain ``*.pt.trace.json`` that is complete is kept (its gzip failed, or its writer
-      died before listing it); an incomplete one becomes ``.incomplete``;
+    - a plain ``*.pt.trace.json`` the training process listed (``listed``: its gzip failed)
+      is kept; an unlisted one (its writer died before listing it) is kept when complete,
+      else it becomes ``.incomplete``;
     - any other ``.tmp`` (the only copy of its data) becomes ``.incomplete``.
 
     Returns (plain traces kept, files renamed to ``.incomplete``, files removed).
@@ -589,7 +595,7 @@ def settle_leftovers(run_dir: Path) -> tuple[list[str], list[str], list[str]]:
         elif name.endswith(plain_suffix):
             if (run_dir / (name + ".gz")).exists():
                 continue  # compress_traces verified the copy before this one could be left: leave both
-            if trace_file_complete(p):
+            if name + ".gz" in listed or trace_file_complete(p):
                 kept.append(name)
             else:
                 mark_incomplete(p, name)

@@ -40,7 +40,7 @@ from gpudoctor import __version__
 from gpudoctor.collect import rundir
 from gpudoctor.collect.options import ProfileOptions, ProfileResult, Target, validate
 from gpudoctor.errors import CollectError
-from gpudoctor.model.safe import terminal_line
+from gpudoctor.safe import terminal_line
 
 if TYPE_CHECKING:
     from gpudoctor.model import Collected, Manifest
@@ -290,17 +290,16 @@ def _interrupted_before_start(opts: ProfileOptions, target: Target, run_dir: Pat
 
 def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int, t0_mono_ns: int,
          signals: _Signals) -> ProfileResult:
-    # the manifest first: a run directory that cannot be written is said before anything runs
-    manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+    # The manifest's space first (a placeholder as large as the reserve): a run directory that
+    # cannot be written is said before anything runs. The manifest itself is built once the
+    # training process is started: gpudoctor.model's import then overlaps its start.
+    try:
+        rundir.write_json_atomic(run_dir / rundir.MANIFEST, {"status": "running"}, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
+    except OSError as err:
+        raise CollectError(f"cannot write {run_dir / rundir.MANIFEST}: {rundir.os_reason(err)}; pass --out DIR on a disk with room") from err
     launcher = opts.nproc_per_node is not None
     if launcher:
         from gpudoctor.collect import distributed  # noqa: PLC0415
-
-        manifest = _replace(manifest, launcher=distributed.LAUNCHER)
-    try:
-        rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict(), reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
-    except OSError as err:
-        raise CollectError(f"cannot write {run_dir / rundir.MANIFEST}: {rundir.os_reason(err)}; pass --out DIR on a disk with room") from err
 
     config = _child_config(opts, target, run_dir, t0_mono_ns, cwd)
     fds: list[int] = []
@@ -331,6 +330,7 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     except OSError as err:
         from gpudoctor.model import RunStatus
 
+        manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
         manifest = _replace(manifest, status=RunStatus.FAILED, status_detail=f"could not start Python: {err}")
         _write_manifest(run_dir, manifest)
         raise CollectError(f"could not start {sys.executable}: {err.strerror or err}") from err
@@ -339,6 +339,11 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
             os.close(fd)
         if blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # written while the training process starts (it imports torch for a second or more)
+    manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+    if launcher:
+        manifest = _replace(manifest, launcher=distributed.LAUNCHER)
+    _write_manifest(run_dir, manifest, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
     if sig_r >= 0:
         signals.watch(sig_r)
     state_pipe = _StatePipe(state_r) if state_r >= 0 else None
@@ -382,12 +387,12 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest)
 
 
-def _write_manifest(run_dir: Path, manifest: Manifest) -> bool:
-    """The final manifest; on a full disk, inside the space the first one reserved. False when neither worked."""
+def _write_manifest(run_dir: Path, manifest: Manifest, reserve_bytes: int = 0) -> bool:
+    """The manifest; on a full disk, inside the space the first one reserved. False when neither worked."""
     path = run_dir / rundir.MANIFEST
     data = manifest.to_dict()
     try:
-        rundir.write_json_atomic(path, data)
+        rundir.write_json_atomic(path, data, reserve_bytes=reserve_bytes)
         return True
     except OSError as err:
         first = err
@@ -594,7 +599,7 @@ def _finish_manifest(
         rundir.repair_jsonl(steps_path)
     outcomes = compressor.outcomes if compressor is not None else {}
     rundir.compress_traces(run_dir, list(state.get("traces") or []), outcomes)
-    kept_plain, incomplete, _removed = rundir.settle_leftovers(run_dir)
+    kept_plain, incomplete, _removed = rundir.settle_leftovers(run_dir, list(state.get("traces") or []))
     steps_lines = rundir.count_lines(steps_path)
 
     child_status = state.get("status")

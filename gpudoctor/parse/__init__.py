@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import safe
 from gpudoctor.errors import TraceFormatError, UsageError
-from gpudoctor.model import safe
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import Samples
 from gpudoctor.model.trace import Timeline

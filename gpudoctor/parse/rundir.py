@@ -19,8 +19,8 @@ import marshal
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safe
 from gpudoctor.errors import RunDirError
-from gpudoctor.model import safe
 from gpudoctor.model._serde import FieldTypeError, check
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import (

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from gpudoctor import safe
 from gpudoctor.model import (
     ChecklistItem,
     ChecklistStatus,
@@ -25,7 +26,6 @@ from gpudoctor.model import (
     Report,
     Severity,
     TraceMetrics,
-    safe,
 )
 
 # --------------------------------------------------------------------------- numbers

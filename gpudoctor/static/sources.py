@@ -14,7 +14,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.model import safe
+from gpudoctor import safe
 from gpudoctor.static.summary import FileError
 
 #: Folders never entered when a directory is given (they hold no project source).

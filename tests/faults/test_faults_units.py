@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor import safe
 from gpudoctor.collect import rundir
-from gpudoctor.model import Manifest, safe
+from gpudoctor.model import Manifest
 from gpudoctor.model._serde import FieldTypeError, check
 
-# --------------------------------------------------------------------------- model.safe
+# --------------------------------------------------------------------------- gpudoctor.safe
 
 
 def test_terminal_line_escapes_every_control_character() -> None:
@@ -148,6 +149,13 @@ def test_kineto_leftovers_are_settled(tmp_path: Path) -> None:
     assert why and not cut.exists()
     assert (tmp_path / (cut.name + ".incomplete")).read_text().startswith('{"traceEvents"')
     assert "Kineto wrote no file" in rundir.settle_trace_export(tmp_path / "none.pt.trace.json")
+    # cut right after an event's closing brace (seen on a full tmpfs): not taken for the end
+    brace = tmp_path / "h_1.00000012.pt.trace.json"
+    (tmp_path / (brace.name + ".tmp")).write_text('{"traceEvents": [\n  {\n    "args": {\n      "Ev Idx": 283\n    }\n  }')
+    assert rundir.settle_trace_export(brace) and (tmp_path / (brace.name + ".incomplete")).is_file()
+    kineto = tmp_path / "h_1.00000020.pt.trace.json"
+    kineto.write_text('{"traceEvents": [\n  {"ph": "i"}\n  ],"traceName": "runs/a\\"b.pt.trace.json" }')
+    assert rundir.settle_trace_export(kineto) == ""
 
 
 def test_cprofile_that_cannot_be_written_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
