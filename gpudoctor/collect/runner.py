@@ -438,6 +438,8 @@ class _StatePipe:
                 self._chunks.append(data)
         except OSError:
             pass
+        if not self._thread.is_alive():  # else a process still holds the pipe: the reader keeps the fd
+            self.close()
         text = b"".join(self._chunks).decode("utf-8", "replace")
         for line in reversed(text.splitlines()):
             try:
@@ -449,10 +451,13 @@ class _StatePipe:
         return None
 
     def close(self) -> None:
+        if self._fd < 0:
+            return
         try:
             os.close(self._fd)
         except OSError:
             pass
+        self._fd = -1
 
 
 def _replace(m: Manifest, **kw: Any) -> Manifest:
