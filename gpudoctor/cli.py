@@ -4,10 +4,18 @@ Each command is thin: it turns options into calls on the layers of DESIGN.md
 (collect → parse → analysis → engine → report) and errors into one line and an
 exit code. Heavy modules are imported inside the commands so that
 ``gpudoctor --help`` and ``gpudoctor analyze`` never import torch.
+
+The exit code is the README's under every plumbing condition: a reader that went
+away (``| head -1``, ``| true``), a closed stdout (``>&-``) or stderr, an ``-o`` that
+cannot be written (exit 2, before ``profile`` runs anything), a read-only run
+directory (the report is printed, ``report.json`` skipped). gpudoctor's own lines
+are escaped (``gpudoctor.safe.terminal_line``): a file name or a script's message
+cannot drive the terminal.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -22,7 +30,9 @@ from gpudoctor.errors import (
     EXIT_SCRIPT_FAILED,
     EXIT_USAGE,
     GpudoctorError,
+    UsageError,
 )
+from gpudoctor.safe import terminal_line
 
 FORMATS = ("terminal", "md", "json", "html", "sarif")
 LEVELS = ("info", "warning", "error")
@@ -31,9 +41,117 @@ LEVELS = ("info", "warning", "error")
 # --------------------------------------------------------------------------- helpers
 
 
+def say(line: str) -> None:
+    """One line of gpudoctor's own on stderr, escaped; a closed or broken stderr loses the line, not the run."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(terminal_line(line) + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    click.echo(f"gpudoctor: error: {message}", err=True)
+    say(f"gpudoctor: error: {message}")
     sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    """The reader went away: later writes (and the flush at exit) go to /dev/null, not to a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def print_stdout(text: str, what: str = "the report") -> None:
+    """The report on stdout: skipped with one line when stdout is closed, dropped when its reader is gone.
+
+    Neither changes the exit code: it is decided by what the command found, not by the pipe.
+    """
+    stream = sys.stdout
+    if stream is None:
+        say(f"gpudoctor: stdout is closed: {what} was not printed (pass -o FILE to write it to a file)")
+        return
+    text = text if text.endswith("\n") else text + "\n"
+    try:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:  # a terminal that cannot show every character: replaced, not lost
+            stream.write(text.encode(stream.encoding or "utf-8", "replace").decode(stream.encoding or "utf-8"))
+        stream.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as err:  # EBADF, EIO: a stdout that cannot be written to
+        _silence_stdout()
+        say(f"gpudoctor: stdout cannot be written ({err.strerror or err}): {what} was not printed")
+
+
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout is not None and sys.stdout.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def _os_reason(err: OSError) -> str:
+    name = errno.errorcode.get(err.errno or 0, "")
+    return f"{err.strerror or err}" + (f" ({name})" if name else "")
+
+
+def write_output(path: str, text: str, what: str = "report") -> None:
+    """``-o FILE``: written to a temporary name beside it, flushed to disk, then renamed into place.
+
+    A reader never sees half a report, a failure leaves an earlier FILE as it was, and
+    every failure is a one-line ``UsageError`` (exit 2) with the path and the system's reason.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as err:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise UsageError(f"-o {path}: cannot write the {what}: {_os_reason(err)}; pass -o with a writable path") from None
+
+
+def check_output_writable(path: str | None) -> None:
+    """Before a long run: can ``-o FILE`` be written at all? (exit 2 now, rather than after the run)."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"-o {path}: is a folder; pass a file name")
+    probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
+    try:
+        with open(probe, "w", encoding="utf-8"):
+            pass
+    except OSError as err:
+        raise UsageError(f"-o {path}: cannot write the report there: {_os_reason(err)}; pass -o with a writable path") from None
+    try:
+        probe.unlink()
+    except OSError:
+        pass
+
+
+def write_run_report(report, run_dir: Path) -> None:
+    """``report.json`` into the run directory; a read-only one (a shared mount, an artifact store) only skips it."""
+    from gpudoctor.engine import write_report_json
+
+    try:
+        write_report_json(report, run_dir)
+    except GpudoctorError as err:
+        say(f"gpudoctor: note: report.json not written: {err}")
 
 
 def load_and_analyze(paths: list[str], jobs: int | None = None, cluster: str | None = None):
@@ -67,18 +185,13 @@ def _emit(report, fmt: str, output: str | None, quiet: bool) -> None:
     if output and not fmt:
         fmt = format_from_path(output)
     fmt = fmt or "terminal"
-    color = (
-        fmt == "terminal"
-        and output is None
-        and sys.stdout.isatty()
-        and "NO_COLOR" not in os.environ
-    )
+    color = fmt == "terminal" and output is None and _stdout_is_tty() and "NO_COLOR" not in os.environ
     text = render(report, fmt, color=color, quiet=quiet)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"gpudoctor: wrote {fmt} report to {output}", err=True)
+        write_output(output, text)
+        say(f"gpudoctor: wrote {fmt} report to {output}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        print_stdout(text)
 
 
 def _rule_options(f):
@@ -209,21 +322,31 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         rdzv_endpoint=rdzv_endpoint,
         master_port=master_port,
     )
+    if not no_report:
+        if output and not fmt:
+            from gpudoctor.report import format_from_path
+
+            format_from_path(output)  # a name that says no format: exit 2 now, not after the run
+        check_output_writable(output)
     result = profile_run(opts)
     code = result.exit_code
     if not no_report:
         try:
             config = _config(select, ignore, sets, Path(script).resolve().parent if script else Path.cwd())
             run = load_and_analyze([str(result.run_dir)])
-            from gpudoctor.engine import diagnose, write_report_json
+            from gpudoctor.engine import diagnose
 
             report = diagnose(run, config, kind="profile")
-            write_report_json(report, result.run_dir)
-            _emit(report, fmt, output, quiet)
+            write_run_report(report, result.run_dir)
+        except GpudoctorError as err:
+            say(f"gpudoctor: could not diagnose the run: {err}")
+        else:
+            try:
+                _emit(report, fmt, output, quiet)
+            except UsageError as err:  # -o could be written before the run, not now (a disk filled up)
+                _fail(f"{err}; the report is in {result.run_dir / 'report.json'}", EXIT_USAGE)
             if fail_on:
                 code = EXIT_SCRIPT_FAILED if result.exit_code != 0 else fail_on_exit_code(report, fail_on)
-        except GpudoctorError as err:
-            click.echo(f"gpudoctor: could not diagnose the run: {err}", err=True)
     sys.exit(code)
 
 
@@ -238,14 +361,14 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
     Several run directories (one per node) are merged into one job. Traces are read in
     parallel processes (--jobs) or on a Dask cluster (--cluster).
     """
-    from gpudoctor.engine import diagnose, write_report_json
+    from gpudoctor.engine import diagnose
 
     run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     report = diagnose(run, config, kind="analyze")
     first = Path(paths[0])
     if len(paths) == 1 and (first / "manifest.json").is_file():
-        write_report_json(report, first)
+        write_run_report(report, first)
     _emit(report, fmt, output, quiet)
     sys.exit(fail_on_exit_code(report, fail_on))
 
@@ -280,7 +403,7 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = check_paths([Path(p) for p in paths], config)
     for line in rep.errors:  # files that could not be checked: the rest were
-        click.echo(f"gpudoctor: warning: {line}", err=True)
+        say(f"gpudoctor: warning: {line}")
     _emit(rep, fmt, output, quiet)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
@@ -294,7 +417,8 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
     type=click.FloatRange(min=0),
     default=None,
     metavar="PCT",
-    help="Exit 1 when B's median step time is more than PCT% slower than A's (per sample when the batch size changed).",
+    help="Exit 1 when B's median step time is more than PCT% slower than A's, beyond noise (per sample when the batch "
+    "size changed); 2 when there are too few steps to tell.",
 )
 @click.option("--select", multiple=True, metavar="CODE", help="Run only these rules on both runs (codes or prefixes).")
 @click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rules on both runs (codes or prefixes).")
@@ -326,25 +450,41 @@ def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output):
     comparison = compare_runs(
         before, after, diagnose(before, config, kind="analyze"), diagnose(after, config, kind="analyze")
     )
-    color = fmt == "terminal" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    color = fmt == "terminal" and output is None and _stdout_is_tty() and "NO_COLOR" not in os.environ
     text = render_comparison(comparison, fmt, color=color)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"gpudoctor: wrote {fmt} comparison to {output}", err=True)
+        write_output(output, text, what="comparison")
+        say(f"gpudoctor: wrote {fmt} comparison to {output}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
-    if fail_pct is not None:
-        change = comparison.step_time.change_pct
-        if change is None:
-            _fail(f"--fail-on-regression: cannot judge, {comparison.step_time.verdict_text}", EXIT_USAGE)
-        if change > fail_pct:
-            click.echo(
-                f"gpudoctor: regression: B's median step time is {change:.1f}% slower than A's "
-                f"(more than --fail-on-regression {fail_pct:g}%)",
-                err=True,
-            )
-            sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_OK)
+        print_stdout(text, what="the comparison")
+    sys.exit(regression_gate(comparison.step_time, fail_pct))
+
+
+def regression_gate(step, fail_pct: float | None) -> int:
+    """``--fail-on-regression PCT``: 1 only for a slowdown beyond noise and beyond PCT.
+
+    When the comparison cannot tell (too few steps, no step times), the gate cannot pass
+    judgement either: exit 2 with the reason. A slowdown of more than PCT that the test
+    calls noise is not a regression: exit 0, with a warning that says so.
+    """
+    from gpudoctor.model import StepTimeVerdict
+
+    if fail_pct is None:
+        return EXIT_OK
+    change = step.change_pct
+    if step.verdict in (StepTimeVerdict.TOO_FEW_STEPS, StepTimeVerdict.NOT_MEASURED) or change is None:
+        say(f"gpudoctor: error: --fail-on-regression {fail_pct:g}: cannot judge: {step.verdict_text} "
+            "Record more steps on both sides (gpudoctor profile --steps N)")
+        return EXIT_USAGE
+    if change <= fail_pct:
+        return EXIT_OK
+    if step.verdict != StepTimeVerdict.SLOWER:
+        say(f"gpudoctor: warning: B's median step is {change:.1f}% slower than A's (more than --fail-on-regression "
+            f"{fail_pct:g}%), but within noise: not failing the gate. {step.verdict_text}")
+        return EXIT_OK
+    say(f"gpudoctor: regression: B's median step time is {change:.1f}% slower than A's "
+        f"(more than --fail-on-regression {fail_pct:g}%)")
+    return EXIT_FINDINGS
 
 
 @cli.command()
@@ -355,7 +495,7 @@ def view(run_dir, port, no_browser):
     """Open a run in TensorBoard with the PyTorch profiler plugin (Ctrl-C stops it)."""
     from gpudoctor.view import serve
 
-    sys.exit(serve(Path(run_dir), port=port, echo=lambda s: click.echo(s, err=True)))
+    sys.exit(serve(Path(run_dir), port=port, echo=say))
 
 
 @cli.command(name="rules")
@@ -363,7 +503,7 @@ def rules_cmd():
     """List the rule catalogue."""
     from gpudoctor.rules import catalogue_table
 
-    click.echo(catalogue_table())
+    print_stdout(catalogue_table(), what="the catalogue")
 
 
 @cli.command()
@@ -372,14 +512,14 @@ def explain(code):
     """Print a rule's documentation (e.g. gpudoctor explain GD201)."""
     from gpudoctor.rules import explain as explain_rule
 
-    click.echo(explain_rule(code))
+    print_stdout(explain_rule(code), what="the rule's documentation")
 
 
 def main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="gpudoctor")
     except click.exceptions.Abort:
-        click.echo("gpudoctor: interrupted", err=True)
+        say("gpudoctor: interrupted")
         sys.exit(130)
     except click.UsageError as err:
         hint = " (see gpudoctor --help)" if err.ctx is None else f" (see gpudoctor {err.ctx.command.name} --help)"
@@ -389,9 +529,10 @@ def main() -> None:
     except GpudoctorError as err:
         _fail(str(err), err.exit_code)
     except KeyboardInterrupt:
-        click.echo("gpudoctor: interrupted", err=True)
+        say("gpudoctor: interrupted")
         sys.exit(130)
-    except BrokenPipeError:
+    except BrokenPipeError:  # --help or --version into a reader that went away
+        _silence_stdout()
         sys.exit(EXIT_OK)
     except SystemExit:
         raise

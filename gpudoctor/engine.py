@@ -338,5 +338,8 @@ def write_report_json(report: Report, run_dir: Path) -> None:
         tmp.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         tmp.replace(target)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only file system refuses this too
+            pass
         raise RunDirError(f"{target}: cannot write the report ({err.strerror}); check the folder's permissions") from None

@@ -6,12 +6,20 @@ after the run with a link to each of its Kineto traces, named the way the
 torch-tb-profiler plugin looks for them (``*.pt.trace.json[.gz]``), so a trace
 written under another name (a colleague's ``rank0.json.gz``) is listed too. The
 URL is printed once the plugin answers, with how to open the same traces in
-Perfetto (https://ui.perfetto.dev, nothing to install). Ctrl-C stops TensorBoard
-and removes the temporary folder; the run directory is never written to.
+Perfetto (https://ui.perfetto.dev, nothing to install). Ctrl-C, SIGTERM or SIGHUP
+stops TensorBoard and removes the temporary folder; the run directory is never
+written to.
 
-Imports only ``gpudoctor.errors`` and the standard library; TensorBoard runs as
-``python -m tensorboard.main`` in its own session, so Ctrl-C reaches gpudoctor
-alone, which then stops it cleanly.
+The manifest is untrusted: its fields are type-checked and a trace it names must
+resolve inside the run directory, or nothing is served. Only regular files are
+linked (a FIFO or a device is refused).
+
+Imports only ``gpudoctor.errors``, ``gpudoctor.model`` and the standard library;
+TensorBoard runs as ``python -m tensorboard.main`` in its own session, so Ctrl-C
+reaches gpudoctor alone, which then stops it cleanly. TensorBoard is told to stop
+when gpudoctor's process dies (Linux: ``PR_SET_PDEATHSIG``), and the temporary
+folder holds gpudoctor's pid: a ``view`` killed outright leaves a folder that the
+next ``view`` removes.
 """
 
 from __future__ import annotations
@@ -36,7 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import safe
 from gpudoctor.errors import GpudoctorError, UsageError
+from gpudoctor.model import Manifest
+from gpudoctor.model._serde import FieldTypeError, check
 
 PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")
 PLUGIN_NAME = "pytorch_profiler"
@@ -44,6 +55,8 @@ PERFETTO_URL = "https://ui.perfetto.dev"
 START_TIMEOUT_S = 120.0
 _SNIFF_BYTES = 4 << 20  # a Kineto trace names "traceEvents" near its start
 _URL = re.compile(r"http://127\.0\.0\.1:(\d+)/")
+TEMP_PREFIX = "gpudoctor-view-"
+PID_FILE = "view.pid"  # in the temporary folder: the pid of the gpudoctor view that owns it
 
 
 class TensorBoardError(GpudoctorError):
@@ -85,13 +98,26 @@ def _manifest(run_dir: Path) -> dict | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise UsageError(f"{path}: not readable JSON ({err}); is {run_dir} a gpudoctor run directory?") from err
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    try:
+        check(Manifest, data, required=False)
+    except FieldTypeError as err:
+        raise UsageError(f"{path}: {err}; the manifest is damaged: re-run gpudoctor profile or pass a trace file") from None
+    return data
+
+
+def _refuse_special(path: Path) -> None:
+    kind = safe.not_regular(path, dir_ok=True)
+    if kind:
+        raise UsageError(f"{path}: not a regular file ({kind}); pass a run directory (gpudoctor-runs/…) or a Kineto trace")
 
 
 def find_traces(path: Path) -> ViewTarget:
     """The Kineto traces of a run directory, a folder of traces, or one trace file."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory; pass a run directory (gpudoctor-runs/…) or a Kineto trace")
+    _refuse_special(path)
     if path.is_file():
         if not (_is_trace_name(path.name) and looks_like_kineto(path)):
             raise UsageError(f"{path} is not a Kineto trace (*.pt.trace.json[.gz]); pass a run directory or a trace file")
@@ -102,13 +128,18 @@ def find_traces(path: Path) -> ViewTarget:
     traces: list[Path] = []
     if manifest is not None:
         for rel in manifest.get("traces") or ():
-            p = path / str(rel)
-            if p.is_file() and p not in traces:
+            p = safe.inside(path, rel)
+            if p is None:
+                raise UsageError(
+                    f"{path / 'manifest.json'}: field 'traces' names {rel}, outside the run directory; refusing to "
+                    "serve it: re-run gpudoctor profile or pass the trace file itself"
+                )
+            if not safe.not_regular(p) and p.is_file() and p not in traces:
                 traces.append(p)
     if not traces:
-        traces = sorted(p for p in path.rglob("*") if p.is_file() and PLUGIN_PATTERN.match(p.name))
+        traces = sorted(p for p in path.rglob("*") if PLUGIN_PATTERN.match(p.name) and _servable(path, p))
     if not traces and manifest is None:
-        traces = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p.name) and looks_like_kineto(p))
+        traces = sorted(p for p in path.iterdir() if _is_trace_name(p.name) and _servable(path, p) and looks_like_kineto(p))
     if not traces:
         if manifest is not None:
             why = ""
@@ -124,6 +155,11 @@ def find_traces(path: Path) -> ViewTarget:
             "pass a run directory made by gpudoctor profile, or a trace file"
         )
     return ViewTarget(path.resolve().name or "run", tuple(traces))
+
+
+def _servable(folder: Path, p: Path) -> bool:
+    """A regular file that stays inside ``folder`` once its symlinks are followed."""
+    return not safe.not_regular(p) and p.is_file() and safe.inside(folder, str(p.relative_to(folder))) is not None
 
 
 def _safe_name(name: str) -> str:
@@ -198,7 +234,7 @@ class TensorBoard:
         useful = [ln for ln in text.splitlines() if ln.strip() and "TensorFlow installation not found" not in ln]
         return " | ".join(useful[-lines:])
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
+    def start(self, timeout_s: float = START_TIMEOUT_S, on_started: Callable[[int], object] | None = None) -> str:
         cmd = [
             sys.executable, "-m", "tensorboard.main",
             "--logdir", str(self.logdir),
@@ -210,8 +246,11 @@ class TensorBoard:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
+        if on_started is not None:
+            on_started(self.proc.pid)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             code = self.proc.poll()
@@ -262,6 +301,66 @@ class TensorBoard:
             pass
 
 
+def _die_with_parent() -> None:
+    """``preexec_fn`` (Linux): TensorBoard gets SIGTERM when gpudoctor's process dies, even by SIGKILL."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return True
+
+
+def reclaim_stale(tmp_root: Path | None = None) -> list[Path]:
+    """Remove the temporary folders of ``view`` processes that died without cleaning up (SIGKILL).
+
+    Only this user's ``gpudoctor-view-*`` folders with a pid file whose process is gone are
+    touched; a TensorBoard still serving one (no ``PR_SET_PDEATHSIG`` here) is stopped first.
+    """
+    root = Path(tmp_root or tempfile.gettempdir())
+    removed = []
+    try:
+        candidates = sorted(root.glob(TEMP_PREFIX + "*"))
+    except OSError:
+        return removed
+    for folder in candidates:
+        try:
+            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                continue
+            pids = [int(x) for x in (folder / PID_FILE).read_text(encoding="utf-8").split()]
+        except (OSError, ValueError):
+            continue
+        if not pids or _alive(pids[0]):
+            continue
+        for tb_pid in pids[1:]:
+            if _alive(tb_pid) and str(folder) in _cmdline(tb_pid):
+                try:
+                    os.kill(tb_pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            removed.append(folder)
+    return removed
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -287,12 +386,15 @@ def serve(run_dir: Path, port: int = 0, echo: Callable[[str], None] = print) -> 
 
 
 def _serve(target: ViewTarget, port: int, echo: Callable[[str], None]) -> int:
-    with tempfile.TemporaryDirectory(prefix="gpudoctor-view-") as tmp:
+    reclaim_stale()
+    with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as tmp:
+        pid_file = Path(tmp) / PID_FILE
+        pid_file.write_text(f"{os.getpid()}\n", encoding="utf-8")
         logdir = prepare_logdir(target, Path(tmp))
         tb = TensorBoard(logdir, port, Path(tmp) / "tensorboard.log", title=f"gpudoctor: {target.name}")
         try:
             echo(f"Starting TensorBoard for {target.name} ({len(target.traces)} trace{'s' if len(target.traces) != 1 else ''})…")
-            url = tb.start()
+            url = tb.start(on_started=lambda pid: pid_file.write_text(f"{os.getpid()} {pid}\n", encoding="utf-8"))
             echo(f"TensorBoard, PyTorch profiler plugin: {url}#{PLUGIN_NAME}")
             echo(f"Perfetto, nothing to install: open {PERFETTO_URL}, choose 'Open trace file' and pick")
             for trace in target.traces:

@@ -4,7 +4,12 @@ Kept tiny so that the real module is imported under its own name, not as ``__mai
 (which the user's script takes over).
 """
 
-from gpudoctor.collect.child import main
+import sys
+
+try:
+    from gpudoctor.collect.child import main
+except KeyboardInterrupt:  # started by torchrun (SIGINT not blocked): Ctrl-C while importing
+    sys.exit(130)
 
 if __name__ == "__main__":
     main()

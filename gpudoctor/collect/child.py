@@ -108,6 +108,7 @@ class Child:
         sch = cfg.get("schedule")
         self.schedule = ProfilerSchedule(**sch) if sch else None
         self.script_started_ns: int | None = None
+        self.settings_write_error = ""  # the last write of settings.json failed: why
 
     # ------------------------------------------------------------------ state file
 
@@ -127,10 +128,27 @@ class Child:
         st["notes"] = list(self.notes)
         if final:
             st["collected"] = [c.to_dict() for c in self.collected()]
+            st["write_errors"] = self.write_errors()
         try:
             rundir.write_json_atomic(self.state_path, st)
         except OSError:
+            pass  # the final account also goes through the parent's pipe (a full disk cannot lose it)
+        if final:
+            self._send_state(st)
+
+    def _send_state(self, st: dict[str, Any]) -> None:
+        fd = self.cfg.get("state_fd")
+        if not isinstance(fd, int) or fd < 0 or self.forked:
+            return
+        data = (json.dumps(st) + "\n").encode("utf-8")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.close(fd)
+        except OSError:
             pass
+        self.cfg["state_fd"] = -1
 
     # ------------------------------------------------------------------ set-up
 
@@ -215,6 +233,9 @@ class Child:
             settings = self.capture.build(refresh_flags=refresh_flags)
             rundir.write_json_atomic(self._settings_path(), settings.to_dict())
             self.capture.dirty = False
+            self.settings_write_error = ""
+        except OSError as err:
+            self.settings_write_error = rundir.os_reason(err)
         except Exception as err:
             self.capture.error("settings.json", err)
 
@@ -230,8 +251,16 @@ class Child:
         self.forked = True
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)  # a worker's signals are not the training process's
         except ValueError:
             pass
+        for key in ("signal_fd", "state_fd"):  # the parent reads until every writer has closed
+            fd = self.cfg.get(key)
+            if isinstance(fd, int) and fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         for part in (self.tracker, self.driver, self.cprof, self.writer):
             if part is not None:
                 part.in_child_after_fork()
@@ -308,9 +337,14 @@ class Child:
         return ExceptionInfo(type=_exc_type_name(exc), message=message, call_site=site)
 
     def run(self) -> int:
+        try:
+            self.setup()
+        except KeyboardInterrupt:  # Ctrl-C while torch is imported: no traceback, exit 130
+            self.finish(RunStatus.INTERRUPTED, "interrupted (Ctrl-C) during start-up, before the script ran",
+                        EXIT_INTERRUPTED, signal.SIGINT)
+            return EXIT_INTERRUPTED
         from gpudoctor.collect.steps import StopAfterSteps  # noqa: PLC0415
 
-        self.setup()
         self._prepare_sys()
         status = RunStatus.COMPLETED
         detail = ""
@@ -425,7 +459,13 @@ class Child:
             out.append(Collected("steps", False, "the instruments were not installed (see notes)"))
         elif steps:
             src = {"optimizer": "optimizer.step()", "dataloader": "DataLoader batches"}.get(tracker.source, tracker.source)
-            out.append(Collected("steps", True, detail=f"{steps} steps marked by {src}"))
+            w = self.writer
+            if w is not None and w.error:
+                out.append(Collected("steps", w.lines_written > 0, f"{w.path.name}: {w.error}; {w.lines_written:,} of "
+                                     f"{steps:,} step records written", detail=f"{steps} steps marked by {src}",
+                                     partial=w.lines_written > 0))
+            else:
+                out.append(Collected("steps", True, detail=f"{steps} steps marked by {src}"))
         else:
             out.append(Collected("steps", False, "no optimizer step and no DataLoader batch was seen: nothing marked a training step"))
         if tracker is not None and tracker.error:
@@ -441,6 +481,10 @@ class Child:
                 out.append(Collected("torch.profiler", False, "the script ran torch.profiler itself (gpudoctor's profiler gave way) and exported no trace"))
         elif d.error and not d.traces:
             out.append(Collected("torch.profiler", False, d.error))
+        elif d.write_errors and not d.traces:
+            lost = d.write_errors
+            out.append(Collected("torch.profiler", False, f"no trace could be written ({lost[0]['error']}); "
+                                 f"{len(lost)} window(s) recorded and lost"))
         elif d.traces:
             parts = ["CPU" + (" + CUDA" if d.cuda_traced else "")]
             if s is not None:
@@ -452,7 +496,9 @@ class Child:
             detail = f"{len(d.traces)} window(s) recorded ({'; '.join(parts)})"
             if d.error:
                 detail += f"; then: {d.error}"
-            out.append(Collected("torch.profiler", True, detail=detail))
+            lost = d.write_errors
+            reason = f"{len(lost)} window(s) could not be written ({lost[0]['error']})" if lost else ""
+            out.append(Collected("torch.profiler", True, reason, detail=detail, partial=bool(lost)))
         elif steps == 0:
             out.append(Collected("torch.profiler", False, "no training steps were found, so no profiling window opened"))
         elif s is not None and steps <= s.skip_first:
@@ -467,6 +513,8 @@ class Child:
             out.append(Collected("cprofile", False, "the instruments were not installed (see notes)"))
         elif not self.cfg.get("cprofile"):
             out.append(Collected("cprofile", False, "switched off (--no-cprofile)"))
+        elif c.write_error:
+            out.append(Collected("cprofile", False, f"{c.path.name} could not be written: {c.write_error}", detail=c.detail()))
         elif c.error and c.first is None:
             out.append(Collected("cprofile", False, c.error))
         elif c.first is not None:
@@ -481,11 +529,35 @@ class Child:
         # settings
         if self.capture is None:
             out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
+        elif self.settings_write_error:
+            earlier = self._settings_path().is_file()
+            out.append(Collected("settings", earlier, f"{self._settings_path().name} could not be written: "
+                                 f"{self.settings_write_error}" + ("; the version written earlier in the run is kept" if earlier else ""),
+                                 partial=earlier))
         else:
             errs = "; ".join(self.capture.errors)
             out.append(Collected("settings", True, detail=f"errors: {errs}" if errs else ""))
         if torch is None:
             out = [Collected(c.name, False, "torch could not be imported") for c in out]
+        return out
+
+    def write_errors(self) -> list[dict[str, str]]:
+        """Every file the training process could not write (``manifest.write_errors``)."""
+        out: list[dict[str, str]] = []
+        w = self.writer
+        if w is not None and w.error:
+            out.append({"path": w.path.name, "error": w.error,
+                        "what": f"{w.lines_lost:,} step record(s) not written after the first {w.lines_written:,}",
+                        "kept": w.path.name if w.lines_written else ""})
+        c = self.cprof
+        if c is not None and c.write_error:
+            out.append({"path": c.path.name, "error": c.write_error, "what": "the cProfile statistics", "kept": ""})
+        if self.settings_write_error:
+            p = self._settings_path()
+            out.append({"path": p.name, "error": self.settings_write_error, "what": "the settings as read at the end",
+                        "kept": p.name if p.is_file() else ""})
+        if self.driver is not None:
+            out.extend(self.driver.write_errors)
         return out
 
     def _collected_cuda(self) -> Collected:
@@ -513,6 +585,19 @@ class Child:
         return Collected("cuda", True, detail=f"GPU time of {timed} steps from CUDA events")
 
 
+def _signals_in_place(cfg: dict[str, Any]) -> None:
+    """Report every signal to the parent (``set_wakeup_fd``), then let SIGINT in: the parent
+    started this process with SIGINT blocked, so a Ctrl-C during Python's start-up arrives
+    now, where it ends the run cleanly."""
+    fd = cfg.get("signal_fd")
+    if isinstance(fd, int) and fd >= 0:
+        try:
+            signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def main() -> None:
     raw = os.environ.pop(CONFIG_ENV, None)
     if not raw:
@@ -522,5 +607,13 @@ def main() -> None:
         )
         sys.exit(2)
     cfg = json.loads(raw)
-    code = Child(cfg).run()
+    try:
+        _signals_in_place(cfg)
+        child = Child(cfg)
+    except KeyboardInterrupt:  # before anything was set up: nothing to write
+        sys.exit(EXIT_INTERRUPTED)
+    try:
+        code = child.run()
+    except KeyboardInterrupt:  # between set-up and the script, or during the last flush
+        code = EXIT_INTERRUPTED
     sys.exit(code)

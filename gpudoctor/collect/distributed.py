@@ -316,5 +316,6 @@ def combined_state(run_dir: Path, expected_ranks: int | None) -> tuple[dict[str,
         "argv": lowest.get("argv"),
         "rank": None,
         "world_size": world,
+        "write_errors": [e for _, st in sorted(states.items()) for e in st.get("write_errors") or [] if isinstance(e, dict)],
     }
     return state, ends, outcome

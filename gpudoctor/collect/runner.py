@@ -5,9 +5,21 @@ writes the manifest (status "running"), starts the training process, samples it
 (psutil, NVML) until it ends however it ends, then merges the child's account into
 the manifest, prints a summary to stderr and returns the script's exit code.
 
-Signals: Ctrl-C reaches the whole foreground process group, so the script gets it
-directly and the parent only waits for it to flush; a second SIGINT is passed on to
-the script, a third kills it. SIGTERM is passed on to the script.
+Signals: a terminal's Ctrl-C reaches the whole foreground process group, the script
+included, so the script gets it directly and the parent only waits for it to flush. A
+SIGINT or SIGTERM sent to the parent alone (``kill PID``, a scheduler, a container
+runtime) is passed on to the script: the training process reports every signal it
+receives through a pipe (``signal.set_wakeup_fd``), and a signal the parent got that
+the script did not get within ``FORWARD_GRACE_S`` is forwarded, so that nothing is
+delivered twice. A third SIGINT kills the script. The training process starts with
+SIGINT blocked until its signal handling is in place: Ctrl-C at any moment of start-up
+ends the run with exit 130, not with a traceback.
+
+Writes: the manifest written at the start reserves space for the final one (a disk that
+fills up during the run cannot leave it saying "running"); the training process also
+sends its final account through a pipe, so a full disk cannot lose it; every file that
+could not be written is named in ``manifest.write_errors`` with the system's reason and
+in one line on the terminal.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from gpudoctor import __version__
 from gpudoctor.collect import rundir
 from gpudoctor.collect.options import ProfileOptions, ProfileResult, Target, validate
 from gpudoctor.errors import CollectError
+from gpudoctor.safe import terminal_line
 
 if TYPE_CHECKING:
     from gpudoctor.model import Collected, Manifest
@@ -38,6 +51,10 @@ if TYPE_CHECKING:
 CHILD_MODULE = "gpudoctor.collect._child"
 CONFIG_ENV = "GPUDOCTOR_CHILD_CONFIG"  # same name as child.CONFIG_ENV (child imports torch-side code)
 KINETO_QUIET_LEVEL = "6"  # Kineto otherwise prints "USDT: … profiler_start" lines on the script's stderr
+# A signal sent to the parent is forwarded unless the training process reports receiving it within this time.
+FORWARD_GRACE_S = 0.5
+# A signal the training process received this long before the parent's still counts as the same delivery.
+SAME_DELIVERY_S = 2.0
 
 _SIGNAL_NOTES = {
     signal.SIGKILL: "SIGKILL: kill -9, or the out-of-memory killer",
@@ -48,10 +65,11 @@ _SIGNAL_NOTES = {
 
 
 def _say(line: str) -> None:
-    """A line on stderr that cannot fail the run (a closed pipe, a closed terminal)."""
+    """A line on stderr that cannot fail the run (a closed pipe, a closed terminal), its
+    control characters escaped (a script's message or a path cannot drive the terminal)."""
     try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
+        print(terminal_line(line), file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
         pass
 
 
@@ -76,13 +94,22 @@ def _command(opts: ProfileOptions) -> tuple[str, ...]:
 
 
 class _Signals:
-    """The parent's signal handling while the child runs (main thread only)."""
+    """The parent's signal handling while the child runs (main thread only).
+
+    Handlers only record; :meth:`tick`, called by the waiting loop, decides what to forward.
+    """
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sigints = 0
         self.sigterm = False
+        self.forwarded: list[int] = []  # signals passed on to the script because it had not got them
         self._old: dict[int, Any] = {}
+        self._pending: list[tuple[int, float]] = []  # (signal, when) received by the parent, not yet judged
+        self._child_got: list[tuple[int, float]] = []  # (signal, when) the training process reported
+        self._lock = threading.Lock()
+        self._pipe_r = -1
+        self.detects = False  # the training process reports its signals (one process, not torchrun)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -94,30 +121,86 @@ class _Signals:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
+        if self._pipe_r >= 0:
+            try:
+                os.close(self._pipe_r)
+            except OSError:
+                pass
+            self._pipe_r = -1
+
+    def watch(self, pipe_r: int) -> None:
+        """Read the training process's ``set_wakeup_fd`` pipe: one byte per signal it received."""
+        self._pipe_r = pipe_r
+        self.detects = True
+
+        def run() -> None:
+            while True:
+                try:
+                    data = os.read(pipe_r, 64)
+                except OSError:
+                    return
+                if not data:
+                    return
+                now = time.monotonic()
+                with self._lock:
+                    self._child_got.extend((b, now) for b in data)
+
+        threading.Thread(target=run, name="gpudoctor-signals", daemon=True).start()
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.sigints += 1
         proc = self.proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:  # before the script started: stop here
+            raise KeyboardInterrupt
+        if proc.poll() is not None:
             return
-        try:
-            if self.sigints == 2:
-                _say("gpudoctor: passing the interrupt on to the script (Ctrl-C again kills it)")
-                proc.send_signal(signal.SIGINT)
-            elif self.sigints >= 3:
-                _say("gpudoctor: killing the script")
+        if self.sigints >= 3:
+            _say("gpudoctor: killing the script")
+            try:
                 proc.kill()
-        except OSError:  # the child has just ended
-            pass
+            except OSError:
+                pass
+            return
+        self._pending.append((signal.SIGINT, time.monotonic()))
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.sigterm = True
         proc = self.proc
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except OSError:
-                pass
+        if proc is None:
+            raise KeyboardInterrupt
+        if proc.poll() is None:
+            self._pending.append((signal.SIGTERM, time.monotonic()))
+
+    def tick(self) -> None:
+        """Forward the signals the parent received and the script did not (see the module docstring)."""
+        if not self._pending:
+            return
+        proc = self.proc
+        now = time.monotonic()
+        keep: list[tuple[int, float]] = []
+        for sig, when in self._pending:
+            with self._lock:
+                match = next((i for i, (s, t) in enumerate(self._child_got)
+                              if s == sig and when - SAME_DELIVERY_S <= t), None)
+                if match is not None:
+                    self._child_got.pop(match)
+                    continue
+            if self.detects and now - when < FORWARD_GRACE_S:
+                keep.append((sig, when))
+                continue
+            if not self.detects and sig == signal.SIGINT and self.sigints < 2:
+                continue  # torchrun: Ctrl-C reached the group; a second one is passed on
+            if proc is not None and proc.poll() is None:
+                name = _signal_name(sig)
+                _say(f"gpudoctor: passing {name} on to the script (it was sent to gpudoctor alone)")
+                try:
+                    proc.send_signal(sig)
+                    self.forwarded.append(sig)
+                except OSError:  # the child has just ended
+                    pass
+        self._pending = keep
+        with self._lock:  # reports older than any pending signal can match nothing more
+            self._child_got = [(s, t) for s, t in self._child_got if now - t < SAME_DELIVERY_S + FORWARD_GRACE_S]
 
 
 def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_ns: int, cwd: str) -> dict[str, Any]:
@@ -135,6 +218,15 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
         "cprofile_steps": opts.cprofile_steps,
         "launcher": "torchrun" if opts.nproc_per_node is not None else "",
     }
+
+
+def _launcher_preexec() -> None:
+    """``preexec_fn`` of torchrun's agent: SIGINT unblocked (the agent handles it), and SIGTERM
+    when gpudoctor's process dies."""
+    from gpudoctor.collect import distributed  # noqa: PLC0415
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    distributed.die_with_parent_preexec()
 
 
 def _start_manifest(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int) -> Manifest:
@@ -167,71 +259,205 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
     target = validate(opts, cwd)
     t0_unix_ns = time.time_ns()
     t0_mono_ns = time.monotonic_ns()
+    signals = _Signals()
+    signals.install()  # from here on, Ctrl-C before the script starts stops gpudoctor cleanly
+    run_dir: Path | None = None
     try:
-        run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(target.script_path, target.module))
-    except OSError as err:
-        raise CollectError(f"cannot create the run directory under {opts.out_dir}: {err.strerror or err}; pass --out DIR") from err
+        try:
+            run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(target.script_path, target.module))
+        except OSError as err:
+            raise CollectError(f"cannot create the run directory under {opts.out_dir}: {rundir.os_reason(err)}; pass --out DIR") from err
+        return _run(opts, target, run_dir, cwd, t0_unix_ns, t0_mono_ns, signals)
+    except KeyboardInterrupt:
+        if run_dir is not None and signals.proc is None:
+            _interrupted_before_start(opts, target, run_dir, cwd, t0_unix_ns)
+        raise
+    finally:
+        signals.restore()
 
-    env = os.environ.copy()
-    env[CONFIG_ENV] = json.dumps(_child_config(opts, target, run_dir, t0_mono_ns, cwd))
-    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+
+def _interrupted_before_start(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int) -> None:
+    from gpudoctor.model import RunStatus
+
+    m = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+    m = _replace(m, status=RunStatus.INTERRUPTED, status_detail="interrupted (Ctrl-C) before the script started",
+                 exit_code=130, signal=int(signal.SIGINT), ended_at=_iso(time.time_ns()))
+    try:
+        rundir.write_json_atomic(run_dir / rundir.MANIFEST, m.to_dict())
+    except OSError:
+        pass
+
+
+def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int, t0_mono_ns: int,
+         signals: _Signals) -> ProfileResult:
+    # The manifest's space first (a placeholder as large as the reserve): a run directory that
+    # cannot be written is said before anything runs. The manifest itself is built once the
+    # training process is started: gpudoctor.model's import then overlaps its start.
+    try:
+        rundir.write_json_atomic(run_dir / rundir.MANIFEST, {"status": "running"}, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
+    except OSError as err:
+        raise CollectError(f"cannot write {run_dir / rundir.MANIFEST}: {rundir.os_reason(err)}; pass --out DIR on a disk with room") from err
     launcher = opts.nproc_per_node is not None
     if launcher:
         from gpudoctor.collect import distributed  # noqa: PLC0415
-    signals = _Signals()
-    signals.install()
-    try:
-        try:
-            flags = getattr(subprocess, "_args_from_interpreter_flags", lambda: [])()  # -W, -X, -O … as given to us
-            if launcher:
-                argv, preexec = distributed.launch_argv(opts, CHILD_MODULE, flags), distributed.die_with_parent_preexec
-            else:
-                argv, preexec = [sys.executable, *flags, "-m", CHILD_MODULE], None
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec)
-        except OSError as err:
-            from gpudoctor.model import RunStatus
 
-            manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
-            manifest = _replace(manifest, status=RunStatus.FAILED, status_detail=f"could not start Python: {err}")
-            rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
-            raise CollectError(f"could not start {sys.executable}: {err.strerror or err}") from err
+    config = _child_config(opts, target, run_dir, t0_mono_ns, cwd)
+    fds: list[int] = []
+    sig_r = state_r = -1
+    if not launcher:  # torchrun does not pass file descriptors on to the ranks
+        sig_r, sig_w = (rundir.above_stdio(fd) for fd in os.pipe())
+        state_r, state_w = (rundir.above_stdio(fd) for fd in os.pipe())
+        os.set_blocking(sig_w, False)  # set_wakeup_fd requires it
+        fds = [sig_w, state_w]
+        config.update(signal_fd=sig_w, state_fd=state_w)
+    env = os.environ.copy()
+    env[CONFIG_ENV] = json.dumps(config)
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+    # SIGINT stays blocked from here until the parent knows its child: a Ctrl-C now is handled
+    # once the child exists. The training process inherits the block and lifts it once its own
+    # handling is in place, so a Ctrl-C during its start-up waits for that instead of a traceback.
+    blocked = threading.current_thread() is threading.main_thread()
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        flags = getattr(subprocess, "_args_from_interpreter_flags", lambda: [])()  # -W, -X, -O … as given to us
+        if launcher:
+            argv, preexec = distributed.launch_argv(opts, CHILD_MODULE, flags), _launcher_preexec
+        else:
+            argv, preexec = [sys.executable, *flags, "-m", CHILD_MODULE], None
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec, pass_fds=fds)
         signals.proc = proc
-        # written while the training process starts (it imports torch for a second or more)
+    except OSError as err:
+        from gpudoctor.model import RunStatus
+
         manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
-        if launcher:
-            manifest = _replace(manifest, launcher=distributed.LAUNCHER)
-        rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
-        sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
-        compressor = _TraceCompressor(run_dir)
-        compressor.start()
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
-                signals.sigints += 1
-        t_end_unix_ns = time.time_ns()
-        t_end_mono_ns = time.monotonic_ns()
-        sampler.stop()
-        compressor.stop()
-        state, job = None, {}
-        if launcher:
-            state, ends, outcome = distributed.combined_state(run_dir, opts.nproc_per_node)
-            job = {"rank_ends": tuple(ends), "failed_rank": outcome.get("failed_rank")}
-        manifest = _finish_manifest(
-            manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9,
-            state=state, compressor=compressor,
-        )
-        if job:
-            manifest = _replace(manifest, **job)
-        if nvml is not None:
-            nvml.close()
+        manifest = _replace(manifest, status=RunStatus.FAILED, status_detail=f"could not start Python: {err}")
+        _write_manifest(run_dir, manifest)
+        raise CollectError(f"could not start {sys.executable}: {err.strerror or err}") from err
     finally:
-        signals.restore()
-    rundir.write_json_atomic(run_dir / rundir.MANIFEST, manifest.to_dict())
+        for fd in fds:
+            os.close(fd)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # written while the training process starts (it imports torch for a second or more)
+    manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+    if launcher:
+        manifest = _replace(manifest, launcher=distributed.LAUNCHER)
+    _write_manifest(run_dir, manifest, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
+    if sig_r >= 0:
+        signals.watch(sig_r)
+    state_pipe = _StatePipe(state_r) if state_r >= 0 else None
+    sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
+    compressor = _TraceCompressor(run_dir)
+    compressor.start()
+    while True:
+        try:
+            rc = proc.wait(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            signals.tick()
+        except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
+            signals.sigints += 1
+    t_end_unix_ns = time.time_ns()
+    t_end_mono_ns = time.monotonic_ns()
+    sampler.stop()
+    compressor.stop()
+    state, job = None, {}
+    if state_pipe is not None:
+        state = state_pipe.final()
+    if launcher:
+        state, ends, outcome = distributed.combined_state(run_dir, opts.nproc_per_node)
+        job = {"rank_ends": tuple(ends), "failed_rank": outcome.get("failed_rank")}
+    manifest = _finish_manifest(
+        manifest, run_dir, rc, signals, sampler, nvml, nvml_reason, t_end_unix_ns, (t_end_mono_ns - t0_mono_ns) / 1e9,
+        state=state, compressor=compressor,
+    )
+    if job:
+        manifest = _replace(manifest, **job)
+    if nvml is not None:
+        nvml.close()
+    if _write_manifest(run_dir, manifest):
+        for p in (run_dir / rundir.CHILD_STATE,):  # its content is in the manifest now
+            try:
+                p.unlink()
+            except OSError:
+                pass
     if opts.summary:
         _print_summary(manifest, run_dir, opts)
     return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest)
+
+
+def _write_manifest(run_dir: Path, manifest: Manifest, reserve_bytes: int = 0) -> bool:
+    """The manifest; on a full disk, inside the space the first one reserved. False when neither worked."""
+    path = run_dir / rundir.MANIFEST
+    data = manifest.to_dict()
+    try:
+        rundir.write_json_atomic(path, data, reserve_bytes=reserve_bytes)
+        return True
+    except OSError as err:
+        first = err
+    try:
+        rundir.rewrite_json_in_place(path, data)
+        return True
+    except OSError as err:
+        _say(f"gpudoctor: could not finish {path}: {rundir.os_reason(first)} ({rundir.os_reason(err)} in place); "
+             f"how the run ended is in {run_dir / rundir.CHILD_STATE}")
+        return False
+
+
+class _StatePipe:
+    """The training process's final account, sent through a pipe as well as written to its
+    state file: a disk that filled up cannot lose how the run ended."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-state", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                data = os.read(self._fd, 1 << 16)
+                if not data:
+                    return
+                self._chunks.append(data)
+        except OSError:
+            return
+
+    def final(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
+        """The last account received (None when none arrived whole): a process that outlived the
+        training process and still holds the pipe open costs at most ``timeout_s``."""
+        self._thread.join(timeout_s)
+        try:
+            os.set_blocking(self._fd, False)
+            while True:
+                data = os.read(self._fd, 1 << 16)
+                if not data:
+                    break
+                self._chunks.append(data)
+        except OSError:
+            pass
+        if not self._thread.is_alive():  # else a process still holds the pipe: the reader keeps the fd
+            self.close()
+        text = b"".join(self._chunks).decode("utf-8", "replace")
+        for line in reversed(text.splitlines()):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                return obj
+        return None
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self._fd = -1
 
 
 def _replace(m: Manifest, **kw: Any) -> Manifest:
@@ -378,7 +604,7 @@ def _finish_manifest(
         rundir.repair_jsonl(steps_path)
     outcomes = compressor.outcomes if compressor is not None else {}
     rundir.compress_traces(run_dir, list(state.get("traces") or []), outcomes)
-    rundir.remove_leftovers(run_dir)
+    kept_plain, incomplete, _removed = rundir.settle_leftovers(run_dir, list(state.get("traces") or []))
     steps_lines = rundir.count_lines(steps_path)
 
     child_status = state.get("status")
@@ -396,6 +622,9 @@ def _finish_manifest(
             note = _SIGNAL_NOTES.get(sig)
             detail = f"killed by signal {sig} ({note or name})"
         exit_code = 128 + sig
+    elif child_status in (None, RunStatus.RUNNING.value) and signals.sigints and rc == 130:
+        exit_code, status, sig = rc, RunStatus.INTERRUPTED, int(signal.SIGINT)
+        detail = "interrupted (Ctrl-C) during start-up, before the script ran"
     elif child_status in (None, RunStatus.RUNNING.value):
         exit_code = rc
         status = RunStatus.COMPLETED if rc == 0 else RunStatus.FAILED
@@ -403,6 +632,9 @@ def _finish_manifest(
             f"the script ended with exit code {rc} before gpudoctor could record how "
             "(os._exit(), or a crash in gpudoctor's instruments)"
         )
+        full = _disk_full(run_dir)
+        if full:
+            detail += f"; {full}"
     else:
         status = RunStatus(child_status)
         exit_code = rc
@@ -463,14 +695,17 @@ def _finish_manifest(
         else:
             devices = tuple(Device.from_dict(d) for d in by_index.values())
 
-    traces = [t for t in state.get("traces", []) or [] if (run_dir / t).is_file()]
+    traces: list[str] = []
+    for t in state.get("traces", []) or []:
+        if (run_dir / t).is_file():
+            traces.append(t)
+        elif (run_dir / rundir.plain_trace(t)).is_file():  # its gzip failed: kept as recorded
+            traces.append(rundir.plain_trace(t))
     on_disk = sorted(p.name for p in run_dir.glob("*" + rundir.TRACE_SUFFIX))
-    traces += [t for t in on_disk if t not in traces]
+    traces += [t for t in [*on_disk, *kept_plain] if t not in traces]
 
-    try:
-        state_path.unlink()
-    except OSError:
-        pass
+    write_errors = _write_errors(state, outcomes, sampler, incomplete)
+    collected = _with_write_errors(collected, write_errors, [t for t in traces if not t.endswith(".gz")])
     return _replace(
         m,
         ended_at=_iso(end_unix_ns),
@@ -483,6 +718,7 @@ def _finish_manifest(
         versions=versions,
         devices=devices,
         collected=tuple(collected),
+        write_errors=tuple(write_errors),
         profiler_owner=state.get("profiler_owner", m.profiler_owner),
         step_source=str(state.get("step_source") or "none"),  # written by the child at the end of step 0
         steps_seen=max(int(state.get("steps_seen") or 0), steps_lines),
@@ -491,6 +727,65 @@ def _finish_manifest(
         rank=state.get("rank"),
         world_size=state.get("world_size"),
     )
+
+
+def _disk_full(run_dir: Path) -> str:
+    """"the run directory's disk is full (N bytes free)" when it nearly is, else ""."""
+    try:
+        st = os.statvfs(run_dir)
+    except (OSError, AttributeError):
+        return ""
+    free = st.f_bavail * st.f_frsize
+    return f"the disk of the run directory is full ({free:,} bytes free)" if free < (1 << 20) else ""
+
+
+def _write_errors(state: dict[str, Any], outcomes: dict[str, Any], sampler: Any, incomplete: list[str]) -> list[Any]:
+    """Every file of the run that could not be written, from the training process's account, the
+    parent's gzip and sampler, and the leftovers that had to be kept as ``.incomplete``."""
+    from gpudoctor.model import WriteError  # noqa: PLC0415
+    from gpudoctor.model._serde import check  # noqa: PLC0415
+
+    out: list[WriteError] = []
+    for e in state.get("write_errors") or []:
+        try:
+            check(WriteError, e)
+            out.append(WriteError.from_dict(e))
+        except (TypeError, ValueError, KeyError):
+            continue
+    for _name, o in sorted(outcomes.items()):
+        if isinstance(o, rundir.TraceWriteFailure):
+            out.append(WriteError(o.path, o.error, what="the gzipped copy of the trace", kept=o.kept))
+    err = getattr(sampler, "write_error", "")
+    if err:
+        out.append(WriteError(rundir.SAMPLES, err, what=sampler.write_lost, kept=rundir.SAMPLES if sampler.lines_written else ""))
+    explained = {e.kept for e in out}
+    for name in incomplete:
+        if name not in explained:
+            out.append(WriteError(name[: -len(rundir.INCOMPLETE_SUFFIX)], "its writer stopped before the end of the file",
+                                  what="an unfinished file", kept=name))
+    return out
+
+
+def _with_write_errors(collected: list[Collected], errors: list[Any], plain_traces: list[str]) -> list[Collected]:
+    """Instruments whose files could not all be written: ``partial`` (some data kept) or failed."""
+    import dataclasses  # noqa: PLC0415
+
+    out = list(collected)
+    by_name = {"samples.jsonl": ("psutil", "nvml")}
+    for e in errors:
+        for inst in by_name.get(e.path, ()):
+            for i, c in enumerate(out):
+                if c.name == inst and c.ok:
+                    out[i] = dataclasses.replace(c, partial=True, reason=f"{e.path}: {e.error}; {e.what}".rstrip("; "))
+    gz_failed = [e for e in errors if e.path.endswith(rundir.TRACE_SUFFIX) and e.kept in plain_traces]
+    if gz_failed:
+        note = (f"{len(gz_failed)} trace(s) kept uncompressed (.pt.trace.json): the gzipped copy could not be "
+                f"written ({gz_failed[0].error})")
+        for i, c in enumerate(out):
+            if c.name == "torch.profiler" and c.ok:
+                out[i] = dataclasses.replace(c, detail=f"{c.detail}; {note}" if c.detail else note)
+                break
+    return out
 
 
 def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:
@@ -503,7 +798,7 @@ def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:
         out.append(Collected("steps", True, detail=f"{steps_lines} steps written before the training process died"))
     else:
         out.append(Collected("steps", False, f"no step was written: {died}"))
-    traces = list(run_dir.glob("*" + rundir.TRACE_SUFFIX))
+    traces = list(run_dir.glob("*" + rundir.TRACE_SUFFIX)) + list(run_dir.glob("*" + rundir.plain_trace(rundir.TRACE_SUFFIX)))
     if traces:
         out.append(Collected("torch.profiler", True, detail=f"{len(traces)} trace(s) exported before the training process died; a window in progress was lost"))
     else:
@@ -540,3 +835,14 @@ def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
         shown = str(run_dir)
     for line in summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing):
         _say(line)
+    if m.write_errors:
+        _say(write_errors_line(m))
+
+
+def write_errors_line(m: Manifest) -> str:
+    """One line for every file that could not be written (the manifest names each, with what was kept)."""
+    reasons = sorted({e.error.split(":")[0] for e in m.write_errors})
+    files = ", ".join(e.path + (f" (kept as {e.kept})" if e.kept and e.kept != e.path else "") for e in m.write_errors[:4])
+    more = f" and {len(m.write_errors) - 4} more" if len(m.write_errors) > 4 else ""
+    return (f"gpudoctor: {len(m.write_errors)} file(s) could not be written completely ({'; '.join(reasons)}): "
+            f"{files}{more}; manifest.json lists what was kept")

@@ -158,6 +158,20 @@ class Sampler:
             self._thread.join(timeout=5.0)
         self._writer.close()
 
+    @property
+    def write_error(self) -> str:
+        """Why ``samples.jsonl`` could not be written completely ("" when it was)."""
+        return self._writer.error
+
+    @property
+    def write_lost(self) -> str:
+        w = self._writer
+        return f"{w.lines_lost:,} sample line(s) not written after the first {w.lines_written:,}" if w.error else ""
+
+    @property
+    def lines_written(self) -> int:
+        return self._writer.lines_written
+
     # ------------------------------------------------------------------ internals
 
     def _run(self) -> None:

@@ -21,6 +21,7 @@ and the next epoch's first batch belongs to no step.
 from __future__ import annotations
 
 import cProfile
+import marshal
 import resource
 import threading
 import time
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.rundir import JsonlWriter
+from gpudoctor.collect.rundir import JsonlWriter, os_reason, write_bytes_atomic
 from gpudoctor.model import ProfilerSchedule, StepRecord
 
 
@@ -160,6 +161,7 @@ class CprofileWindow:
         self.stopped_early = False
         self.done = False
         self.error = ""
+        self.write_error = ""  # profile.pstats could not be written: the system's reason
         self.thread_id: int | None = None
 
     def on_step_start(self, index: int, earlier_walls: list[int]) -> None:
@@ -206,9 +208,16 @@ class CprofileWindow:
         self.done = True
         try:
             self.profiler.disable()
-            self.profiler.dump_stats(str(self.path))
+            self.profiler.create_stats()
+            data = marshal.dumps(self.profiler.stats)  # what dump_stats writes, through a temporary name
         except Exception as err:
             self.error = f"cProfile could not be written: {type(err).__name__}: {err}"
+            return
+        try:
+            write_bytes_atomic(self.path, data)
+        except OSError as err:
+            self.write_error = os_reason(err)
+            self.error = f"cProfile could not be written: {self.write_error}"
 
     def in_child_after_fork(self) -> None:
         if self.profiler is not None and self.running:

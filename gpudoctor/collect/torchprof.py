@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.rundir import TMP_SUFFIX, TRACE_STACK_BOUND_KEY, plain_trace, trace_name
+from gpudoctor.collect.rundir import (
+    INCOMPLETE_SUFFIX,
+    TMP_SUFFIX,
+    TRACE_STACK_BOUND_KEY,
+    os_reason,
+    plain_trace,
+    settle_trace_export,
+    trace_name,
+)
 from gpudoctor.model import ProfilerSchedule
 
 # Python calls a window may record with stacks. torch's Python tracer records every call,
@@ -93,6 +101,7 @@ class ProfilerDriver:
         self.traces: list[str] = []
         self.user_traces: list[str] = []  # where the script exported its own traces
         self.user_trace_errors: list[str] = []
+        self.write_errors: list[dict[str, str]] = []  # traces that could not be written (manifest.write_errors)
         self.windows_started = 0
         self.detail_windows_recorded = 0
         self.cuda_traced = False
@@ -349,8 +358,20 @@ class ProfilerDriver:
         writes into the trace as ``traceName``). The parent gzips it once it is listed,
         so the compression costs the training process nothing."""
         name = trace_name(self.worker, self._window_first_active)
-        prof.export_chrome_trace(str(self.run_dir / plain_trace(name)))
-        self.traces.append(name)
+        plain = self.run_dir / plain_trace(name)
+        prof.export_chrome_trace(str(plain))
+        # Kineto reports a failed write or rename only in its log: look at what it left
+        problem = settle_trace_export(plain)
+        if problem:
+            kept = self.run_dir / (plain.name + INCOMPLETE_SUFFIX)
+            what = f"the trace of the window from step {self._window_first_active}"
+            if kept.is_file():
+                what += f" ({kept.stat().st_size:,} bytes written, kept incomplete)"
+            self.write_errors.append(
+                {"path": plain.name, "error": problem, "what": what, "kept": kept.name if kept.is_file() else ""}
+            )
+        else:
+            self.traces.append(name)
         self.on_change()
 
     def _fail(self, err: BaseException) -> None:
@@ -414,6 +435,12 @@ class ProfilerDriver:
             os.replace(tmp, dst)
         except OSError as err:
             self.user_trace_errors.append(f"{src}: {err.strerror or err}")
+            self.write_errors.append({"path": dst.name, "error": os_reason(err),
+                                      "what": f"the copy of the script's own trace {src}", "kept": ""})
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
             return
         self.traces.append(base)
         self.on_change()

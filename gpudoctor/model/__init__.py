@@ -84,6 +84,7 @@ from gpudoctor.model.run import (
     Settings,
     StepRecord,
     WrapSetting,
+    WriteError,
 )
 
 __all__ = [name for name in dir() if not name.startswith("_")]

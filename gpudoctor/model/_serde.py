@@ -95,3 +95,125 @@ class Serde:
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         return from_dict(cls, data)
+
+
+# --------------------------------------------------------------------------- checking untrusted input
+
+
+class FieldTypeError(ValueError):
+    """A field of an input file does not have its documented type. ``field``: its path (``collected[2].ok``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"field '{field}' {message}")
+        self.field = field
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        text = " or ".join(_describe(a) for a in args)
+        return text + (" or null" if len(args) < len(typing.get_args(tp)) else "")
+    if origin in (tuple, list):
+        args = typing.get_args(tp)
+        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+    if origin is dict:
+        return "an object"
+    if tp is Any:
+        return "any value"
+    if isinstance(tp, type):
+        if dataclasses.is_dataclass(tp):
+            return "an object"
+        if issubclass(tp, enum.Enum):
+            return "one of " + ", ".join(repr(m.value) for m in tp)
+        return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, tp.__name__)
+    return str(tp)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return f"{type(value).__name__} {value!r}"[:60]
+
+
+def _check_value(tp: Any, value: Any, where: str) -> None:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                _check_value(a, value, where)
+                return
+            except FieldTypeError as err:
+                errors.append(err)
+        if len(errors) == 1 and errors[0].field != where:  # the nested field is the better name
+            raise errors[0]
+        raise FieldTypeError(where, f"must be {_describe(tp)}, not {_json_type(value)}")
+    bad = FieldTypeError(where, f"must be {_describe(tp)}, not {_json_type(value)}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        args = typing.get_args(tp)
+        item = args[0] if args else Any
+        for i, v in enumerate(value):
+            _check_value(item, v, f"{where}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad
+        _, varg = typing.get_args(tp)
+        for k, v in value.items():
+            _check_value(varg, v, f"{where}.{k}")
+        return
+    if tp is Any:
+        return
+    if isinstance(tp, type):
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise bad
+            check(tp, value, where)
+            return
+        if issubclass(tp, enum.Enum):
+            if value not in {m.value for m in tp}:
+                raise bad
+            return
+        if tp is bool:
+            ok = isinstance(value, bool)
+        elif tp is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif tp is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, tp)
+        if not ok:
+            raise bad
+
+
+def check(cls: type, data: Any, where: str = "", required: bool = True) -> None:
+    """Raise :class:`FieldTypeError` naming the first field of ``data`` that :func:`from_dict`
+    would turn into something else than ``cls`` documents (a number for a list, a string for
+    a flag, an unknown status, a required field missing). Unknown keys are allowed.
+    ``required`` False: only the fields present are checked (at the top level)."""
+    if not isinstance(data, dict):
+        raise FieldTypeError(where or cls.__name__, f"must be an object, not {_json_type(data)}")
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            if required and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise FieldTypeError(name, "is missing")
+            continue
+        _check_value(hints[f.name], data[f.name], name)

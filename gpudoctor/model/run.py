@@ -62,6 +62,17 @@ class Collected(Serde):
     ok: bool
     reason: str = ""  # "no GPU in this run", "NVML: permission denied", …
     detail: str = ""  # e.g. cProfile's window: "steps 5..end of script"
+    partial: bool = False  # ok, but part of its data could not be written (``reason`` says what and why)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteError(Serde):
+    """A file of the run directory that could not be written, or not completely."""
+
+    path: str  # the file gpudoctor meant to write, relative to the run directory
+    error: str  # the system's reason: "No space left on device (ENOSPC)"
+    what: str = ""  # what was lost, in words: "steps 212..399 (188 of 400)"
+    kept: str = ""  # what is on disk instead, relative to the run directory ("" when nothing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +140,7 @@ class Manifest(Serde):
     failed_rank: int | None = None  # the rank whose failure came first (the root cause), when one failed
     launcher: str = ""  # "torchrun" for a distributed job started by gpudoctor, "" for one process
     rank_ends: tuple[RankEnd, ...] = ()  # distributed: how each rank of this node ended
+    write_errors: tuple[WriteError, ...] = ()  # files that could not be written (a full disk, a size limit …)
 
     def collected_ok(self, name: str) -> bool:
         return any(c.name == name and c.ok for c in self.collected)

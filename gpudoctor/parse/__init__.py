@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import safe
 from gpudoctor.errors import TraceFormatError, UsageError
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import Samples
@@ -54,11 +55,26 @@ def _is_trace_name(p: Path) -> bool:
 
 
 def find_traces(folder: Path) -> list[Path]:
-    """Trace files in a folder (its own files first; subfolders only when it has none)."""
-    direct = sorted(p for p in folder.iterdir() if p.is_file() and _is_trace_name(p))
-    if direct:
-        return direct
-    return sorted(p for p in folder.rglob("*") if p.is_file() and _is_trace_name(p))
+    """Trace files in a folder (its own files first; subfolders only when it has none).
+
+    A trace-named entry that is not a regular file (a FIFO would block the reader forever)
+    is refused here, before anything reads it.
+    """
+    direct = sorted(p for p in folder.iterdir() if _is_trace_name(p) and not p.is_dir())
+    found = direct or sorted(p for p in folder.rglob("*") if _is_trace_name(p) and not p.is_dir())
+    for p in found:
+        refuse_special(p)
+    return found
+
+
+def refuse_special(path: Path, dir_ok: bool = False) -> None:
+    """``UsageError`` for a FIFO, a device or a socket: reading one would hang or never end."""
+    kind = safe.not_regular(path, dir_ok=dir_ok)
+    if kind and kind != "a folder":
+        raise UsageError(
+            f"{safe.terminal_line(path)}: not a regular file ({kind}); pass a run directory, a trace file "
+            "(.json/.json.gz) or a folder of traces"
+        )
 
 
 def _merge_runs(runs: list[RunData]) -> RunData:
@@ -158,9 +174,10 @@ def plan_inputs(paths: list[Path]) -> InputPlan:
         p = Path(raw)
         if not p.exists():
             raise UsageError(
-                f"{p}: no such file or directory; pass a run directory, a trace file (.json/.json.gz) "
+                f"{safe.terminal_line(p)}: no such file or directory; pass a run directory, a trace file (.json/.json.gz) "
                 "or a folder of traces"
             )
+        refuse_special(p, dir_ok=True)
         if p.is_dir() and is_run_dir(p):
             run, traces = read_run_dir(p)
             mf = run.manifest
@@ -174,7 +191,7 @@ def plan_inputs(paths: list[Path]) -> InputPlan:
             traces = find_traces(p)
             if not traces:
                 raise UsageError(
-                    f"{p}: no run directory files and no Kineto trace (*.json, *.json.gz) in it; pass a run "
+                    f"{safe.terminal_line(p)}: no run directory files and no Kineto trace (*.json, *.json.gz) in it; pass a run "
                     "directory, a trace file or a folder of traces"
                 )
             jobs.extend(TraceJob(t) for t in traces)

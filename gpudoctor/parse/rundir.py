@@ -4,6 +4,11 @@ Every file is read with the model's ``from_dict``; unknown keys are ignored so a
 written by a newer gpudoctor stays readable where the schema allows it. A crashed or
 killed run may lack files or end mid-line: what is missing goes into ``RunData.notes``
 and the rest is read. Only an unreadable ``manifest.json`` is fatal (``RunDirError``).
+
+A manifest is untrusted input: its fields are type-checked before use (a wrong type is a
+``RunDirError`` naming the field), and every path it names must resolve inside the run
+directory. A run whose ``gpudoctor`` process died (the manifest still says "running") is
+told from the training process's own account, ``.child-state.json``, when it wrote one.
 """
 
 from __future__ import annotations
@@ -14,14 +19,19 @@ import marshal
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safe
 from gpudoctor.errors import RunDirError
+from gpudoctor.model._serde import FieldTypeError, check
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import (
     SCHEMA_VERSION,
+    Collected,
+    ExceptionInfo,
     GpuSample,
     Manifest,
     ProcessSample,
     PstatsEntry,
+    RunStatus,
     Samples,
     Settings,
     StepRecord,
@@ -32,6 +42,7 @@ SETTINGS = "settings.json"
 STEPS = "steps.jsonl"
 SAMPLES = "samples.jsonl"
 PSTATS = "profile.pstats"
+CHILD_STATE = ".child-state.json"  # the training process's account, left when gpudoctor's process died
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 RUN_DIR_FILES = (MANIFEST, SETTINGS, STEPS, SAMPLES, PSTATS)
 PSTATS_TOP = 40  # functions kept from profile.pstats, by cumulative time
@@ -70,15 +81,33 @@ def read_manifest(run_dir: Path) -> Manifest | None:
     if not isinstance(data, dict):
         raise RunDirError(f"{p}: the manifest is not a JSON object; re-run `gpudoctor profile`")
     version = data.get("schema_version")
-    if isinstance(version, int) and version > SCHEMA_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise RunDirError(
             f"{p}: written by a newer gpudoctor (run-directory schema {version}, this one reads "
             f"{SCHEMA_VERSION}); upgrade gpudoctor (pip install -U gpudoctor)"
         )
     try:
-        return Manifest.from_dict(data)
+        check(Manifest, data)
+        manifest = Manifest.from_dict(data)
+    except FieldTypeError as err:
+        raise RunDirError(f"{p}: the manifest is incomplete or malformed: {err}; re-run `gpudoctor profile` "
+                          "or pass its trace files instead") from None
     except (TypeError, ValueError, KeyError) as err:
         raise RunDirError(f"{p}: the manifest is incomplete or malformed ({err}); re-run `gpudoctor profile`") from None
+    check_manifest_paths(run_dir, manifest)
+    return manifest
+
+
+def check_manifest_paths(run_dir: Path, manifest: Manifest) -> None:
+    """Every file a manifest names must lie inside its run directory (``RunDirError`` otherwise)."""
+    named = [("traces", t) for t in manifest.traces]
+    named += [(f"rank_ends[{i}].traces", t) for i, e in enumerate(manifest.rank_ends) for t in e.traces]
+    for field, rel in named:
+        if safe.inside(run_dir, rel) is None:
+            raise RunDirError(
+                f"{run_dir / MANIFEST}: field '{field}' names {safe.terminal_line(rel)!s}, outside the run directory; "
+                "refusing a damaged or hostile manifest: re-run `gpudoctor profile` or pass the trace files themselves"
+            )
 
 
 def read_settings(run_dir: Path, notes: list[str]) -> Settings | None:
@@ -205,12 +234,20 @@ def read_pstats(run_dir: Path, notes: list[str], top: int = PSTATS_TOP) -> tuple
 
 
 def trace_paths(run_dir: Path, manifest: Manifest | None, notes: list[str]) -> list[Path]:
-    """The run's Kineto traces: those the manifest lists, else any ``*.pt.trace.json[.gz]``."""
+    """The run's Kineto traces: those the manifest lists, else any ``*.pt.trace.json[.gz]``.
+
+    Only regular files inside the run directory are returned: the manifest's paths are
+    checked by :func:`check_manifest_paths`; a file found by name that is a FIFO, a device
+    or a symlink out of the run directory is skipped with a note.
+    """
     paths: list[Path] = []
     if manifest is not None and manifest.traces:
         for rel in manifest.traces:
             p = run_dir / rel
-            if p.is_file():
+            kind = safe.not_regular(p)
+            if kind:
+                notes.append(f"trace {rel} listed in the manifest is {kind}, not a regular file: skipped")
+            elif p.is_file():
                 paths.append(p)
             else:
                 notes.append(f"trace {rel} listed in the manifest is missing")
@@ -218,22 +255,129 @@ def trace_paths(run_dir: Path, manifest: Manifest | None, notes: list[str]) -> l
         seen: set[Path] = set()
         for pattern in TRACE_GLOBS:
             for p in sorted(run_dir.rglob(pattern)):
-                if p not in seen:
-                    seen.add(p)
+                if p in seen:
+                    continue
+                seen.add(p)
+                rel = str(p.relative_to(run_dir))
+                kind = safe.not_regular(p)
+                if kind:
+                    notes.append(f"{rel} is {kind}, not a regular file: skipped")
+                elif safe.inside(run_dir, rel) is None:
+                    notes.append(f"{rel} leads outside the run directory: skipped")
+                elif p.is_file():
                     paths.append(p)
     return paths
+
+
+def _child_state(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The training process's own account, ``.child-state.json`` (a torchrun job: its lowest rank's)."""
+    files = rank_files(run_dir, CHILD_STATE)
+    for rank, p in files:
+        if safe.not_regular(p):
+            continue
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict):
+            return data, ("" if rank is None else f" (rank {rank}'s account; {len(files)} ranks left theirs)")
+    return None, ""
+
+
+def _state_field(state: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    v = state.get(name)
+    return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
+
+
+def recover_parent_lost(run_dir: Path, manifest: Manifest, steps_written: int, notes: list[str]) -> Manifest:
+    """A manifest still "running": gpudoctor's own process died (killed, or its machine lost it).
+
+    The training process outlives it long enough to write its account (it gets SIGTERM
+    when its parent dies, flushes and reports); the run is told from that account as
+    "killed (parent lost)". Without one, the manifest is returned unchanged.
+    """
+    state, whose = _child_state(run_dir)
+    if state is None:
+        notes.append("the manifest still says 'running': the run ended without finishing it (killed or crashed)")
+        return manifest
+    child_status = _state_field(state, "status", str, "running")
+    child_detail = _state_field(state, "status_detail", str, "")
+    steps = max(_state_field(state, "steps_seen", int, 0), steps_written)
+    if child_status == RunStatus.RUNNING.value:
+        then = "the training process did not report how it ended (it was killed too)"
+    else:
+        then = f"the training process then ended {child_status}" + (f": {child_detail}" if child_detail else "")
+    detail = f"parent lost: gpudoctor's own process died during the run; {then}, after {steps} step(s){whose}"
+    collected: list[Collected] = []
+    for c in state.get("collected") or []:
+        try:
+            check(Collected, c)
+            collected.append(Collected.from_dict(c))
+        except (TypeError, ValueError, KeyError):
+            continue
+    exception = None
+    if isinstance(state.get("exception"), dict):
+        try:
+            check(ExceptionInfo, state["exception"])
+            exception = ExceptionInfo.from_dict(state["exception"])
+        except (TypeError, ValueError, KeyError):
+            exception = None
+    traces: list[str] = []
+    for name in state.get("traces") or []:
+        if not isinstance(name, str):
+            continue
+        for candidate in (name, name[: -len(".gz")] if name.endswith(".gz") else name):
+            p = safe.inside(run_dir, candidate)
+            if p is not None and p.is_file() and not safe.not_regular(p) and candidate not in traces:
+                traces.append(candidate)
+                break
+    code = state.get("exit_code")
+    sig = state.get("signal")
+    notes.append("gpudoctor's own process died before it finished the manifest: how the run ended is told from "
+                 "the training process's account (.child-state.json); traces it exported are not gzipped")
+    return dataclasses.replace(
+        manifest,
+        status=RunStatus.KILLED,
+        status_detail=detail,
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else manifest.exit_code,
+        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) else manifest.signal,
+        exception=exception or manifest.exception,
+        collected=tuple(collected) or manifest.collected,
+        step_source=_state_field(state, "step_source", str, manifest.step_source),
+        steps_seen=steps,
+        traces=tuple(traces) or manifest.traces,
+        profiler_owner=_state_field(state, "profiler_owner", str, manifest.profiler_owner),
+    )
+
+
+def write_notes(manifest: Manifest) -> list[str]:
+    """What could not be written during the run, in words (from ``write_errors`` and partial instruments)."""
+    out = []
+    for e in manifest.write_errors:
+        text = f"{e.path} could not be written ({e.error})"
+        if e.what:
+            text += f": {e.what}"
+        if e.kept:
+            text += f"; kept instead: {e.kept}"
+        out.append(text)
+    for c in manifest.collected:
+        if c.partial and c.reason and not any(c.reason in n for n in out):
+            out.append(f"{c.name}: partial: {c.reason}")
+    return out
 
 
 def read_run_dir(run_dir: Path) -> tuple[RunData, list[Path]]:
     """The run's records and the paths of its traces (read separately)."""
     notes: list[str] = []
     manifest = read_manifest(run_dir)
-    if manifest is None:
-        notes.append(f"{MANIFEST} is missing: how the run was started and ended is unknown")
-    elif manifest.status.value == "running":
-        notes.append("the manifest still says 'running': the run ended without finishing it (killed or crashed)")
     settings = read_settings(run_dir, notes)
     steps = read_steps(run_dir, notes)
+    if manifest is None:
+        notes.append(f"{MANIFEST} is missing: how the run was started and ended is unknown")
+    elif manifest.status == RunStatus.RUNNING:
+        manifest = recover_parent_lost(run_dir, manifest, len(steps), notes)
+    if manifest is not None:
+        notes.extend(write_notes(manifest))
     samples = read_samples(run_dir, notes)
     pstats = read_pstats(run_dir, notes)
     traces = trace_paths(run_dir, manifest, notes)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from gpudoctor import safe
 from gpudoctor.model import (
     ChecklistItem,
     ChecklistStatus,
@@ -327,23 +328,9 @@ def run_line(manifest: Manifest | None) -> str:
     return " · ".join(parts)
 
 
-# C0/C1 controls (tab and newline aside), DEL, and the bidirectional overrides of "Trojan source".
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape_control(m: re.Match[str]) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def clean(text: object) -> str:
-    """Untrusted text with its control characters shown as visible escapes (``\\x1b``)."""
-    return _CONTROL.sub(_escape_control, str(text))
-
-
-def one_line(text: object) -> str:
-    """Untrusted text on one line: whitespace runs (newlines included) collapsed, controls escaped."""
-    return clean(" ".join(str(text).split()))
+# untrusted text: one implementation for the reports and gpudoctor's own terminal lines
+clean = safe.clean
+one_line = safe.one_line
 
 
 _CODE = re.compile(r"`([^`\n]+)`")

@@ -14,6 +14,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import safe
 from gpudoctor.static.summary import FileError
 
 #: Folders never entered when a directory is given (they hold no project source).
@@ -61,6 +62,10 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
             continue
         if not exists:
             errors.append(FileError(shown, f"{shown}: no such file or folder; check the path"))
+            continue
+        kind = safe.not_regular(absolute, dir_ok=True)
+        if kind:  # a FIFO or a device would block or never end: refused before any read
+            errors.append(FileError(shown, f"{shown}: not a regular file ({kind}); pass a Python script or a folder"))
             continue
         if absolute.is_dir():
             roots.append(absolute)
@@ -217,6 +222,9 @@ class ImportResolver:
 
 def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
     """The decoded text of a file (PEP 263 cookie or UTF-8), or a one-line error."""
+    kind = safe.not_regular(path)
+    if kind and kind != "a folder":
+        return None, FileError(shown, f"{shown}: not a regular file ({kind}); not read")
     try:
         data = path.read_bytes()
     except FileNotFoundError:

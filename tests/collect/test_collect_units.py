@@ -297,12 +297,20 @@ def test_torn_last_line_is_skipped_and_repaired(tmp_path):
     assert not rundir.repair_jsonl(p)
 
 
-def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
-    (tmp_path / "settings.json.tmp").write_text("{")
-    (tmp_path / "h_1.00000002.pt.trace.json").write_text("{")
-    (tmp_path / "h_1.00000002.pt.trace.json.gz").write_bytes(b"")
-    assert sorted(rundir.remove_leftovers(tmp_path)) == ["h_1.00000002.pt.trace.json", "settings.json.tmp"]
-    assert (tmp_path / "h_1.00000002.pt.trace.json.gz").exists()
+def test_leftovers_of_a_killed_writer_are_settled_never_deleted_alone(tmp_path):
+    (tmp_path / "settings.json.tmp").write_text("{")  # half of the only copy: kept, named as such
+    (tmp_path / "manifest.json").write_text("{}")
+    (tmp_path / "manifest.json.tmp").write_text("{")  # half of a newer copy: removed
+    (tmp_path / "h_1.00000002.pt.trace.json").write_text("{")  # an export cut short: kept, not listed
+    (tmp_path / "h_1.00000009.pt.trace.json.tmp").write_text('{"traceEvents": []}')  # Kineto's rename failed
+    kept, incomplete, removed = rundir.settle_leftovers(tmp_path)
+    assert kept == ["h_1.00000009.pt.trace.json"]
+    assert incomplete == ["h_1.00000002.pt.trace.json.incomplete", "settings.json.incomplete"]
+    assert removed == ["manifest.json.tmp"]
+    assert (tmp_path / "h_1.00000009.pt.trace.json").read_text() == '{"traceEvents": []}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "h_1.00000002.pt.trace.json.incomplete", "h_1.00000009.pt.trace.json", "manifest.json", "settings.json.incomplete"
+    ]
 
 
 def test_listed_plain_traces_are_gzipped_once(tmp_path):
@@ -315,7 +323,7 @@ def test_listed_plain_traces_are_gzipped_once(tmp_path):
     assert rundir.compress_traces(tmp_path, names) == []
     assert json.loads(gzip.decompress((tmp_path / names[0]).read_bytes())) == {"traceEvents": []}
     assert not (tmp_path / "h_1.00000010.pt.trace.json").exists()
-    assert rundir.remove_leftovers(tmp_path) == ["h_1.00000310.pt.trace.json"]
+    assert rundir.settle_leftovers(tmp_path) == ([], ["h_1.00000310.pt.trace.json.incomplete"], [])
 
 
 def test_frames_are_told_apart(tmp_path):
