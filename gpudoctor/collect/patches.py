@@ -4,8 +4,10 @@ Each patch calls the original first (or last), then notes what it saw; nothing a
 patch does can fail the script: an error inside gpudoctor is recorded and the patch
 goes quiet. The only exception raised on purpose is ``StopAfterSteps`` (``--steps``).
 
-Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings),
-the global optimizer step post-hook, ``GradScaler`` (a skipped step is still a step),
+Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings,
+time in the optimizer), the global optimizer step post-hook, ``torch.autograd.backward``
+and the root module (``markers``: the ``backward`` and ``module`` step markers),
+``GradScaler`` (a skipped step is still a step),
 ``DataLoader.__init__`` / ``__iter__`` and the iterators' ``__next__`` (settings,
 epochs, time blocked waiting for a batch), ``autocast``, the cuDNN / cuBLAS / TF32
 switches and ``set_float32_matmul_precision``, ``use_deterministic_algorithms``,
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collect.callsite import FrameClassifier
+from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
 from gpudoctor.collect.steps import StepTracker, StopAfterSteps
 
@@ -47,6 +51,7 @@ class Patcher:
         self.tracker = tracker
         self.frames = frames
         self.errors: list[str] = []
+        self.root_watch: RootModuleWatch | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -68,6 +73,8 @@ class Patcher:
     def install(self) -> list[str]:
         for name, fn in (
             ("optimizer", self._optimizers),
+            ("backward", self._backward),
+            ("root module", self._root_module),
             ("GradScaler", self._grad_scaler),
             ("DataLoader", self._dataloader),
             ("autocast", self._autocast),
@@ -85,6 +92,14 @@ class Patcher:
 
     # ------------------------------------------------------------------ steps and optimizers
 
+    def _backward(self) -> None:
+        BackwardWatch(self.torch, self.tracker, self.capture.error).install()
+
+    def _root_module(self) -> None:
+        watch = RootModuleWatch(self.torch, self.tracker, self.capture.error)
+        watch.install()
+        self.root_watch = watch
+
     def _optimizers(self) -> None:
         import torch.optim.optimizer as optim_mod  # noqa: PLC0415 - the submodule holds the global hooks
 
@@ -94,6 +109,8 @@ class Patcher:
         tracker = self.tracker
         capture = self.capture
         orig_init = Optimizer.__init__
+        is_compiling = compiling_probe(torch)
+        get_ident = threading.get_ident
 
         def wrap_step(cls: type) -> None:
             step = cls.step
@@ -101,7 +118,16 @@ class Patcher:
                 return
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                out = step(self, *args, **kwargs)
+                if is_compiling() or not tracker.active:
+                    return step(self, *args, **kwargs)
+                timed = get_ident() == tracker.loop_thread
+                if timed:
+                    tracker.optimizer_enter()
+                try:
+                    out = step(self, *args, **kwargs)
+                finally:
+                    if timed:
+                        tracker.optimizer_exit()
                 if tracker.pending_boundary_ns is not None:
                     tracker.flush(from_step_return=True)
                 return out
@@ -125,6 +151,8 @@ class Patcher:
             patcher._safe("optimizer", note)
 
         def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+            if is_compiling():
+                return
             try:
                 tracker.on_optimizer_step(opt)
             except Exception as err:
@@ -367,6 +395,13 @@ class Patcher:
         sig = inspect.signature(orig)
         capture = self.capture
         patcher = self
+        tracker = self.tracker
+
+        def a_model(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            try:
+                return sig.bind_partial(*args, **kwargs).arguments.get("model")
+            except TypeError:
+                return None
 
         def compile_(*args: Any, **kwargs: Any) -> Any:
             out = orig(*args, **kwargs)
@@ -397,6 +432,9 @@ class Patcher:
                 capture.note_wrapper("torch.compile", site, name, options)
 
             patcher._safe("torch.compile", note)
+            watch = patcher.root_watch
+            if watch is not None and tracker.active:
+                patcher._safe("torch.compile", lambda: watch.compiled(a_model(args, kwargs), out))
             return out
 
         functools.update_wrapper(compile_, orig)

@@ -79,9 +79,11 @@ from gpudoctor.model.run import (
     ProfilerSchedule,
     PstatsEntry,
     RankEnd,
+    RootModuleUse,
     RunStatus,
     Samples,
     Settings,
+    StepMarker,
     StepRecord,
     WrapSetting,
 )
