@@ -211,6 +211,7 @@ class Child:
             on_boundary=self._on_boundary,
             rank=self.rank,
         )
+        self.tracker.every_boundary = self.world_size is not None  # DDP is polled at given steps
         window = cfg.get("time_window_s")
         self.timewindow = TimeWindow(
             self.tracker,

@@ -36,11 +36,14 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.collect.steps import StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import BACKWARD, FORWARD, StepTracker, StopAfterSteps
+
+_TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
 
 _HOOK_DICTS = (
     "_forward_pre_hooks",
@@ -90,6 +93,9 @@ class BackwardWatch:
         get_ident = threading.get_ident
         depth = [0]
 
+        stack = tracker._stack
+        monotonic_ns = time.monotonic_ns
+
         def report(ok: bool) -> None:
             try:
                 tracker.backward_exit(ok)
@@ -100,22 +106,36 @@ class BackwardWatch:
                 on_error("backward() hook", err)
 
         def backward(*args: Any, **kwargs: Any) -> Any:
+            if depth[0] or is_compiling() or not tracker.active:
+                return orig(*args, **kwargs)
             loop = tracker.loop_thread
-            if depth[0] or not tracker.active or (loop is not None and get_ident() != loop) or is_compiling():
+            if loop is not None and get_ident() != loop:
                 return orig(*args, **kwargs)
-            try:
-                tracker.backward_enter()
-            except Exception as err:
-                on_error("backward() hook", err)
-                return orig(*args, **kwargs)
-            depth[0] += 1
+            if not tracker.started:
+                try:
+                    tracker.open_first()
+                except Exception as err:
+                    on_error("backward() hook", err)
+                    return orig(*args, **kwargs)
+            entry = [monotonic_ns(), 0]
+            stack.append(entry)
+            depth[0] = 1
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
-                depth[0] -= 1
+                depth[0] = 0
                 report(False)
                 raise
-            depth[0] -= 1
+            depth[0] = 0
+            if tracker.source == "optimizer" and stack and stack[-1] is entry:
+                # the usual training loop: backward() marks nothing, only its time and count are kept
+                d = monotonic_ns() - entry[0]
+                stack.pop()
+                if stack:
+                    stack[-1][1] += d
+                tracker.phase_ns[BACKWARD] += d - entry[1]
+                tracker.n_bwd += 1
+                return out
             report(True)
             return out
 
@@ -136,7 +156,6 @@ class RootModuleWatch:
         self._stack: list[bool] = []  # while searching: each module call in progress, top-level with parameters?
         self._top = 0  # top-level calls with parameters in progress (0 or 1)
         self._seen: dict[int, int] = {}  # while searching: top-level calls by id(module)
-        self._depth = 0  # calls of the root in progress (a root that calls itself counts once)
         self.gave_up = ""  # why the root is not watched
 
     # ------------------------------------------------------------------ set-up
@@ -174,21 +193,74 @@ class RootModuleWatch:
 
     def _hook_root(self, module: Any) -> None:
         self._unhook()
+        ref = weakref.ref(module, self._root_gone)
+        pre, post = self._root_hooks(ref, id(module))
         try:
-            pre = module.register_forward_pre_hook(self._root_pre)
+            handles = [module.register_forward_pre_hook(pre)]
             try:
-                post = module.register_forward_hook(self._root_post, always_call=True)
+                handles.append(module.register_forward_hook(post, always_call=True))
             except TypeError:
-                post = module.register_forward_hook(self._root_post)
+                handles.append(module.register_forward_hook(post))
         except Exception as err:  # a ScriptModule, say: no Python hooks
             self.gave_up = f"the root module {type(module).__qualname__} takes no hooks ({type(err).__name__})"
             self.tracker.forward_watched = False
             return
-        self._hooks = [pre, post]
-        self._depth = 0
-        self.root_ref = weakref.ref(module, self._root_gone)
+        self._hooks = handles
+        self.root_ref = ref
         self.tracker.adopt_root(id(module), type(module).__qualname__)
         self.tracker.forward_watched = True
+
+    def _root_hooks(self, ref: weakref.ref[Any], key: int) -> tuple[Callable[..., None], Callable[..., None]]:
+        """The root instance's pre-hook and always-called hook: the hot path of every call of
+        the model, so everything they read is bound here."""
+        tracker = self.tracker
+        is_compiling = self.is_compiling
+        get_ident = threading.get_ident
+        monotonic_ns = time.monotonic_ns
+        stack = tracker._stack
+        depth = [0]  # calls of the root in progress (a root that calls itself counts once)
+        watch = self
+
+        def pre(module: Any, args: Any) -> None:
+            if is_compiling() or module is not ref() or not tracker.active:
+                return  # DataParallel replicas carry the hooks: only the root counts
+            loop = tracker.loop_thread
+            if loop is not None and get_ident() != loop:
+                return
+            depth[0] += 1
+            if depth[0] == 1:
+                if not tracker.started:
+                    tracker.open_first()
+                stack.append([monotonic_ns(), 0])
+
+        def post(module: Any, args: Any, result: Any) -> None:
+            if not depth[0] or is_compiling() or module is not ref():
+                return
+            loop = tracker.loop_thread
+            if loop is not None and get_ident() != loop:
+                return
+            depth[0] -= 1
+            if depth[0]:
+                return
+            if tracker.source in _TRAINING and stack:
+                # a training loop: the forward marks nothing, only its time and count are kept
+                t0, inner = stack.pop()
+                d = monotonic_ns() - t0
+                if stack:
+                    stack[-1][1] += d
+                tracker.phase_ns[FORWARD] += d - inner
+                tracker.root_calls += 1
+                return
+            ok = not _failed(result)
+            try:
+                tracker.forward_exit(ok, key, ok and _carries_graph(result))
+            except StopAfterSteps:
+                if ok:
+                    raise
+            except Exception as err:
+                watch._fail(err)
+
+        return pre, post
 
     def _unhook(self) -> None:
         for h in self._hooks:
@@ -241,24 +313,7 @@ class RootModuleWatch:
             return
         self._report(not _failed(result), key, result)
 
-    # ------------------------------------------------------------------ the root's calls
-
-    def _root_pre(self, module: Any, args: Any) -> None:
-        if self.is_compiling() or not self.tracker.active or module is not self.root() or not self._loop_thread():
-            return
-        self._depth += 1
-        if self._depth == 1:
-            try:
-                self.tracker.forward_enter()
-            except Exception as err:
-                self._fail(err)
-
-    def _root_post(self, module: Any, args: Any, result: Any) -> None:
-        if self._depth == 0 or self.is_compiling() or module is not self.root() or not self._loop_thread():
-            return
-        self._depth -= 1
-        if self._depth == 0:
-            self._report(not _failed(result), id(module), result)
+    # ------------------------------------------------------------------ reporting
 
     def _report(self, ok: bool, key: int, result: Any) -> None:
         try:

@@ -20,13 +20,16 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
-from gpudoctor.collect.steps import StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import OPTIMIZER, StepTracker, StopAfterSteps
+
+_NOT_DATALOADER = ("optimizer", "backward", "module")  # established markers other than the DataLoader
 
 
 class _RecordingProp:
@@ -111,6 +114,8 @@ class Patcher:
         orig_init = Optimizer.__init__
         is_compiling = compiling_probe(torch)
         get_ident = threading.get_ident
+        monotonic_ns = time.monotonic_ns
+        stack = tracker._stack
 
         def wrap_step(cls: type) -> None:
             step = cls.step
@@ -120,14 +125,18 @@ class Patcher:
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if is_compiling() or not tracker.active:
                     return step(self, *args, **kwargs)
-                timed = get_ident() == tracker.loop_thread
-                if timed:
-                    tracker.optimizer_enter()
+                entry = [monotonic_ns(), 0] if get_ident() == tracker.loop_thread else None
+                if entry is not None:
+                    stack.append(entry)
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
-                    if timed:
-                        tracker.optimizer_exit()
+                    if entry is not None and stack and stack[-1] is entry:  # the time in the optimizer, exclusive
+                        d = monotonic_ns() - entry[0]
+                        stack.pop()
+                        if stack:
+                            stack[-1][1] += d
+                        tracker.phase_ns[OPTIMIZER] += d - entry[1]
                 if tracker.pending_boundary_ns is not None:
                     tracker.flush(from_step_return=True)
                 return out
@@ -218,16 +227,43 @@ class Patcher:
 
         def epoch_ends(it: Any) -> bool:
             """True when a map-style iterator has yielded all its batches (the call will stop)."""
-            if getattr(it, "_dataset_kind", None) != map_kind:
-                return False
             try:
-                return it._num_yielded >= len(it)
+                n = it._gpudoctor_len  # an epoch's length, read once per iterator
+            except AttributeError:
+                try:
+                    n = len(it) if getattr(it, "_dataset_kind", None) == map_kind else -1
+                except Exception:
+                    n = -1
+                try:
+                    it._gpudoctor_len = n
+                except Exception:
+                    return False
+            try:
+                return n >= 0 and it._num_yielded >= n
             except Exception:
                 return False
+
+        get_ident = threading.get_ident
+        monotonic_ns = time.monotonic_ns
 
         def next_(self: Any) -> Any:
             if not tracker.active:
                 return orig_next(self)
+            if tracker.source in _NOT_DATALOADER and tracker.pending_boundary_ns is None:
+                # the usual case: another marker ends the steps, the batch only adds its wait
+                t0 = monotonic_ns()
+                try:
+                    out = orig_next(self)
+                except StopIteration:
+                    tracker.dataloader_next_exit(t0, True, getattr(self, "_gpudoctor_epoch", None))
+                    raise
+                epoch = getattr(self, "_gpudoctor_epoch", None)
+                if epoch is not None:
+                    tracker.epoch = epoch
+                if tracker.in_step and get_ident() == tracker.loop_thread:
+                    tracker.data_wait_ns += monotonic_ns() - t0
+                    tracker.n_batches += 1
+                return out
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:
                 out = orig_next(self)

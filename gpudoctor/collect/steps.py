@@ -324,6 +324,14 @@ FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2  # indices of StepTracker.phase_ns
 _Snapshot = tuple  # (t_ns, rusage, data_wait_ns, [forward, backward, optimizer] ns, backward calls, batches, epoch)
 
 
+# one line of steps.jsonl (``StepRecord``), filled by :meth:`StepTracker._line`
+_LINE = (
+    '{"index":%d,"start_ns":%d,"wall_ns":%d,"data_wait_ns":%d,"user_cpu_ns":%d,"sys_cpu_ns":%d,'
+    '"minor_faults":%d,"major_faults":%d,"gpu_ns":%s,"profiled":%s,"window":"%s","epoch":%s,"rank":%s,'
+    '"marker":"%s","forward_ns":%s,"backward_ns":%d,"optimizer_ns":%d,"micro_batches":%d,"batches":%d}\n'
+)
+
+
 class StepTracker:
     def __init__(
         self,
@@ -380,8 +388,13 @@ class StepTracker:
         self.loop_thread: int | None = None
         self.epoch: int | None = None
         self.stop_requested = False
+        self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
+        self._fast_until = 0  # boundaries before this step take the fast path (_plan_fast)
+        self._count_micro = False
+        self._need_walls = True
 
         self.marker_ref: Callable[[], Any] | None = None
+        self._marker_id = 0  # id() of the optimizer that marks the steps
         self.has_optimizer = False
         self._opened_at_entry = False
         self._window = ""
@@ -412,10 +425,16 @@ class StepTracker:
         if self.source == "none":  # provisional (step 0 before any marker): no instrument
             self._window = ""
             return
-        torch_phase = self.profiler.on_step_start(self.index) if self.profiler is not None else ""
-        self.cprofile.on_step_start(self.index, self.walls_plain)
-        self._window = torch_phase or (sched.CPROFILE if self.cprofile.running else "")
-        self.cprofile.resume_after_bookkeeping()
+        prof = self.profiler
+        torch_phase = prof.on_step_start(self.index) if prof is not None else ""
+        cprofile = self.cprofile
+        if cprofile.enabled and not cprofile.done:
+            cprofile.on_step_start(self.index, self.walls_plain)
+        if cprofile.running:
+            self._window = torch_phase or sched.CPROFILE
+            cprofile.resume_after_bookkeeping()
+        else:
+            self._window = torch_phase
 
     def open_first(self) -> None:
         """Step 0 starts: the first sign of a loop (optimizer created, batch asked for, root
@@ -463,7 +482,7 @@ class StepTracker:
         if not window and index > 0 and not cprofile.done and len(self.walls_plain) < 10_000:
             self.walls_plain.append(wall)  # the cProfile window's baseline
         cuda = self.cuda
-        if cuda.watching():
+        if (cuda._on or cuda._pending or cuda.torch.cuda.is_initialized()) and cuda.watching():
             expects_gpu = cuda.boundary(index)
             if expects_gpu or self._held:
                 self._held.append((row, expects_gpu))
@@ -517,14 +536,11 @@ class StepTracker:
     def _line(self, row: list[Any]) -> str:
         (index, start, wall, wait, ut, st, minflt, majflt, gpu, window, epoch,
          marker, fwd, bwd, opt, micro, batches) = row
-        return (
-            f'{{"index":{index},"start_ns":{start},"wall_ns":{wall},"data_wait_ns":{wait},'
-            f'"user_cpu_ns":{round(ut * 1e9)},"sys_cpu_ns":{round(st * 1e9)},'
-            f'"minor_faults":{minflt},"major_faults":{majflt},'
-            f'"gpu_ns":{"null" if gpu is None else gpu},"profiled":{"true" if window == sched.ACTIVE else "false"},'
-            f'"window":"{window}","epoch":{"null" if epoch is None else epoch},"rank":{self._rank_json},'
-            f'"marker":"{marker}","forward_ns":{"null" if fwd is None else fwd},"backward_ns":{bwd},'
-            f'"optimizer_ns":{opt},"micro_batches":{micro},"batches":{batches}}}\n'
+        return _LINE % (
+            index, start, wall, wait, round(ut * 1e9), round(st * 1e9), minflt, majflt,
+            "null" if gpu is None else gpu, "true" if window == sched.ACTIVE else "false", window,
+            "null" if epoch is None else epoch, self._rank_json, marker, "null" if fwd is None else fwd,
+            bwd, opt, micro, batches,
         )
 
     def _drain_rows(self, now_ns: int) -> None:
@@ -566,20 +582,82 @@ class StepTracker:
         self.walls_plain = []
 
     def _boundary_then_reopen(self, end_ns: int, reopen: bool) -> None:
-        def work() -> None:
-            self._close(end_ns)
-            if self.stop_requested:
-                return
-            if self._rebase_next:
-                self._rebase_next = False
-                self._rebase()
-            if reopen:
-                self._open(time.monotonic_ns(), self._last_ru)
-            else:
-                self.cuda.restart()
+        """Close the step in progress at ``end_ns`` and (``reopen``) open the next one; an error in
+        gpudoctor switches step tracking off, never fails the script.
 
-        self._guarded(work)
-        self._stop_if_requested()
+        Most boundaries take the fast path: no instrument is due at the next step (the planned
+        ``_fast_until``), no CUDA events to record, no rows waiting for GPU time: the row is
+        appended and the next step opened with nothing else called."""
+        index = self.index
+        if reopen and index + 1 < self._fast_until and index > 0:
+            cuda = self.cuda
+            if not (cuda._on or cuda._pending or cuda.torch.cuda.is_initialized()):
+                try:
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    prev = self._ru
+                    start = self.step_start_ns
+                    ph = self.phase_ns
+                    n_bwd = self.n_bwd
+                    n_batches = self.n_batches
+                    self._rows.append([
+                        index, start - self.t0, end_ns - start, self.data_wait_ns,
+                        ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
+                        ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", self.epoch,
+                        self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches,
+                    ])
+                    if self._count_micro:
+                        self.micro_counts[n_bwd] = self.micro_counts.get(n_bwd, 0) + 1
+                    if self._need_walls and len(self.walls_plain) < 10_000:
+                        self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
+                    self.index = index + 1
+                    self._last_ru = self._ru = ru
+                    self.data_wait_ns = self.n_bwd = self.n_batches = 0
+                    self.phase_ns = [0, 0, 0]
+                    if end_ns - self._last_write_ns >= self.write_every_ns:
+                        self._drain_rows(end_ns)
+                        if self.on_boundary is not None:
+                            self.on_boundary(index)
+                    self.step_start_ns = time.monotonic_ns()
+                    return
+                except Exception as err:
+                    self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+                    self.active = False
+                    return
+        try:
+            self._close(end_ns)
+            if not self.stop_requested:
+                if self._rebase_next:
+                    self._rebase_next = False
+                    self._rebase()
+                if reopen:
+                    self._open(time.monotonic_ns(), self._last_ru)
+                else:
+                    self.cuda.restart()
+            self._plan_fast()
+        except StopAfterSteps:
+            raise
+        except Exception as err:
+            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+            self.active = False
+        if self.stop_requested:
+            self.active = False
+            raise StopAfterSteps(self.index)
+
+    def _plan_fast(self) -> None:
+        """Up to which step boundaries may take the fast path: none while an instrument records
+        or a row waits for GPU time, else until the next instrument is due (or ``--steps``)."""
+        c = self.cprofile
+        self._count_micro = self.source == "optimizer"
+        self._need_walls = c.enabled and not c.done
+        if self.source == "none" or self.every_boundary or c.running or self._held:
+            self._fast_until = 0
+            return
+        until = self.max_steps if self.max_steps is not None else 1 << 62
+        if self.profiler is not None:
+            until = min(until, self.profiler.idle_until())
+        if self._need_walls:
+            until = min(until, c.start_step)
+        self._fast_until = until
 
     def _stop_if_requested(self) -> None:
         if self.stop_requested:
@@ -641,14 +719,20 @@ class StepTracker:
 
     def backward_exit(self, ok: bool) -> None:
         """The outermost ``backward()`` of the loop's thread returned (``ok``) or raised."""
-        t = self._phase_exit(BACKWARD)
+        t = time.monotonic_ns()
+        stack = self._stack
+        if stack:  # the phase's time, less the phases inside it (inlined: the hot path)
+            t0, inner = stack.pop()
+            if stack:
+                stack[-1][1] += t - t0
+            self.phase_ns[BACKWARD] += t - t0 - inner
         if not ok or not self.active:
             return
         self.n_bwd += 1
         src = self.source
         if src == "backward":
             self._end_marked(t)
-        elif RANK[src] < 3:
+        elif src != "optimizer":
             self._candidate("backward", t)
 
     def forward_enter(self) -> None:
@@ -659,7 +743,13 @@ class StepTracker:
     def forward_exit(self, ok: bool, key: int | None = None, grad: bool = False) -> None:
         """A call of the root module (``key``: its id) on the loop's thread returned (``ok``) or
         raised; ``grad``: its output carries an autograd graph."""
-        t = self._phase_exit(FORWARD)
+        t = time.monotonic_ns()
+        stack = self._stack
+        if stack:
+            t0, inner = stack.pop()
+            if stack:
+                stack[-1][1] += t - t0
+            self.phase_ns[FORWARD] += t - t0 - inner
         if not ok or not self.active:
             return
         if key == self.root_key:
@@ -710,6 +800,10 @@ class StepTracker:
         """Global post-hook: note the boundary; the bookkeeping waits for step() to return."""
         if not self.active:
             return
+        if id(optimizer) == self._marker_id and self.in_step and self.pending_boundary_ns is None:
+            self.pending_boundary_ns = time.monotonic_ns()  # the usual case: the marking optimizer stepped
+            self.marks += 1
+            return
         marker = self.marker_ref() if self.marker_ref is not None else None
         if marker is None:
             try:
@@ -720,6 +814,7 @@ class StepTracker:
             self.optimizer_name = type(optimizer).__qualname__
         if optimizer is not marker:
             return
+        self._marker_id = id(optimizer)
         now = time.monotonic_ns()
         self.marks += 1
         self.optimizer_stepped = True

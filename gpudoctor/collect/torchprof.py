@@ -262,6 +262,15 @@ class ProfilerDriver:
     def running_schedule(self) -> bool:
         return self.enabled and self.active and self.owner == "gpudoctor"
 
+    def idle_until(self) -> int:
+        """The first step whose start or end needs this driver: before it, no window records and
+        none starts, so the tracker may skip the calls (its fast path)."""
+        if not self.active or not self.running_schedule():
+            return 1 << 62
+        if self._prof is not None or self._annotation is not None or self._probe is not None:
+            return 0
+        return self._quiet_until
+
     def on_step_start(self, step: int) -> str:
         """Step ``step`` begins: open a window if one starts here; return the step's phase."""
         if step < self._quiet_until or not self.running_schedule():
