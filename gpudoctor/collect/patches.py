@@ -162,6 +162,10 @@ class Patcher:
         def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
             if is_compiling():
                 return
+            if id(opt) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None and tracker.active:
+                tracker.pending_boundary_ns = monotonic_ns()  # the usual case: the marking optimizer stepped
+                tracker.marks += 1
+                return
             try:
                 tracker.on_optimizer_step(opt)
             except Exception as err:

@@ -60,10 +60,15 @@ event per boundary (``CudaStepTimer``), read back when complete.
 
 Cost
 ----
-The hot path is kept to attribute reads: per boundary one ``getrusage`` and one
-list; the lines are formatted and written once a second. Module hooks sit on the
-root module instance only (a global module hook would push every submodule call
-off ``nn.Module``'s fast path; ``markers.RootModuleWatch``). ``optimizer.step()``'s
+The hot path is kept to attribute reads: a boundary with no instrument due (the
+``_plan_fast`` horizon: the next profiler window, the cProfile window, ``--steps``)
+costs one ``getrusage`` and one list, and opens the next step without calling any
+instrument; the lines are formatted and written once a second. The hooks handle the
+common case inline (``backward()`` and the root module's calls only add their time
+when another marker ends the steps). Module hooks sit on the root module instance
+only (a global module hook would push every submodule call off ``nn.Module``'s fast
+path; ``markers.RootModuleWatch``). ``benchmarks/overhead.py --hooks-only`` measures
+the whole cost per step of each loop shape. ``optimizer.step()``'s
 bookkeeping runs once it has returned (a wrapper around the class's ``step``), so
 that nothing gpudoctor does lands inside the ``Optimizer.step#…`` range of the
 trace, and ``--steps N`` stops the script from a plain call site.
