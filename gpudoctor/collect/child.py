@@ -134,8 +134,9 @@ class Child:
             st["step_markers"] = markers
             st["steps_seen"] = self.tracker.steps_seen
             if self.tracker.root_name:
+                trains = self.tracker.source in ("optimizer", "backward")  # the hooks' fast path skips the check
                 st["root_module"] = {"name": self.tracker.root_name, "calls": self.tracker.root_calls,
-                                     "calls_with_grad": self.tracker.root_grad_calls}
+                                     "calls_with_grad": None if trains else self.tracker.root_grad_calls}
         st["notes"] = list(self.notes)
         if final:
             st["collected"] = [c.to_dict() for c in self.collected()]

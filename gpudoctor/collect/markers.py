@@ -12,9 +12,11 @@ per submodule call, 230 µs per forward. So the global hooks are on only while t
 is searched for: a module with parameters called while no other module with parameters
 is running is a top-level call; the first module called twice at top level (a loop
 body, not a shape probe in ``__init__``) becomes the root. Then the global hooks are
-removed and the root *instance* gets a forward pre-hook and an always-called forward
-hook (about 1 µs per call of the root); every other module stays on the fast path.
-Until then, every top-level call reports to the tracker under its module's identity.
+removed and the root *instance* gets a forward pre-hook and a forward hook (a few µs
+per call of the root, most of it ``nn.Module``'s slow path; no ``always_call``, which
+costs more: a forward that raised is noticed at the root's next call); every other
+module stays on the fast path. Until then, every top-level call reports to the tracker
+under its module's identity.
 
 What could change the script is kept out:
 
@@ -196,11 +198,8 @@ class RootModuleWatch:
         ref = weakref.ref(module, self._root_gone)
         pre, post = self._root_hooks(ref, id(module))
         try:
-            handles = [module.register_forward_pre_hook(pre)]
-            try:
-                handles.append(module.register_forward_hook(post, always_call=True))
-            except TypeError:
-                handles.append(module.register_forward_hook(post))
+            # no always_call: it costs every call; a forward that raises is noticed at the next call
+            handles = [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
         except Exception as err:  # a ScriptModule, say: no Python hooks
             self.gave_up = f"the root module {type(module).__qualname__} takes no hooks ({type(err).__name__})"
             self.tracker.forward_watched = False
@@ -211,7 +210,7 @@ class RootModuleWatch:
         self.tracker.forward_watched = True
 
     def _root_hooks(self, ref: weakref.ref[Any], key: int) -> tuple[Callable[..., None], Callable[..., None]]:
-        """The root instance's pre-hook and always-called hook: the hot path of every call of
+        """The root instance's pre-hook and forward hook: the hot path of every call of
         the model, so everything they read is bound here."""
         tracker = self.tracker
         is_compiling = self.is_compiling
@@ -219,6 +218,7 @@ class RootModuleWatch:
         monotonic_ns = time.monotonic_ns
         stack = tracker._stack
         depth = [0]  # calls of the root in progress (a root that calls itself counts once)
+        entry: list[Any] = [None]  # the phase entry of the call in progress
         watch = self
 
         def pre(module: Any, args: Any) -> None:
@@ -227,11 +227,19 @@ class RootModuleWatch:
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return
-            depth[0] += 1
-            if depth[0] == 1:
-                if not tracker.started:
-                    tracker.open_first()
-                stack.append([monotonic_ns(), 0])
+            if depth[0]:
+                if depth[0] == 1 and stack and stack[-1] is entry[0]:
+                    # the last call raised (no forward hook ran) and the script went on: forget it
+                    stack.pop()
+                    depth[0] = 0
+                else:  # the root calls itself: one call
+                    depth[0] += 1
+                    return
+            depth[0] = 1
+            if not tracker.started:
+                tracker.open_first()
+            entry[0] = [monotonic_ns(), 0]
+            stack.append(entry[0])
 
         def post(module: Any, args: Any, result: Any) -> None:
             if not depth[0] or is_compiling() or module is not ref():
@@ -251,12 +259,10 @@ class RootModuleWatch:
                 tracker.phase_ns[FORWARD] += d - inner
                 tracker.root_calls += 1
                 return
-            ok = not _failed(result)
             try:
-                tracker.forward_exit(ok, key, ok and _carries_graph(result))
+                tracker.forward_exit(True, key, _carries_graph(result))
             except StopAfterSteps:
-                if ok:
-                    raise
+                raise
             except Exception as err:
                 watch._fail(err)
 

@@ -137,8 +137,9 @@ class Patcher:
                         if stack:
                             stack[-1][1] += d
                         tracker.phase_ns[OPTIMIZER] += d - entry[1]
-                if tracker.pending_boundary_ns is not None:
-                    tracker.flush(from_step_return=True)
+                if tracker.pending_boundary_ns is not None and tracker.active:  # flush(), inlined
+                    tracker.pending_boundary_ns = None
+                    tracker._boundary_then_reopen(monotonic_ns(), True)
                 return out
 
             functools.update_wrapper(outer, step)
@@ -221,8 +222,7 @@ class Patcher:
             if capture.active:
                 try:
                     epoch = capture.note_dataloader_iter(self)
-                    if epoch is not None:
-                        it._gpudoctor_epoch = epoch
+                    it._gpudoctor_epoch = epoch  # even None: __next__ reads it without a miss
                 except Exception as err:
                     capture.error("DataLoader.__iter__", err)
             return it

@@ -329,6 +329,9 @@ FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2  # indices of StepTracker.phase_ns
 _Snapshot = tuple  # (t_ns, rusage, data_wait_ns, [forward, backward, optimizer] ns, backward calls, batches, epoch)
 
 
+_getrusage = resource.getrusage
+_RUSAGE_SELF = resource.RUSAGE_SELF
+
 # one line of steps.jsonl (``StepRecord``), filled by :meth:`StepTracker._line`
 _LINE = (
     '{"index":%d,"start_ns":%d,"wall_ns":%d,"data_wait_ns":%d,"user_cpu_ns":%d,"sys_cpu_ns":%d,'
@@ -395,8 +398,8 @@ class StepTracker:
         self.stop_requested = False
         self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
         self._fast_until = 0  # boundaries before this step take the fast path (_plan_fast)
-        self._count_micro = False
         self._need_walls = True
+        self._torch_cuda = torch.cuda
 
         self.marker_ref: Callable[[], Any] | None = None
         self._marker_id = 0  # id() of the optimizer that marks the steps
@@ -412,7 +415,7 @@ class StepTracker:
         # rows waiting for their GPU time, in order: (row, expects GPU time)
         self._held: deque[tuple[list[Any], bool]] = deque()
         self._gpu_ns: dict[int, int | None] = {}
-        self._rows: list[list[Any]] = []  # finished rows not written yet
+        self._rows: list[Any] = []  # finished rows not written yet (lists, or a fast boundary's raw tuples)
         self._rank_json = "null" if rank is None else str(int(rank))
         self.write_every_ns = 1_000_000_000  # a killed process loses at most this long of steps
         self._last_write_ns = time.monotonic_ns()
@@ -482,8 +485,6 @@ class StepTracker:
                self.n_batches]
         self.in_step = False
         self.index = index + 1
-        if self.source == "optimizer":
-            self.micro_counts[n_bwd] = self.micro_counts.get(n_bwd, 0) + 1
         if not window and index > 0 and not cprofile.done and len(self.walls_plain) < 10_000:
             self.walls_plain.append(wall)  # the cProfile window's baseline
         cuda = self.cuda
@@ -548,11 +549,23 @@ class StepTracker:
             bwd, opt, micro, batches,
         )
 
+    def _expand(self, raw: tuple[Any, ...]) -> list[Any]:
+        """A fast boundary's raw figures as a row (see :meth:`_close`)."""
+        index, start, end, wait, prev, ru, ph, n_bwd, n_batches, epoch, marker, fwd_watched = raw
+        return [index, start - self.t0, end - start, wait, ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
+                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
+                marker, ph[0] if fwd_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches]
+
     def _drain_rows(self, now_ns: int) -> None:
         """Format and write the finished rows (once a second, and at the end)."""
         self._last_write_ns = now_ns
         if self._rows:
             rows, self._rows = self._rows, []
+            rows = [self._expand(r) if type(r) is tuple else r for r in rows]
+            counts = self.micro_counts
+            for r in rows:
+                if r[11] == "optimizer":  # micro-batches of each optimizer step, for describe()
+                    counts[r[15]] = counts.get(r[15], 0) + 1
             self.writer.write_text("".join(self._line(r) for r in rows))
 
     def _release(self, resolved: list[tuple[int, int | None]], final: bool = False) -> None:
@@ -596,22 +609,13 @@ class StepTracker:
         index = self.index
         if reopen and index + 1 < self._fast_until and index > 0:
             cuda = self.cuda
-            if not (cuda._on or cuda._pending or cuda.torch.cuda.is_initialized()):
+            if not (cuda._on or cuda._pending or self._torch_cuda.is_initialized()):
                 try:
-                    ru = resource.getrusage(resource.RUSAGE_SELF)
-                    prev = self._ru
+                    ru = _getrusage(_RUSAGE_SELF)
                     start = self.step_start_ns
-                    ph = self.phase_ns
-                    n_bwd = self.n_bwd
-                    n_batches = self.n_batches
-                    self._rows.append([
-                        index, start - self.t0, end_ns - start, self.data_wait_ns,
-                        ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
-                        ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", self.epoch,
-                        self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches,
-                    ])
-                    if self._count_micro:
-                        self.micro_counts[n_bwd] = self.micro_counts.get(n_bwd, 0) + 1
+                    # the raw figures; _drain_rows makes the row of them once a second
+                    self._rows.append((index, start, end_ns, self.data_wait_ns, self._ru, ru, self.phase_ns, self.n_bwd,
+                                       self.n_batches, self.epoch, self.source, self.forward_watched))
                     if self._need_walls and len(self.walls_plain) < 10_000:
                         self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
                     self.index = index + 1
@@ -652,7 +656,6 @@ class StepTracker:
         """Up to which step boundaries may take the fast path: none while an instrument records
         or a row waits for GPU time, else until the next instrument is due (or ``--steps``)."""
         c = self.cprofile
-        self._count_micro = self.source == "optimizer"
         self._need_walls = c.enabled and not c.done
         if self.source == "none" or self.every_boundary or c.running or self._held:
             self._fast_until = 0

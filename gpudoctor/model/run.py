@@ -109,7 +109,9 @@ class RootModuleUse(Serde):
 
     name: str  # its class: "RNNModel"
     calls: int = 0  # calls on the loop's thread
-    calls_with_grad: int = 0  # of them, calls whose output carried an autograd graph (grad mode on, parameters needing grad)
+    # of them, calls whose output carried an autograd graph (grad mode on, parameters needing grad);
+    # None in a run that trains (optimizer / backward marker), where it is not counted
+    calls_with_grad: int | None = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ def _judge_root(ctx: RuleContext, how: str) -> RuleResult | None:
     """From the root module's calls (every call of the run), when gpudoctor watched them."""
     mf = ctx.manifest
     root = mf.root_module if mf is not None else None
-    if root is None or root.calls == 0:
+    if root is None or root.calls == 0 or root.calls_with_grad is None:
         return None
     if root.calls_with_grad == 0:
         return RuleResult.fine(
