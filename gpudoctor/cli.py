@@ -278,6 +278,8 @@ def cli() -> None:
 @click.option("--memory/--no-memory", default=False, show_default=True, help="Record allocator events in the first window.")
 @click.option("--cprofile/--no-cprofile", default=True, show_default=True, help="cProfile around the training loop.")
 @click.option("--sample-interval-ms", type=click.IntRange(min=10), default=200, show_default=True, help="NVML/psutil sampling interval.")
+@click.option("--time-window", "time_window", default="5:10", show_default=True, metavar="START:END",
+              help="Seconds of the script to profile when nothing marks training steps ('off': never).")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None, help="Launch through torchrun with N ranks.")
 @click.option("--nnodes", default=None, help="torchrun --nnodes.")
 @click.option("--node-rank", type=int, default=None, help="torchrun --node-rank.")
@@ -287,13 +289,14 @@ def cli() -> None:
 @_rule_options
 @_report_options
 def profile(script, script_args, module, out, steps, skip_first, wait, warmup, active, repeat, shapes, stack,
-            memory, cprofile, sample_interval_ms, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
+            memory, cprofile, sample_interval_ms, time_window, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
             master_port, no_report, select, ignore, sets, fail_on, fmt, output, quiet):
     """Run SCRIPT under the profilers and diagnose it.
 
     Arguments after `--` go to the script: gpudoctor profile train.py -- --epochs 1
     """
     from gpudoctor.collect import ProfileOptions, profile_run
+    from gpudoctor.collect.options import parse_time_window
 
     if module and script:
         script_args = (script, *script_args)
@@ -316,6 +319,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         profile_memory=memory,
         cprofile=cprofile,
         sample_interval_ms=sample_interval_ms,
+        time_window_s=parse_time_window(time_window),
         nproc_per_node=nproc_per_node,
         nnodes=nnodes,
         node_rank=node_rank,

@@ -74,6 +74,13 @@ class Thresholds:
     # Profiled steps this many times longer than the typical step were disturbed (the process waited for
     # a CPU); the finding says so. gpudoctor's choice: step-to-step jitter alone stays under 1.5× here.
     dispatch_disturbed_ratio: float = 1.5
+    # Per-step phases (steps.jsonl, timed by gpudoctor's hooks): the calls into the model (forward,
+    # backward, optimizer) must take at least this share of the step for their per-op overhead to set
+    # the step time; below it the step is the loop's own work (GD203). Measured on the 2-core CI
+    # machine: every sample script, planted and fixed, 28% or more (the lowest: oversubscribed_threads
+    # planted, which waits for data 66-72%); the planted tiny_batch_launch_bound.py 96%. gpudoctor's
+    # choice: a quarter of the step.
+    model_calls_min_share_pct: float = 25.0
 
     # ---- GD104 batch-too-small
     batch_memory_share_pct: float = 50.0  # peak GPU memory below this % of the device. Issue 4
@@ -106,6 +113,13 @@ class Thresholds:
     # gpudoctor's choice: most of the step. Takes precedence over the CPU % test, which spinning
     # OpenMP threads inflate (the planted sample reads 133% CPU).
     cpu_run_python_share_pct: float = 50.0
+    # Per-step phases: the loop's own work (host time outside the DataLoader wait, forward, backward and
+    # optimizer.step()) must take at least this share of the step for a busy training process to be
+    # Python in the loop; below it the process is busy inside the model's calls (GD103's case).
+    # Measured on the 2-core CI machine: planted cpu_preprocessing_in_loop.py 62-68%, planted
+    # rnn_manual_updates.py 52-53%, every other sample script (planted and fixed) 16% or less.
+    # gpudoctor's choice: a quarter of the step, between the two.
+    loop_other_share_pct: float = 25.0
 
     # ---- GD204 cpu-oversubscription
     # runnable threads of the training process and its workers (on a core + waiting in the run queue,

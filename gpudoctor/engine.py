@@ -168,6 +168,30 @@ def _primary(run: RunData) -> TraceMetrics | None:
     return min(pool, key=lambda m: (m.rank if m.rank is not None else -1))
 
 
+_PHASE_LABELS = {
+    "data_wait": "waiting for data",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer.step()",
+    "other": "other (the loop's own work)",
+}
+_MARKERS = {
+    "optimizer": "optimizer.step()",
+    "backward": "loss.backward()",
+    "module": "the root module's forward",
+    "dataloader": "DataLoader batches",
+}
+
+
+def _step_marker(mf) -> str:  # noqa: ANN001 - Manifest | None
+    """What marked the steps, and why, as every report says it."""
+    if mf is None:
+        return ""
+    if mf.step_source_reason:
+        return mf.step_source_reason
+    return _MARKERS.get(mf.step_source, "")  # a run recorded before the reason was written
+
+
 def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummaryStat, ...]:
     run = ctx.run
     out: list[SummaryStat] = []
@@ -185,6 +209,9 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
             out.append(_stat("steps", f"steps recorded (per rank, {len(step_ranks)} ranks)", per_rank, "count"))
         else:
             out.append(_stat("steps", "steps recorded", len(run.steps), "count"))
+        marker = _step_marker(mf)
+        if marker:
+            out.append(_stat("step_marker", "steps marked by", marker))
         med = median_int(s.wall_ns for s in steady)
         p90 = percentile_int((s.wall_ns for s in steady), 90)
         window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
@@ -195,7 +222,21 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
             out.append(_stat("data_wait_share", "waiting for data", wait, "%", window))
     elif mf is not None and mf.steps_seen:
         out.append(_stat("steps", "steps seen", mf.steps_seen, "count"))
+        marker = _step_marker(mf)
+        if marker:
+            out.append(_stat("step_marker", "steps marked by", marker))
+    elif mf is not None and mf.step_source in ("time", "none"):
+        out.append(_stat("step_marker", "steps", _step_marker(mf) or "none found"))
+    if mf is not None and mf.profiler_owner == "user":
+        out.append(_stat("trace_source", "traces from",
+                         "the script's own torch.profiler (two profilers cannot record at once: gpudoctor's gave way)"))
     m = _primary(run)
+    if m is None or not m.breakdown_mean_pct:  # no trace breakdown: the hooks' phase times stand in
+        phases = ctx.phase_shares_pct()
+        if phases is not None:
+            for key, value in phases.items():
+                if value is not None:
+                    out.append(_stat(f"phase_{key}", f"step (host): {_PHASE_LABELS[key]}", value, "%", "steps"))
     if m is not None:
         label = f" ({trace_label(m)})" if len(run.metrics) > 1 else ""
         if len(run.metrics) > 1:

@@ -92,6 +92,7 @@ class Child:
         self.forked = False
         self.torch: Any = None
         self.tracker: Any = None
+        self.timewindow: Any = None
         self.driver: Any = None
         self.cprof: Any = None
         self.capture: Any = None
@@ -123,8 +124,20 @@ class Child:
             st["traces"] = list(self.driver.traces)
             st["user_traces"] = list(self.driver.user_traces)
         if self.tracker is not None:
-            st["step_source"] = self.tracker.source
+            source, why, markers = self.tracker.describe()
+            tw = self.timewindow
+            if not self.tracker.steps_seen and tw is not None and tw.recorded_s is not None:
+                source = "time"
+                why += f": the script was recorded from second {tw.recorded_s[0]:g} to {tw.recorded_s[1]:g} instead"
+                st["time_window_s"] = list(tw.recorded_s)
+            st["step_source"] = source
+            st["step_source_reason"] = why
+            st["step_markers"] = markers
             st["steps_seen"] = self.tracker.steps_seen
+            if self.tracker.root_name:
+                trains = self.tracker.source in ("optimizer", "backward")  # the hooks' fast path skips the check
+                st["root_module"] = {"name": self.tracker.root_name, "calls": self.tracker.root_calls,
+                                     "calls_with_grad": None if trains else self.tracker.root_grad_calls}
         st["notes"] = list(self.notes)
         if final:
             st["collected"] = [c.to_dict() for c in self.collected()]
@@ -178,6 +191,7 @@ class Child:
         from gpudoctor.collect.patches import Patcher  # noqa: PLC0415
         from gpudoctor.collect.settings_capture import SettingsCapture  # noqa: PLC0415
         from gpudoctor.collect.steps import CprofileWindow, StepTracker  # noqa: PLC0415
+        from gpudoctor.collect.timewindow import TimeWindow  # noqa: PLC0415
         from gpudoctor.collect.torchprof import ProfilerDriver  # noqa: PLC0415
 
         cfg = self.cfg
@@ -216,6 +230,17 @@ class Child:
             on_boundary=self._on_boundary,
             rank=self.rank,
         )
+        self.tracker.every_boundary = self.world_size is not None  # DDP is polled at given steps
+        window = cfg.get("time_window_s")
+        self.timewindow = TimeWindow(
+            self.tracker,
+            self.driver,
+            self.run_dir / rundir.rank_tagged(rundir.PSTATS, self.rank),
+            float(window[0]) if window else None,
+            float(window[1]) if window else None,
+            cprofile=bool(cfg.get("cprofile")),
+        )
+        self.tracker.on_first_step = self.timewindow.give_way
         self.capture = SettingsCapture(torch, frames)
         patcher = Patcher(torch, self.capture, self.tracker, frames)
         for err in patcher.install():
@@ -261,7 +286,7 @@ class Child:
                     os.close(fd)
                 except OSError:
                     pass
-        for part in (self.tracker, self.driver, self.cprof, self.writer):
+        for part in (self.tracker, self.driver, self.cprof, self.writer, self.timewindow):
             if part is not None:
                 part.in_child_after_fork()
         if self.capture is not None:
@@ -351,6 +376,8 @@ class Child:
         code = 0
         sig = None
         self.script_started_ns = time.monotonic_ns()
+        if self.timewindow is not None:
+            self.timewindow.arm(self.script_started_ns)
         try:
             if self.cfg.get("module"):
                 runpy.run_module(self.cfg["module"], run_name="__main__", alter_sys=True)
@@ -399,6 +426,11 @@ class Child:
                 self.notes.append(f"steps: {type(err).__name__}: {err}")
         if self.driver is not None:
             self.driver.finish()
+        if self.timewindow is not None:
+            try:
+                self.timewindow.finish(self.tracker.steps_seen if self.tracker is not None else 0)
+            except Exception as err:
+                self.notes.append(f"time window: {type(err).__name__}: {err}")
         if self.capture is not None:
             steps = self.tracker.steps_seen if self.tracker is not None else 0
             self.write_settings(refresh_flags=steps == 0)
@@ -455,19 +487,26 @@ class Child:
         steps = tracker.steps_seen if tracker is not None else 0
         s = self.schedule
         # steps
+        tw = self.timewindow
+        timed = tw is not None and tw.recorded_s is not None and not steps
         if tracker is None:
             out.append(Collected("steps", False, "the instruments were not installed (see notes)"))
         elif steps:
-            src = {"optimizer": "optimizer.step()", "dataloader": "DataLoader batches"}.get(tracker.source, tracker.source)
+            _, why, _ = tracker.describe()
             w = self.writer
             if w is not None and w.error:
                 out.append(Collected("steps", w.lines_written > 0, f"{w.path.name}: {w.error}; {w.lines_written:,} of "
-                                     f"{steps:,} step records written", detail=f"{steps} steps marked by {src}",
+                                     f"{steps:,} step records written", detail=f"{steps} steps: {why}",
                                      partial=w.lines_written > 0))
             else:
-                out.append(Collected("steps", True, detail=f"{steps} steps marked by {src}"))
+                out.append(Collected("steps", True, detail=f"{steps} steps: {why}"))
         else:
-            out.append(Collected("steps", False, "no optimizer step and no DataLoader batch was seen: nothing marked a training step"))
+            reason = "no step structure: no optimizer step, backward(), root-module call or DataLoader batch was seen"
+            if timed:
+                reason += f"; seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script were recorded instead"
+            elif tw is not None and tw.reason:
+                reason += f"; no time-based window either: {tw.reason}"
+            out.append(Collected("steps", False, reason))
         if tracker is not None and tracker.error:
             out.append(Collected("steps", False, tracker.error))
         # torch.profiler
@@ -475,10 +514,21 @@ class Child:
         if d is None:
             out.append(Collected("torch.profiler", False, "no profiler schedule was given"))
         elif d.owner == "user":
+            two = "two profilers cannot record at once: gpudoctor's gave way and analyses the script's traces"
             if d.traces:
-                out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {len(d.traces)} trace(s) it exported were copied here"))
+                ours = d.user_exports_by_gpudoctor
+                copied = len(d.traces) - ours
+                parts = []
+                if copied:
+                    parts.append(f"{copied} trace(s) it exported were copied here (its own files stay where it wrote them)")
+                if ours:
+                    parts.append(f"{ours} trace(s) it recorded but did not export were exported here by gpudoctor")
+                out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {two}; {'; '.join(parts)}"))
             else:
-                out.append(Collected("torch.profiler", False, "the script ran torch.profiler itself (gpudoctor's profiler gave way) and exported no trace"))
+                why = "; ".join(d.user_trace_errors[:1]) or "it exported no trace"
+                out.append(Collected("torch.profiler", False, f"the script ran torch.profiler itself ({two}), and {why}"))
+        elif timed and d.time_trace:
+            out.append(Collected("torch.profiler", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script (no step structure; CPU{' + CUDA' if d.cuda_traced else ''})"))
         elif d.error and not d.traces:
             out.append(Collected("torch.profiler", False, d.error))
         elif d.write_errors and not d.traces:
@@ -500,7 +550,8 @@ class Child:
             reason = f"{len(lost)} window(s) could not be written ({lost[0]['error']})" if lost else ""
             out.append(Collected("torch.profiler", True, reason, detail=detail, partial=bool(lost)))
         elif steps == 0:
-            out.append(Collected("torch.profiler", False, "no training steps were found, so no profiling window opened"))
+            why = f"; no time-based window either: {tw.reason}" if tw is not None and tw.reason else ""
+            out.append(Collected("torch.profiler", False, f"no training steps were found, so no profiling window opened{why}"))
         elif s is not None and steps <= s.skip_first:
             out.append(Collected("torch.profiler", False, f"the run ended after {steps} steps, before the first profiled window (step {s.skip_first}); lower --skip-first"))
         else:
@@ -515,6 +566,8 @@ class Child:
             out.append(Collected("cprofile", False, "switched off (--no-cprofile)"))
         elif c.write_error:
             out.append(Collected("cprofile", False, f"{c.path.name} could not be written: {c.write_error}", detail=c.detail()))
+        elif timed and tw.pstats_written:
+            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure)"))
         elif c.error and c.first is None:
             out.append(Collected("cprofile", False, c.error))
         elif c.first is not None:

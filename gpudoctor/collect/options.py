@@ -25,6 +25,8 @@ DEFAULT_REPEAT = 3
 DEFAULT_CPROFILE_STEPS = 20
 DEFAULT_DETAIL_WINDOWS = 1
 DEFAULT_SAMPLE_INTERVAL_MS = 200
+# seconds of the script recorded when nothing marks steps (collect/timewindow.py)
+DEFAULT_TIME_WINDOW_S = (5.0, 10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class ProfileOptions:
     cprofile_steps: int = DEFAULT_CPROFILE_STEPS  # longest cProfile window, in steps
     # windows that record shapes / stacks / memory (the first N); later ones record timings only
     detail_windows: int = DEFAULT_DETAIL_WINDOWS
+    # seconds (from, to) of the script recorded when nothing marks steps; None: never
+    time_window_s: tuple[float, float] | None = DEFAULT_TIME_WINDOW_S
     command: tuple[str, ...] | None = None  # what the user typed (manifest.command); None: derived
     summary: bool = True  # print the closing summary to stderr
 
@@ -94,6 +98,22 @@ class Target:
 
 
 _PY_SUFFIXES = (".py", ".pyw")
+
+
+def parse_time_window(text: str) -> tuple[float, float] | None:
+    """``--time-window`` as typed: ``START:END`` seconds, or ``off``."""
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        window = (float(start), float(end))
+    except ValueError:
+        raise UsageError(f"--time-window {text!r}: give START:END in seconds (e.g. 5:10), or 'off'") from None
+    if not 0 <= window[0] < window[1]:
+        raise UsageError(f"--time-window {text!r}: START must be at least 0 and END after it")
+    return window
 
 
 def _looks_like_python(path: Path) -> bool:
@@ -165,6 +185,10 @@ def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
         raise UsageError("--skip-first, --wait, --warmup and --repeat cannot be negative")
     if opts.detail_windows < 0 or opts.cprofile_steps < 0:
         raise UsageError("detail_windows and cprofile_steps cannot be negative")
+    if opts.time_window_s is not None:
+        start, end = opts.time_window_s
+        if not 0 <= start < end:
+            raise UsageError("--time-window START:END needs 0 <= START < END seconds (e.g. 5:10), or 'off'")
     if opts.sample_interval_ms < 10:
         raise UsageError("--sample-interval-ms must be at least 10")
     if opts.module and opts.script:

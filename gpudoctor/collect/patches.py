@@ -4,8 +4,10 @@ Each patch calls the original first (or last), then notes what it saw; nothing a
 patch does can fail the script: an error inside gpudoctor is recorded and the patch
 goes quiet. The only exception raised on purpose is ``StopAfterSteps`` (``--steps``).
 
-Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings),
-the global optimizer step post-hook, ``GradScaler`` (a skipped step is still a step),
+Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings,
+time in the optimizer), the global optimizer step post-hook, ``torch.autograd.backward``
+and the root module (``markers``: the ``backward`` and ``module`` step markers),
+``GradScaler`` (a skipped step is still a step),
 ``DataLoader.__init__`` / ``__iter__`` and the iterators' ``__next__`` (settings,
 epochs, time blocked waiting for a batch), ``autocast``, the cuDNN / cuBLAS / TF32
 switches and ``set_float32_matmul_precision``, ``use_deterministic_algorithms``,
@@ -17,12 +19,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collect.callsite import FrameClassifier
+from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
-from gpudoctor.collect.steps import StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import OPTIMIZER, StepTracker, StopAfterSteps
+
+_NOT_DATALOADER = ("optimizer", "backward", "module")  # established markers other than the DataLoader
 
 
 class _RecordingProp:
@@ -47,6 +54,7 @@ class Patcher:
         self.tracker = tracker
         self.frames = frames
         self.errors: list[str] = []
+        self.root_watch: RootModuleWatch | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -68,6 +76,8 @@ class Patcher:
     def install(self) -> list[str]:
         for name, fn in (
             ("optimizer", self._optimizers),
+            ("backward", self._backward),
+            ("root module", self._root_module),
             ("GradScaler", self._grad_scaler),
             ("DataLoader", self._dataloader),
             ("autocast", self._autocast),
@@ -85,6 +95,14 @@ class Patcher:
 
     # ------------------------------------------------------------------ steps and optimizers
 
+    def _backward(self) -> None:
+        BackwardWatch(self.torch, self.tracker, self.capture.error).install()
+
+    def _root_module(self) -> None:
+        watch = RootModuleWatch(self.torch, self.tracker, self.capture.error)
+        watch.install()
+        self.root_watch = watch
+
     def _optimizers(self) -> None:
         import torch.optim.optimizer as optim_mod  # noqa: PLC0415 - the submodule holds the global hooks
 
@@ -94,6 +112,10 @@ class Patcher:
         tracker = self.tracker
         capture = self.capture
         orig_init = Optimizer.__init__
+        is_compiling = compiling_probe(torch)
+        get_ident = threading.get_ident
+        monotonic_ns = time.monotonic_ns
+        stack = tracker._stack
 
         def wrap_step(cls: type) -> None:
             step = cls.step
@@ -101,9 +123,23 @@ class Patcher:
                 return
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                out = step(self, *args, **kwargs)
-                if tracker.pending_boundary_ns is not None:
-                    tracker.flush(from_step_return=True)
+                if is_compiling() or not tracker.active:
+                    return step(self, *args, **kwargs)
+                entry = [monotonic_ns(), 0] if get_ident() == tracker.loop_thread else None
+                if entry is not None:
+                    stack.append(entry)
+                try:
+                    out = step(self, *args, **kwargs)
+                finally:
+                    if entry is not None and stack and stack[-1] is entry:  # the time in the optimizer, exclusive
+                        d = monotonic_ns() - entry[0]
+                        stack.pop()
+                        if stack:
+                            stack[-1][1] += d
+                        tracker.phase_ns[OPTIMIZER] += d - entry[1]
+                if tracker.pending_boundary_ns is not None and tracker.active:  # flush(), inlined
+                    tracker.pending_boundary_ns = None
+                    tracker._boundary_then_reopen(monotonic_ns(), True)
                 return out
 
             functools.update_wrapper(outer, step)
@@ -125,6 +161,12 @@ class Patcher:
             patcher._safe("optimizer", note)
 
         def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
+            if is_compiling():
+                return
+            if id(opt) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None and tracker.active:
+                tracker.pending_boundary_ns = monotonic_ns()  # the usual case: the marking optimizer stepped
+                tracker.marks += 1
+                return
             try:
                 tracker.on_optimizer_step(opt)
             except Exception as err:
@@ -180,8 +222,7 @@ class Patcher:
             if capture.active:
                 try:
                     epoch = capture.note_dataloader_iter(self)
-                    if epoch is not None:
-                        it._gpudoctor_epoch = epoch
+                    it._gpudoctor_epoch = epoch  # even None: __next__ reads it without a miss
                 except Exception as err:
                     capture.error("DataLoader.__iter__", err)
             return it
@@ -190,16 +231,43 @@ class Patcher:
 
         def epoch_ends(it: Any) -> bool:
             """True when a map-style iterator has yielded all its batches (the call will stop)."""
-            if getattr(it, "_dataset_kind", None) != map_kind:
-                return False
             try:
-                return it._num_yielded >= len(it)
+                n = it._gpudoctor_len  # an epoch's length, read once per iterator
+            except AttributeError:
+                try:
+                    n = len(it) if getattr(it, "_dataset_kind", None) == map_kind else -1
+                except Exception:
+                    n = -1
+                try:
+                    it._gpudoctor_len = n
+                except Exception:
+                    return False
+            try:
+                return n >= 0 and it._num_yielded >= n
             except Exception:
                 return False
+
+        get_ident = threading.get_ident
+        monotonic_ns = time.monotonic_ns
 
         def next_(self: Any) -> Any:
             if not tracker.active:
                 return orig_next(self)
+            if tracker.source in _NOT_DATALOADER and tracker.pending_boundary_ns is None:
+                # the usual case: another marker ends the steps, the batch only adds its wait
+                t0 = monotonic_ns()
+                try:
+                    out = orig_next(self)
+                except StopIteration:
+                    tracker.dataloader_next_exit(t0, True, getattr(self, "_gpudoctor_epoch", None))
+                    raise
+                epoch = getattr(self, "_gpudoctor_epoch", None)
+                if epoch is not None:
+                    tracker.epoch = epoch
+                if tracker.in_step and get_ident() == tracker.loop_thread:
+                    tracker.data_wait_ns += monotonic_ns() - t0
+                    tracker.n_batches += 1
+                return out
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:
                 out = orig_next(self)
@@ -367,6 +435,13 @@ class Patcher:
         sig = inspect.signature(orig)
         capture = self.capture
         patcher = self
+        tracker = self.tracker
+
+        def a_model(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            try:
+                return sig.bind_partial(*args, **kwargs).arguments.get("model")
+            except TypeError:
+                return None
 
         def compile_(*args: Any, **kwargs: Any) -> Any:
             out = orig(*args, **kwargs)
@@ -397,6 +472,9 @@ class Patcher:
                 capture.note_wrapper("torch.compile", site, name, options)
 
             patcher._safe("torch.compile", note)
+            watch = patcher.root_watch
+            if watch is not None and tracker.active:
+                patcher._safe("torch.compile", lambda: watch.compiled(a_model(args, kwargs), out))
             return out
 
         functools.update_wrapper(compile_, orig)

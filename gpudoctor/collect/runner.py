@@ -216,6 +216,7 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
         "max_steps": opts.max_steps,
         "cprofile": opts.cprofile,
         "cprofile_steps": opts.cprofile_steps,
+        "time_window_s": list(opts.time_window_s) if opts.time_window_s else None,
         "launcher": "torchrun" if opts.nproc_per_node is not None else "",
     }
 
@@ -721,6 +722,10 @@ def _finish_manifest(
         write_errors=tuple(write_errors),
         profiler_owner=state.get("profiler_owner", m.profiler_owner),
         step_source=str(state.get("step_source") or "none"),  # written by the child at the end of step 0
+        step_source_reason=str(state.get("step_source_reason") or ""),
+        step_markers=_step_markers(state),
+        time_window_s=_time_window(state),
+        root_module=_root_module(state),
         steps_seen=max(int(state.get("steps_seen") or 0), steps_lines),
         traces=tuple(traces),
         argv=tuple(state.get("argv") or m.argv),
@@ -786,6 +791,35 @@ def _with_write_errors(collected: list[Collected], errors: list[Any], plain_trac
                 out[i] = dataclasses.replace(c, detail=f"{c.detail}; {note}" if c.detail else note)
                 break
     return out
+
+
+def _step_markers(state: dict[str, Any]) -> tuple[Any, ...]:
+    from gpudoctor.model import StepMarker
+
+    out = []
+    for d in state.get("step_markers") or []:
+        try:
+            out.append(StepMarker.from_dict(d))
+        except (TypeError, ValueError, KeyError):
+            continue
+    return tuple(out)
+
+
+def _root_module(state: dict[str, Any]) -> Any:
+    from gpudoctor.model import RootModuleUse
+
+    try:
+        return RootModuleUse.from_dict(state["root_module"]) if state.get("root_module") else None
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _time_window(state: dict[str, Any]) -> tuple[float, float] | None:
+    w = state.get("time_window_s")
+    try:
+        return (float(w[0]), float(w[1])) if w else None
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:

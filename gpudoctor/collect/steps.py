@@ -1,21 +1,82 @@
 """Finding the training steps of an unmodified script, and timing every one of them.
 
-A step ends when the script's optimizer steps (a global optimizer step post-hook);
-where nothing steps an optimizer, each ``DataLoader`` batch is a step. At every step
-boundary the tracker writes the step's record (wall time, time blocked in the
-DataLoader, CPU time, page faults, GPU time from CUDA events) and moves the
-instruments on: torch.profiler windows and the cProfile window.
+The markers, most specific first
+--------------------------------
+A step is one iteration of the script's loop. What marks it is chosen per run from
+what the script actually does, most specific first:
 
-The hook itself only notes the time: the bookkeeping runs once ``optimizer.step()``
-has returned (a wrapper around the class's ``step``), so that nothing gpudoctor does
-lands inside the ``Optimizer.step#…`` range of the trace, and ``--steps N`` stops the
-script from a plain call site.
+1. ``optimizer``: an optimizer's ``step()`` returns (a global optimizer step
+   post-hook; the first optimizer that steps marks the steps). Gradient accumulation
+   is several micro-batches (``backward()`` calls) in one step.
+2. ``backward``: ``torch.autograd.backward`` / ``Tensor.backward()`` returns, when
+   no optimizer steps (parameters updated by hand).
+3. ``module``: a call of the root module returns (the outermost ``nn.Module`` with
+   parameters, not its submodules), when nothing calls ``backward()`` (evaluation,
+   inference).
+4. ``dataloader``: the loop asks a ``DataLoader`` for its next batch (a step runs
+   from one ``__next__`` call to the next).
 
-Step ``k`` runs from the end of gpudoctor's bookkeeping after step ``k-1`` to the end
-of its optimizer step. Step 0 starts when the first optimizer is created or the first
-batch is asked for, whichever comes first. In DataLoader mode a step runs from one
-``__next__`` call to the next; the time between the end of an epoch (``StopIteration``)
-and the next epoch's first batch belongs to no step.
+When none of these happens, nothing is a step: ``timewindow`` records seconds 5–10 of
+the script instead (``step_source: "time"``).
+
+How a marker is established, and gives way
+------------------------------------------
+A run cannot know at its start whether an optimizer will ever step, so the first
+step (step 0) is provisional: it opens at the first sign of a loop (an optimizer
+created, a batch asked for, the root module called, ``backward()`` called) and no
+instrument runs in it. Then:
+
+- ``optimizer`` is established at its first step: step 0 ends there (nothing is
+  more specific).
+- ``backward`` and ``module`` are established at their second occurrence with
+  nothing more specific in between (a more specific kind seen once becomes the
+  candidate instead: a training loop calls the model, then ``backward()``, then
+  ``optimizer.step()`` in its first iteration). Step 0 is then split where the
+  candidate first occurred, so step 0 is the first iteration and step 1 the
+  second: the step count is the iteration count. While an optimizer object exists
+  but has not stepped, they wait up to ``DEFER_WHILE_OPTIMIZER_IDLE`` occurrences
+  for it (gradient accumulation takes several backward calls before the first
+  optimizer step); step 0 then holds them all.
+- ``dataloader`` is established at the second batch asked for with no other
+  candidate (its steps start where a batch is asked for, so step 0 is one
+  iteration).
+
+A more specific marker that appears later (training after an evaluation pass)
+takes over: ``optimizer`` at once, ``backward`` / ``module`` at their second
+occurrence. The step in progress ends at the new marker's event (a step that
+straddles the change), each row of ``steps.jsonl`` says which marker ended it, and
+the instruments start over: the torch.profiler window in progress is exported,
+the schedule counts ``skip_first`` again from the new marker's first step, and the
+cProfile window is scheduled afresh, so the steps that define the run are profiled.
+
+Phases
+------
+The same hooks time each step's phases on the host, exclusive of each other: time
+blocked in ``DataLoader.__next__`` (data wait), in the root module's calls
+(forward), in ``backward()`` and in ``optimizer.step()``; the rest of the step is the
+loop's own work ("other"). They count only on the loop's thread. No GPU
+synchronization is added: on CUDA the GPU time of each step comes from one CUDA
+event per boundary (``CudaStepTimer``), read back when complete.
+
+Cost
+----
+The hot path is kept to attribute reads: a boundary with no instrument due (the
+``_plan_fast`` horizon: the next profiler window, the cProfile window, ``--steps``)
+costs one ``getrusage`` and one list, and opens the next step without calling any
+instrument; the lines are formatted and written once a second. The hooks handle the
+common case inline (``backward()`` and the root module's calls only add their time
+when another marker ends the steps). Module hooks sit on the root module instance
+only (a global module hook would push every submodule call off ``nn.Module``'s fast
+path; ``markers.RootModuleWatch``). ``benchmarks/overhead.py --hooks-only`` measures
+the whole cost per step of each loop shape. ``optimizer.step()``'s
+bookkeeping runs once it has returned (a wrapper around the class's ``step``), so
+that nothing gpudoctor does lands inside the ``Optimizer.step#…`` range of the
+trace, and ``--steps N`` stops the script from a plain call site.
+
+Step ``k`` runs from the end of gpudoctor's bookkeeping after step ``k-1`` to the
+return of its marked call (to the next ``__next__`` call with ``dataloader``). In
+``dataloader`` mode the time between the end of an epoch (``StopIteration``) and
+the next epoch's first batch belongs to no step.
 """
 
 from __future__ import annotations
@@ -163,6 +224,21 @@ class CprofileWindow:
         self.error = ""
         self.write_error = ""  # profile.pstats could not be written: the system's reason
         self.thread_id: int | None = None
+        self._offsets = (start_step, stop_before)
+
+    def rebase(self, origin: int) -> None:
+        """A more specific marker took over at step ``origin``: the window is scheduled afresh
+        from there (a window in progress is written first; a later one replaces its file)."""
+        if not self.enabled or self.error:
+            return
+        if self.running:
+            self.stop()
+        self.start_step = origin + self._offsets[0]
+        self.stop_before = origin + self._offsets[1]
+        self.budget = sched.CprofileBudget(self.budget.budget_steps, self.budget.min_steps)
+        self.profiler = None
+        self.running = self.done = self.stopped_early = False
+        self.first = self.last = None
 
     def on_step_start(self, index: int, earlier_walls: list[int]) -> None:
         if not self.enabled or self.done or self.running or index != self.start_step:
@@ -242,6 +318,37 @@ class CprofileWindow:
         return text
 
 
+# How specific each marker is: a higher one takes over from a lower one.
+RANK = {"none": 0, "dataloader": 1, "module": 2, "backward": 3, "optimizer": 4}
+# While an optimizer object exists but has not stepped yet, backward / module / dataloader wait
+# this many occurrences for it before they mark steps: gradient accumulation calls backward()
+# several times before the first optimizer step (step 0 then holds those micro-batches).
+DEFER_WHILE_OPTIMIZER_IDLE = 64
+# how a report names each marker
+MARKER_CALLS = {
+    "optimizer": "optimizer.step()",
+    "backward": "loss.backward()",
+    "module": "the root module's forward",
+    "dataloader": "DataLoader batches",
+    "time": "a time-based window (no step structure)",
+    "none": "nothing",
+}
+FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2  # indices of StepTracker.phase_ns
+
+_Snapshot = tuple  # (t_ns, rusage, data_wait_ns, [forward, backward, optimizer] ns, backward calls, batches, epoch)
+
+
+_getrusage = resource.getrusage
+_RUSAGE_SELF = resource.RUSAGE_SELF
+
+# one line of steps.jsonl (``StepRecord``), filled by :meth:`StepTracker._line`
+_LINE = (
+    '{"index":%d,"start_ns":%d,"wall_ns":%d,"data_wait_ns":%d,"user_cpu_ns":%d,"sys_cpu_ns":%d,'
+    '"minor_faults":%d,"major_faults":%d,"gpu_ns":%s,"profiled":%s,"window":"%s","epoch":%s,"rank":%s,'
+    '"marker":"%s","forward_ns":%s,"backward_ns":%d,"optimizer_ns":%d,"micro_batches":%d,"batches":%d}\n'
+)
+
+
 class StepTracker:
     def __init__(
         self,
@@ -263,22 +370,48 @@ class StepTracker:
         self.profiler = profiler
         self.cprofile = cprofile
         self.on_boundary = on_boundary
+        self.on_first_step: Callable[[], None] | None = None  # the first step is written (time window: give way)
         self.rank = rank
         self.active = True
         self.error = ""
 
-        self.source = "none"
+        self.source = "none"  # the established marker (see the module docstring)
+        self.markers: list[tuple[str, int, str]] = []  # (marker, first step it ended, what it is), in order
+        self.cand: str | None = None  # a more specific marker seen, not established yet
+        self.cand_key: int | None = None  # module candidates: which module (id) it is
+        self.cand_count = 0
+        self._snap: _Snapshot | None = None  # the step's counters at the candidate's last occurrence
+        self._rebase_next = False  # instruments start over at the next step (a marker took over)
+        self.optimizer_stepped = False
+        self.optimizer_name = ""
+        self.root_name = ""  # class of the root module (markers.RootModuleWatch)
+        self.forward_watched = False  # a root module is hooked: forward_ns is measured
+        self.root_key: int | None = None  # id() of the root module once found (markers.RootModuleWatch)
+        self.root_calls = 0  # calls of the root module
+        self.root_grad_calls = 0  # … whose output carried an autograd graph
+        self._top_calls: dict[int | None, list[int]] = {}  # while the root is searched for: [calls, with grad] by module
+        self.dl_entries = 0  # batches asked for while the DataLoader was not the marker
         self.index = 0  # the step in progress (or the next one)
         self.started = False
         self.in_step = False
         self.step_start_ns = 0
         self._ru = None
         self.data_wait_ns = 0
+        self.phase_ns = [0, 0, 0]  # forward, backward, optimizer of the step in progress
+        self._stack: list[list[int]] = []  # open phases: [start ns, time of the phases inside it]
+        self.n_bwd = 0  # backward() calls in the step in progress
+        self.n_batches = 0  # DataLoader batches received in the step in progress
+        self.micro_counts: dict[int, int] = {}  # optimizer steps by their backward() calls
         self.loop_thread: int | None = None
         self.epoch: int | None = None
         self.stop_requested = False
+        self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
+        self._fast_until = 0  # boundaries before this step take the fast path (_plan_fast)
+        self._need_walls = True
+        self._torch_cuda = torch.cuda
 
         self.marker_ref: Callable[[], Any] | None = None
+        self._marker_id = 0  # id() of the optimizer that marks the steps
         self.has_optimizer = False
         self._opened_at_entry = False
         self._window = ""
@@ -291,7 +424,7 @@ class StepTracker:
         # rows waiting for their GPU time, in order: (row, expects GPU time)
         self._held: deque[tuple[list[Any], bool]] = deque()
         self._gpu_ns: dict[int, int | None] = {}
-        self._rows: list[list[Any]] = []  # finished rows not written yet
+        self._rows: list[Any] = []  # finished rows not written yet (lists, or a fast boundary's raw tuples)
         self._rank_json = "null" if rank is None else str(int(rank))
         self.write_every_ns = 1_000_000_000  # a killed process loses at most this long of steps
         self._last_write_ns = time.monotonic_ns()
@@ -302,21 +435,40 @@ class StepTracker:
         self.in_step = True
         self.step_start_ns = now_ns
         self.data_wait_ns = 0
+        self.phase_ns = [0, 0, 0]
+        self.n_bwd = self.n_batches = 0
         # one getrusage per boundary: the previous step's end is the next one's start
         self._ru = ru if ru is not None else resource.getrusage(resource.RUSAGE_SELF)
-        torch_phase = self.profiler.on_step_start(self.index) if self.profiler is not None else ""
-        self.cprofile.on_step_start(self.index, self.walls_plain)
-        self._window = torch_phase or (sched.CPROFILE if self.cprofile.running else "")
-        self.cprofile.resume_after_bookkeeping()
+        if self.source == "none":  # provisional (step 0 before any marker): no instrument
+            self._window = ""
+            return
+        prof = self.profiler
+        torch_phase = prof.on_step_start(self.index) if prof is not None else ""
+        cprofile = self.cprofile
+        if cprofile.enabled and not cprofile.done:
+            cprofile.on_step_start(self.index, self.walls_plain)
+        if cprofile.running:
+            self._window = torch_phase or sched.CPROFILE
+            cprofile.resume_after_bookkeeping()
+        else:
+            self._window = torch_phase
 
     def open_first(self) -> None:
-        """Step 0 starts (first optimizer created or first batch asked for)."""
+        """Step 0 starts: the first sign of a loop (optimizer created, batch asked for, root
+        module or backward() called)."""
         if self.started or not self.active:
             return
         self.started = True
         self.loop_thread = threading.get_ident()
         self.cuda.boundary(None)
         self._open(time.monotonic_ns())
+
+    def _emit(self, row: list[Any]) -> None:
+        """A row without GPU time, behind any row still waiting for its own."""
+        if self._held:
+            self._held.append((row, False))
+        else:
+            self._rows.append(row)
 
     def _close(self, end_ns: int) -> None:
         """End the step in progress at ``end_ns``: record it and move the instruments on.
@@ -333,16 +485,19 @@ class StepTracker:
         self._last_ru = ru
         wall = end_ns - self.step_start_ns
         window = self._window
-        # [index, start, wall, wait, user s, sys s, minflt, majflt, gpu_ns, window, epoch]
+        ph = self.phase_ns
+        n_bwd = self.n_bwd
         row = [index, self.step_start_ns - self.t0, wall, self.data_wait_ns,
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
-               ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, window, self.epoch]
+               ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, window, self.epoch,
+               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or self.n_batches,
+               self.n_batches]
         self.in_step = False
         self.index = index + 1
         if not window and index > 0 and not cprofile.done and len(self.walls_plain) < 10_000:
             self.walls_plain.append(wall)  # the cProfile window's baseline
         cuda = self.cuda
-        if cuda.watching():
+        if (cuda._on or cuda._pending or cuda.torch.cuda.is_initialized()) and cuda.watching():
             expects_gpu = cuda.boundary(index)
             if expects_gpu or self._held:
                 self._held.append((row, expects_gpu))
@@ -359,24 +514,67 @@ class StepTracker:
             cprofile.on_step_end(index, wall)
         if self.on_boundary is not None:
             self.on_boundary(index)
+        if index == 0 and self.on_first_step is not None:
+            self.on_first_step()
+        if self.max_steps is not None and self.index >= self.max_steps:
+            self.stop_requested = True
+
+    def _snapshot(self, t_ns: int) -> _Snapshot:
+        return (t_ns, resource.getrusage(resource.RUSAGE_SELF), self.data_wait_ns, list(self.phase_ns),
+                self.n_bwd, self.n_batches, self.epoch)
+
+    def _split_at(self, snap: _Snapshot) -> None:
+        """Write the step in progress as it stood at ``snap`` (the marker's first occurrence);
+        what came after is the next step, still in progress. Only for the provisional step 0,
+        which no instrument watched."""
+        t, ru, wait, ph, n_bwd, n_batches, epoch = snap
+        prev = self._ru
+        index = self.index
+        row = [index, self.step_start_ns - self.t0, t - self.step_start_ns, wait,
+               ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
+               ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
+               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches]
+        self._emit(row)
+        self.cuda.restart()  # no event marks the split: neither part gets GPU time
+        self.index = index + 1
+        self.step_start_ns = t
+        self._ru = ru
+        self.data_wait_ns -= wait
+        self.phase_ns = [a - b for a, b in zip(self.phase_ns, ph, strict=True)]
+        self.n_bwd -= n_bwd
+        self.n_batches -= n_batches
+        if index == 0 and self.on_first_step is not None:
+            self.on_first_step()
         if self.max_steps is not None and self.index >= self.max_steps:
             self.stop_requested = True
 
     def _line(self, row: list[Any]) -> str:
-        index, start, wall, wait, ut, st, minflt, majflt, gpu, window, epoch = row
-        return (
-            f'{{"index":{index},"start_ns":{start},"wall_ns":{wall},"data_wait_ns":{wait},'
-            f'"user_cpu_ns":{round(ut * 1e9)},"sys_cpu_ns":{round(st * 1e9)},'
-            f'"minor_faults":{minflt},"major_faults":{majflt},'
-            f'"gpu_ns":{"null" if gpu is None else gpu},"profiled":{"true" if window == sched.ACTIVE else "false"},'
-            f'"window":"{window}","epoch":{"null" if epoch is None else epoch},"rank":{self._rank_json}}}\n'
+        (index, start, wall, wait, ut, st, minflt, majflt, gpu, window, epoch,
+         marker, fwd, bwd, opt, micro, batches) = row
+        return _LINE % (
+            index, start, wall, wait, round(ut * 1e9), round(st * 1e9), minflt, majflt,
+            "null" if gpu is None else gpu, "true" if window == sched.ACTIVE else "false", window,
+            "null" if epoch is None else epoch, self._rank_json, marker, "null" if fwd is None else fwd,
+            bwd, opt, micro, batches,
         )
+
+    def _expand(self, raw: tuple[Any, ...]) -> list[Any]:
+        """A fast boundary's raw figures as a row (see :meth:`_close`)."""
+        index, start, end, wait, prev, ru, ph, n_bwd, n_batches, epoch, marker, fwd_watched = raw
+        return [index, start - self.t0, end - start, wait, ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
+                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
+                marker, ph[0] if fwd_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches]
 
     def _drain_rows(self, now_ns: int) -> None:
         """Format and write the finished rows (once a second, and at the end)."""
         self._last_write_ns = now_ns
         if self._rows:
             rows, self._rows = self._rows, []
+            rows = [self._expand(r) if type(r) is tuple else r for r in rows]
+            counts = self.micro_counts
+            for r in rows:
+                if r[11] == "optimizer":  # micro-batches of each optimizer step, for describe()
+                    counts[r[15]] = counts.get(r[15], 0) + 1
             self.writer.write_text("".join(self._line(r) for r in rows))
 
     def _release(self, resolved: list[tuple[int, int | None]], final: bool = False) -> None:
@@ -402,20 +600,206 @@ class StepTracker:
             self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
             self.active = False
 
-    def _boundary_then_reopen(self, end_ns: int, reopen: bool) -> None:
-        def work() -> None:
-            self._close(end_ns)
-            if self.stop_requested:
-                return
-            if reopen:
-                self._open(time.monotonic_ns(), self._last_ru)
-            else:
-                self.cuda.restart()
+    def _rebase(self) -> None:
+        """A more specific marker took over: the instruments start over from the step about to open."""
+        origin = self.index
+        if self.profiler is not None:
+            self.profiler.rebase(origin)
+        self.cprofile.rebase(origin)
+        self.walls_plain = []
 
-        self._guarded(work)
+    def _boundary_then_reopen(self, end_ns: int, reopen: bool) -> None:
+        """Close the step in progress at ``end_ns`` and (``reopen``) open the next one; an error in
+        gpudoctor switches step tracking off, never fails the script.
+
+        Most boundaries take the fast path: no instrument is due at the next step (the planned
+        ``_fast_until``), no CUDA events to record, no rows waiting for GPU time: the row is
+        appended and the next step opened with nothing else called."""
+        index = self.index
+        if reopen and index + 1 < self._fast_until and index > 0:
+            cuda = self.cuda
+            if not (cuda._on or cuda._pending or self._torch_cuda.is_initialized()):
+                try:
+                    ru = _getrusage(_RUSAGE_SELF)
+                    start = self.step_start_ns
+                    # the raw figures; _drain_rows makes the row of them once a second
+                    self._rows.append((index, start, end_ns, self.data_wait_ns, self._ru, ru, self.phase_ns, self.n_bwd,
+                                       self.n_batches, self.epoch, self.source, self.forward_watched))
+                    if self._need_walls and len(self.walls_plain) < 10_000:
+                        self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
+                    self.index = index + 1
+                    self._last_ru = self._ru = ru
+                    self.data_wait_ns = self.n_bwd = self.n_batches = 0
+                    self.phase_ns = [0, 0, 0]
+                    if end_ns - self._last_write_ns >= self.write_every_ns:
+                        self._drain_rows(end_ns)
+                        if self.on_boundary is not None:
+                            self.on_boundary(index)
+                    self.step_start_ns = time.monotonic_ns()
+                    return
+                except Exception as err:
+                    self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+                    self.active = False
+                    return
+        try:
+            self._close(end_ns)
+            if not self.stop_requested:
+                if self._rebase_next:
+                    self._rebase_next = False
+                    self._rebase()
+                if reopen:
+                    self._open(time.monotonic_ns(), self._last_ru)
+                else:
+                    self.cuda.restart()
+            self._plan_fast()
+        except StopAfterSteps:
+            raise
+        except Exception as err:
+            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+            self.active = False
         if self.stop_requested:
             self.active = False
             raise StopAfterSteps(self.index)
+
+    def _plan_fast(self) -> None:
+        """Up to which step boundaries may take the fast path: none while an instrument records
+        or a row waits for GPU time, else until the next instrument is due (or ``--steps``)."""
+        c = self.cprofile
+        self._need_walls = c.enabled and not c.done
+        if self.source == "none" or self.every_boundary or c.running or self._held:
+            self._fast_until = 0
+            return
+        until = self.max_steps if self.max_steps is not None else 1 << 62
+        if self.profiler is not None:
+            until = min(until, self.profiler.idle_until())
+        if self._need_walls:
+            until = min(until, c.start_step)
+        self._fast_until = until
+
+    def _stop_if_requested(self) -> None:
+        if self.stop_requested:
+            self.active = False
+            raise StopAfterSteps(self.index)
+
+    def _end_marked(self, end_ns: int) -> None:
+        """The marker's call returned at ``end_ns``: the step in progress ends there."""
+        if not self.in_step:
+            self._guarded(lambda: self._open(end_ns))
+            return
+        self._boundary_then_reopen(end_ns, reopen=True)
+
+    # ------------------------------------------------------------------ markers
+
+    def _set_source(self, marker: str, first_step: int) -> None:
+        """``marker`` marks the steps from ``first_step`` on."""
+        was = self.source
+        self.source = marker
+        detail = {"optimizer": self.optimizer_name, "module": self.root_name}.get(marker, "")
+        self.markers.append((marker, first_step, detail))
+        self.cand = None
+        self._snap = None
+        if was != "none":
+            self._rebase_next = True
+
+    def _candidate(self, kind: str, t_ns: int, key: int | None = None) -> None:
+        """``kind`` (more specific than the established marker) occurred at ``t_ns``; ``key``
+        tells module candidates apart (a shape probe in ``__init__`` is not the loop's model)."""
+        cand = self.cand
+        if cand is None or RANK[kind] > RANK[cand] or (kind == cand and key != self.cand_key):
+            self.cand, self.cand_key, self.cand_count = kind, key, 1
+            self._snap = self._snapshot(t_ns) if self.source == "none" else None
+            return
+        if kind != cand:
+            return  # less specific than the candidate: a part of its iteration
+        self.cand_count += 1
+        if self.has_optimizer and not self.optimizer_stepped and self.cand_count < DEFER_WHILE_OPTIMIZER_IDLE:
+            if self.source == "none":
+                self._snap = self._snapshot(t_ns)
+            return
+        # established: the second occurrence with nothing more specific in between
+        snap = self._snap
+        provisional = self.source == "none"
+
+        def work() -> None:
+            self._set_source(kind, self.index)
+            if provisional and snap is not None and self.in_step and snap[0] >= self.step_start_ns:
+                self._split_at(snap)
+
+        self._guarded(work)
+        self._stop_if_requested()
+        self._end_marked(t_ns)
+
+    def backward_enter(self) -> None:
+        if not self.started:
+            self.open_first()
+        self._stack.append([time.monotonic_ns(), 0])
+
+    def backward_exit(self, ok: bool) -> None:
+        """The outermost ``backward()`` of the loop's thread returned (``ok``) or raised."""
+        t = time.monotonic_ns()
+        stack = self._stack
+        if stack:  # the phase's time, less the phases inside it (inlined: the hot path)
+            t0, inner = stack.pop()
+            if stack:
+                stack[-1][1] += t - t0
+            self.phase_ns[BACKWARD] += t - t0 - inner
+        if not ok or not self.active:
+            return
+        self.n_bwd += 1
+        src = self.source
+        if src == "backward":
+            self._end_marked(t)
+        elif src != "optimizer":
+            self._candidate("backward", t)
+
+    def forward_enter(self) -> None:
+        if not self.started:
+            self.open_first()
+        self._stack.append([time.monotonic_ns(), 0])
+
+    def forward_exit(self, ok: bool, key: int | None = None, grad: bool = False) -> None:
+        """A call of the root module (``key``: its id) on the loop's thread returned (``ok``) or
+        raised; ``grad``: its output carries an autograd graph."""
+        t = time.monotonic_ns()
+        stack = self._stack
+        if stack:
+            t0, inner = stack.pop()
+            if stack:
+                stack[-1][1] += t - t0
+            self.phase_ns[FORWARD] += t - t0 - inner
+        if not ok or not self.active:
+            return
+        if key == self.root_key:
+            self.root_calls += 1
+            self.root_grad_calls += grad
+        elif len(self._top_calls) < 10_000:
+            counts = self._top_calls.setdefault(key, [0, 0])
+            counts[0] += 1
+            counts[1] += grad
+        src = self.source
+        if src == "module":
+            self._end_marked(t)
+        elif RANK[src] < 2:
+            self._candidate("module", t, key)
+
+    def adopt_root(self, key: int, name: str) -> None:
+        """The root module is found (``key``: its id): its calls so far count as its own."""
+        self.root_key = key
+        self.root_name = name
+        self.root_calls, self.root_grad_calls = self._top_calls.pop(key, [0, 0])
+        self._top_calls = {}
+
+    def _phase_exit(self, kind: int) -> int:
+        """Close the innermost open phase; its time less the phases inside it counts as ``kind``."""
+        t = time.monotonic_ns()
+        stack = self._stack
+        if stack:
+            t0, inner = stack.pop()
+            d = t - t0
+            if stack:
+                stack[-1][1] += d
+            self.phase_ns[kind] += d - inner
+        return t
 
     # ------------------------------------------------------------------ optimizer steps
 
@@ -423,9 +807,19 @@ class StepTracker:
         self.has_optimizer = True
         self.open_first()
 
+    def optimizer_enter(self) -> None:
+        self._stack.append([time.monotonic_ns(), 0])
+
+    def optimizer_exit(self) -> None:
+        self._phase_exit(OPTIMIZER)
+
     def on_optimizer_step(self, optimizer: Any) -> None:
         """Global post-hook: note the boundary; the bookkeeping waits for step() to return."""
         if not self.active:
+            return
+        if id(optimizer) == self._marker_id and self.in_step and self.pending_boundary_ns is None:
+            self.pending_boundary_ns = time.monotonic_ns()  # the usual case: the marking optimizer stepped
+            self.marks += 1
             return
         marker = self.marker_ref() if self.marker_ref is not None else None
         if marker is None:
@@ -434,11 +828,15 @@ class StepTracker:
             except TypeError:
                 self.marker_ref = lambda: optimizer
             marker = optimizer
-            self.source = "optimizer"
+            self.optimizer_name = type(optimizer).__qualname__
         if optimizer is not marker:
             return
+        self._marker_id = id(optimizer)
         now = time.monotonic_ns()
         self.marks += 1
+        self.optimizer_stepped = True
+        if self.source != "optimizer":
+            self._set_source("optimizer", self.index)
         if not self.started:
             # a step we could not see begin: it opens step 0 instead of closing one
             self.started = True
@@ -485,20 +883,21 @@ class StepTracker:
             return now
         if self.pending_boundary_ns is not None:
             self.flush(from_step_return=False)
-        if self.source == "optimizer" or self.has_optimizer:
-            if not self.started:
-                self.open_first()
-            return now
-        # DataLoader mode: each batch asked for ends the step before it
-        if self.source == "none":
-            self.source = "dataloader"
-        self._opened_at_entry = False
-        if not self.started:
+        if self.source != "dataloader":
             if epoch_ends:
                 return now
-            self.open_first()
-            self._opened_at_entry = True
-            return time.monotonic_ns()
+            self.dl_entries += 1
+            if not self.started:
+                self.open_first()
+                return time.monotonic_ns()
+            if (self.source != "none" or self.cand is not None or self.dl_entries < 2
+                    or (self.has_optimizer and self.dl_entries < DEFER_WHILE_OPTIMIZER_IDLE)):
+                return now
+            self._guarded(lambda: self._set_source("dataloader", self.index))
+            if self.source != "dataloader":
+                return now
+        # DataLoader mode: each batch asked for ends the step before it
+        self._opened_at_entry = False
         if self.in_step:
             self._boundary_then_reopen(now, reopen=not epoch_ends)
             self._opened_at_entry = not epoch_ends
@@ -523,6 +922,8 @@ class StepTracker:
             return
         if threading.get_ident() == self.loop_thread and self.in_step:
             self.data_wait_ns += time.monotonic_ns() - entered_ns
+            if not stopped:
+                self.n_batches += 1
 
     def _discard_open_step(self) -> None:
         self.cprofile.pause_for_bookkeeping()
@@ -537,11 +938,23 @@ class StepTracker:
         """The script is over: flush a noted boundary and the records still waiting for GPU time.
 
         The step in progress (if the script ended mid-step) is not written: it is not a
-        complete step.
+        complete step; except in a run that never established a marker, where the
+        candidate's one occurrence ends step 0 (a script of one iteration still has a step).
         """
         if self.pending_boundary_ns is not None and self.active:
             try:
                 self.flush(from_step_return=False)
+            except StopAfterSteps:
+                pass
+        if self.active and self.source == "none" and self.cand is not None and self._snap is not None and self.in_step:
+            snap = self._snap
+
+            def one_step() -> None:
+                self._set_source(self.cand or "none", 0)
+                self._split_at(snap)
+
+            try:
+                self._guarded(one_step)
             except StopAfterSteps:
                 pass
         self.active = False
@@ -551,6 +964,32 @@ class StepTracker:
             self.writer.flush()
         except OSError:
             pass
+
+    def describe(self) -> tuple[str, str, list[dict[str, Any]]]:
+        """(marker, why it marks the steps in words, every marker in force) for the manifest."""
+        src = self.source
+        detail = self.markers[-1][2] if self.markers else ""
+        if src == "optimizer":
+            why = f"{detail or 'optimizer'}.step() ends each step"
+            counts = self.micro_counts
+            if counts:
+                typical = max(sorted(counts), key=lambda k: counts[k])
+                if typical > 1:
+                    why += f"; gradient accumulation: {typical} micro-batches (backward() calls) per step"
+        elif src == "backward":
+            why = "loss.backward() ends each step (parameters updated without an optimizer step); " + (
+                "an optimizer object exists but never stepped" if self.has_optimizer else "no optimizer object")
+        elif src == "module":
+            why = (f"each call of the root module{f' ({detail})' if detail else ''} ends a step; "
+                   "nothing calls backward(): evaluation or inference")
+        elif src == "dataloader":
+            why = "each DataLoader batch is a step; no optimizer step, backward() or root-module call was seen"
+        else:
+            why = "no optimizer step, backward(), root-module call or DataLoader batch was seen"
+        if len(self.markers) > 1:
+            before = ", ".join(f"{MARKER_CALLS[m]} from step {s}" for m, s, _ in self.markers[:-1])
+            why += f" (from step {self.markers[-1][1]}; before it: {before})"
+        return src, why, [{"marker": m, "first_step": s, "detail": d} for m, s, d in self.markers]
 
     @property
     def steps_seen(self) -> int:

@@ -48,6 +48,14 @@ def summarize_steps(steps: list[dict[str, Any]]) -> StepSummary:
     )
 
 
+_BY = {
+    "optimizer": "optimizer steps",
+    "backward": "marked by loss.backward()",
+    "module": "marked by the root module's forward",
+    "dataloader": "DataLoader batches",
+}
+
+
 def _ms(v: float) -> str:
     return f"{v:.1f} ms" if v >= 1 else f"{v * 1000:.0f} µs"
 
@@ -57,13 +65,16 @@ def summary_lines(
 ) -> list[str]:
     lines = []
     if s.steps and s.median_ms is not None:
-        by = {"optimizer": "optimizer steps", "dataloader": "DataLoader batches"}.get(source, source)
+        by = _BY.get(source, source)
         line = f"gpudoctor: {s.steps} steps ({by}); step time median {_ms(s.median_ms)}, p90 {_ms(s.p90_ms or 0)}"
         if s.data_wait_pct is not None:
             line += f"; waiting for data {s.data_wait_pct:.1f}% of step time"
         lines.append(line)
+    elif source == "time":
+        lines.append("gpudoctor: no training steps seen (no optimizer step, backward(), model call or DataLoader batch); "
+                     "a time-based window of the script was recorded instead")
     else:
-        lines.append("gpudoctor: no training steps seen (no optimizer step, no DataLoader batch)")
+        lines.append("gpudoctor: no training steps seen (no optimizer step, backward(), model call or DataLoader batch)")
     how = status + (f": {detail}" if detail else "")
     if exit_code is not None:
         how += f", exit code {exit_code}"

@@ -13,11 +13,24 @@ its trace after them and lets the rest of its steps run unprofiled. The trace sa
 (``gpudoctorStackBound``); the parent then thins the short calls out of it
 (``tracefilter``).
 
+When a more specific step marker takes over (``steps``: training after an evaluation
+pass), :meth:`ProfilerDriver.rebase` exports the window in progress and the schedule
+starts over from the new marker's first step: ``skip_first`` is counted from there, and
+the first window after it records shapes and stacks again.
+
+A run without step structure gets one *time window* instead (``timewindow``): the
+profiler records from second 5 to 10 of the script (CPU, CUDA when in use, shapes; no
+stacks: a window of unknown Python need not be bounded), kept in memory and exported
+under step 0's name only when the run ends without a step.
+
 Kineto allows one profiler per process. When the script creates its own
 ``torch.profiler.profile`` (or the legacy ``torch.autograd.profiler.profile``),
 gpudoctor stops its window at once (exporting what it recorded), hands the profiler
 to the script for the rest of the run (``manifest.profiler_owner = "user"``), and
-copies every trace the script exports into the run directory.
+copies every trace the script exports into the run directory (the script's own files
+stay where it wrote them). A profiler of the script's that stops without exporting
+anything (it only printed ``key_averages()``, say) is exported by gpudoctor into the
+run directory after it stopped, so the diagnosis still has a trace.
 """
 
 from __future__ import annotations
@@ -78,6 +91,22 @@ def no_lazy_inductor(torch: Any) -> Iterator[None]:
         torch.__getattr__ = orig
 
 
+def _mark_exported(prof: Any) -> None:
+    """Note on a profiler object of the script's that it exported a trace itself."""
+    try:
+        prof._gpudoctor_exported = True
+    except Exception:
+        pass
+
+
+def _made_by_torch_profiler() -> bool:
+    """In a legacy profiler's ``__init__``: was it created by ``torch.profiler.profile``
+    (which drives one internally), rather than by the script?"""
+    frame = sys._getframe(2)
+    name = frame.f_code.co_filename.replace("\\", "/") if frame is not None else ""
+    return name.endswith("torch/profiler/profiler.py")
+
+
 class ProfilerDriver:
     def __init__(
         self,
@@ -117,6 +146,13 @@ class ProfilerDriver:
         self._stacks_on = False  # the window being recorded has stacks
         self._bound: dict[str, int] | None = None  # the bound applied to the window being recorded
         self.stack_bounds: list[dict[str, int]] = []  # every window cut short, in order
+        self.origin = 0  # step the schedule counts from (a marker that took over starts it again)
+        self.rebased_at: list[int] = []
+        self.user_profilers = 0  # profilers the script created
+        self.user_exports_by_gpudoctor = 0  # traces of the script's profilers that it never exported
+        self._time_prof: Any = None  # the time window's profiler while it records
+        self._time_done: Any = None  # … and once it stopped, until the run ends
+        self.time_trace = ""  # the time window's trace, exported and listed only if the run has no steps
 
     # ------------------------------------------------------------------ patches
 
@@ -131,6 +167,8 @@ class ProfilerDriver:
         orig_legacy_init = legacy_cls.__init__
         orig_kineto_export = kineto_cls.export_chrome_trace
         orig_legacy_export = legacy_cls.export_chrome_trace
+        orig_profile_stop = profile_cls.stop
+        orig_legacy_exit = legacy_cls.__exit__
 
         def profile_init(self: Any, *args: Any, **kwargs: Any) -> None:
             if driver._own_depth == 0:
@@ -138,9 +176,15 @@ class ProfilerDriver:
             orig_profile_init(self, *args, **kwargs)
 
         def legacy_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            if driver._own_depth == 0:
+            internal = _made_by_torch_profiler()
+            if driver._own_depth == 0 and not internal:
                 driver.user_profiler_seen()
             orig_legacy_init(self, *args, **kwargs)
+            if internal:
+                try:
+                    self._gpudoctor_internal = True
+                except Exception:
+                    pass
 
         def kineto_export(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
             if driver._own_depth:
@@ -150,13 +194,27 @@ class ProfilerDriver:
                 result = orig_kineto_export(self, path, *args, **kwargs)
             finally:
                 driver._in_user_export = False
+            _mark_exported(self)
             driver.user_trace_exported(path)
             return result
 
         def legacy_export(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
             result = orig_legacy_export(self, path, *args, **kwargs)
             if not driver._own_depth and not driver._in_user_export:
+                _mark_exported(self)
                 driver.user_trace_exported(path)
+            return result
+
+        def profile_stop(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = orig_profile_stop(self, *args, **kwargs)
+            if not driver._own_depth:
+                driver.user_profiler_stopped(self, lambda p: orig_kineto_export(self, p))
+            return result
+
+        def legacy_exit(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = orig_legacy_exit(self, *args, **kwargs)
+            if not driver._own_depth and not getattr(self, "_gpudoctor_internal", False):
+                driver.user_profiler_stopped(self, lambda p: orig_legacy_export(self, p))
             return result
 
         for cls, name, fn, orig in (
@@ -164,6 +222,8 @@ class ProfilerDriver:
             (legacy_cls, "__init__", legacy_init, orig_legacy_init),
             (kineto_cls, "export_chrome_trace", kineto_export, orig_kineto_export),
             (legacy_cls, "export_chrome_trace", legacy_export, orig_legacy_export),
+            (profile_cls, "stop", profile_stop, orig_profile_stop),
+            (legacy_cls, "__exit__", legacy_exit, orig_legacy_exit),
         ):
             fn.__wrapped__ = orig  # type: ignore[attr-defined]
             fn.__name__ = name
@@ -173,34 +233,65 @@ class ProfilerDriver:
 
     # ------------------------------------------------------------------ the schedule
 
+    def _phase(self, step: int) -> str:
+        return sched.phase(step - self.origin, self.schedule) if step >= self.origin else sched.NONE
+
+    def _window_start(self, step: int) -> int:
+        return self.origin + sched.window_start(step - self.origin, self.schedule)
+
     def _action(self, step: int) -> Any:
         PA = self.torch.profiler.ProfilerAction
-        ph = sched.phase(step, self.schedule)
+        ph = self._phase(step)
         if ph == sched.WARMUP:
             return PA.WARMUP
         if ph == sched.ACTIVE:
             cut = self._cut_at
-            if cut is not None and sched.window_start(step, self.schedule) == sched.window_start(cut, self.schedule):
+            if cut is not None and self._window_start(step) == self._window_start(cut):
                 return PA.RECORD_AND_SAVE if step == cut else PA.RECORD if step < cut else PA.NONE
-            return PA.RECORD_AND_SAVE if sched.is_last_active(step, self.schedule) else PA.RECORD
+            last = sched.is_last_active(step - self.origin, self.schedule)
+            return PA.RECORD_AND_SAVE if last else PA.RECORD
         return PA.NONE
 
     def _window_over_after(self, step: int) -> bool:
-        return not sched.phase(step + 1, self.schedule) or step == self._cut_at
+        return not self._phase(step + 1) or step == self._cut_at
+
+    def rebase(self, origin: int) -> None:
+        """A more specific step marker took over: export the window in progress and count the
+        schedule from step ``origin`` (the first step under the new marker)."""
+        if not self.active or self.owner != "gpudoctor":
+            return
+        self.finish()
+        self.origin = origin
+        self.rebased_at.append(origin)
+        self._quiet_until = 0
+        self._cut_at = None
+        self._bound = None
+        self.windows_started = 0  # the first window of the new marker records shapes and stacks
 
     def running_schedule(self) -> bool:
         return self.enabled and self.active and self.owner == "gpudoctor"
+
+    def idle_until(self) -> int:
+        """The first step whose start or end needs this driver: before it, no window records and
+        none starts, so the tracker may skip the calls (its fast path)."""
+        if not self.active or not self.running_schedule():
+            return 1 << 62
+        if self._prof is not None or self._annotation is not None or self._probe is not None:
+            return 0
+        return self._quiet_until
 
     def on_step_start(self, step: int) -> str:
         """Step ``step`` begins: open a window if one starts here; return the step's phase."""
         if step < self._quiet_until or not self.running_schedule():
             return ""
-        ph = sched.phase(step, self.schedule)
+        ph = self._phase(step)
         if not ph:
-            nxt = sched.next_window_start(step, self.schedule)
-            self._quiet_until = nxt if nxt is not None else 1 << 62
+            nxt = sched.next_window_start(step - self.origin, self.schedule) if step >= self.origin else 0
+            self._quiet_until = self.origin + nxt if nxt is not None else 1 << 62
             return ""
-        self._window_first_active = sched.window_start(step, self.schedule)
+        if self._time_prof is not None:  # the time window still records: the steps wait for it
+            return ""
+        self._window_first_active = self._window_start(step)
         try:
             if self._prof is None:
                 self._start_window(step)
@@ -377,6 +468,7 @@ class ProfilerDriver:
     def _fail(self, err: BaseException) -> None:
         self.error = f"torch.profiler failed: {type(err).__name__}: {err}"
         self.enabled = False
+        self._time_prof = None
         self._drop_probe()
         self._annotation = None
         prof, self._prof = self._prof, None
@@ -392,6 +484,7 @@ class ProfilerDriver:
 
     def finish(self) -> None:
         """The script is over: close the step marker and export a window cut short."""
+        self.stop_time_window()
         self._drop_probe()
         if self._annotation is not None:
             ann, self._annotation = self._annotation, None
@@ -412,10 +505,13 @@ class ProfilerDriver:
     # ------------------------------------------------------------------ the script's own profiler
 
     def user_profiler_seen(self) -> None:
-        if not self.active or self.owner == "user":
+        if not self.active:
+            return
+        self.user_profilers += 1
+        if self.owner == "user":
             return
         self.owner = "user"
-        self.finish()  # ours gives way: export a window in progress
+        self.finish()  # ours gives way: export a window in progress (and stop a time window)
         self.on_change()
 
     def user_trace_exported(self, path: str) -> None:
@@ -423,11 +519,7 @@ class ProfilerDriver:
             return
         src = os.path.abspath(path)
         self.user_traces.append(src)
-        span = self.current_step()
-        base = trace_name(self.worker, span)
-        while (self.run_dir / base).exists() or (self.run_dir / plain_trace(base)).exists() or base in self.traces:
-            span += 1  # the span is only a number to torch-tb-profiler: keep names unique
-            base = trace_name(self.worker, span)
+        base = self._free_name(self.current_step())
         dst = self.run_dir / (base if src.endswith(".gz") else plain_trace(base))  # the parent gzips a plain one
         try:
             tmp = dst.with_name(dst.name + TMP_SUFFIX)
@@ -445,8 +537,108 @@ class ProfilerDriver:
         self.traces.append(base)
         self.on_change()
 
+    def user_profiler_stopped(self, prof: Any, export: Callable[[str], Any]) -> None:
+        """A profiler of the script's stopped: if it exported nothing, export what it recorded
+        into the run directory (the script's own files are not touched)."""
+        if not self.active or getattr(prof, "_gpudoctor_exported", False):
+            return
+        try:
+            prof._gpudoctor_exported = True  # once: a second stop() exports nothing new
+        except Exception:
+            return
+        base = self._free_name(self.current_step())
+        dst = self.run_dir / plain_trace(base)
+        self._own_depth += 1  # the export is gpudoctor's, not the script's
+        try:
+            export(str(dst))
+        except Exception as err:  # nothing recorded (stopped before its first active step), …
+            self.user_trace_errors.append(f"the script's profiler recorded nothing gpudoctor could export ({type(err).__name__})")
+            try:
+                dst.unlink()
+            except OSError:
+                pass
+            return
+        finally:
+            self._own_depth -= 1
+        if not dst.is_file() or dst.stat().st_size == 0:
+            return
+        self.traces.append(base)
+        self.user_exports_by_gpudoctor += 1
+        self.on_change()
+
+    def _free_name(self, span: int) -> str:
+        base = trace_name(self.worker, span)
+        while (self.run_dir / base).exists() or (self.run_dir / plain_trace(base)).exists() or base in self.traces:
+            span += 1  # the span is only a number to torch-tb-profiler: keep names unique
+            base = trace_name(self.worker, span)
+        return base
+
+    # ------------------------------------------------------------------ the time window
+
+    def start_time_window(self) -> bool:
+        """No step structure: record from now until :meth:`stop_time_window`."""
+        if not self.running_schedule() or self._prof is not None or self._time_prof is not None:
+            return False
+        torch = self.torch
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        try:
+            if torch.cuda.is_initialized() and torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self.cuda_traced = True
+        except Exception:
+            pass
+        self._own_depth += 1
+        try:
+            prof = torch.profiler.profile(activities=activities, record_shapes=self.schedule.record_shapes)
+            with no_lazy_inductor(torch):
+                prof.start()
+        except Exception as err:
+            self._fail(err)
+            return False
+        finally:
+            self._own_depth -= 1
+        self._time_prof = prof
+        return True
+
+    def stop_time_window(self) -> None:
+        """Stop the time window; what it recorded stays in memory until :meth:`export_time_window`."""
+        prof, self._time_prof = self._time_prof, None
+        if prof is None:
+            return
+        self._own_depth += 1
+        try:
+            prof.stop()
+            self._time_done = prof
+        except Exception as err:
+            self.error = f"torch.profiler failed in the time window: {type(err).__name__}: {err}"
+        finally:
+            self._own_depth -= 1
+
+    def drop_time_window(self) -> None:
+        """Steps were found after all: the time window is not part of the run."""
+        self._time_done = None
+
+    def export_time_window(self) -> str:
+        """At the end of a run without steps: export the time window (named for step 0) and list it."""
+        prof, self._time_done = self._time_done, None
+        if prof is None:
+            return ""
+        name = self._free_name(0)
+        self._own_depth += 1
+        try:
+            prof.export_chrome_trace(str(self.run_dir / plain_trace(name)))
+        except Exception as err:
+            self.error = f"the time window's trace could not be exported: {type(err).__name__}: {err}"
+            return ""
+        finally:
+            self._own_depth -= 1
+        self.time_trace = name
+        self.traces.append(name)
+        return name
+
     def in_child_after_fork(self) -> None:
         self._drop_probe()  # a forked worker inherits the probe's sys.setprofile hook
         self.active = False
         self._annotation = None
         self._prof = None
+        self._time_prof = self._time_done = None

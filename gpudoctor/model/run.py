@@ -106,6 +106,26 @@ class RankEnd(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class StepMarker(Serde):
+    """What marked the steps from ``first_step`` on (``docs/run-directory.md``, "steps.jsonl")."""
+
+    marker: str  # "optimizer", "backward", "module", "dataloader"
+    first_step: int  # the first step this marker ended
+    detail: str = ""  # the call that marks: "torch.optim.AdamW.step()", "Net (root module)"
+
+
+@dataclass(frozen=True, slots=True)
+class RootModuleUse(Serde):
+    """The root module (the outermost ``nn.Module`` with parameters) and how it was called."""
+
+    name: str  # its class: "RNNModel"
+    calls: int = 0  # calls on the loop's thread
+    # of them, calls whose output carried an autograd graph (grad mode on, parameters needing grad);
+    # None in a run that trains (optimizer / backward marker), where it is not counted
+    calls_with_grad: int | None = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest(Serde):
     schema_version: int
     gpudoctor_version: str
@@ -131,7 +151,13 @@ class Manifest(Serde):
     collected: tuple[Collected, ...] = ()
     profiler_owner: str = "gpudoctor"  # "gpudoctor" or "user" (the script ran torch.profiler itself)
     schedule: ProfilerSchedule | None = None
-    step_source: str = "none"  # "optimizer", "dataloader" or "none"
+    # what marked the steps, most specific first: "optimizer", "backward", "module", "dataloader";
+    # "time" (no step structure: a time-based window was recorded instead) or "none"
+    step_source: str = "none"
+    step_source_reason: str = ""  # in words: "loss.backward() ends each step; no optimizer object"
+    step_markers: tuple[StepMarker, ...] = ()  # every marker in force, in order (the last is step_source)
+    time_window_s: tuple[float, float] | None = None  # seconds of the script recorded when nothing marked steps
+    root_module: RootModuleUse | None = None  # None: no module with parameters was called (or it could not be watched)
     steps_seen: int = 0
     max_steps: int | None = None  # --steps N
     traces: tuple[str, ...] = ()  # paths relative to the run directory
@@ -255,6 +281,22 @@ class StepRecord(Serde):
     epoch: int | None = None
     rank: int | None = None
     window: str = ""  # instrument on during this step: "" (none), "warmup", "active" (torch.profiler) or "cprofile"
+    marker: str = ""  # what ended this step: "optimizer", "backward", "module", "dataloader" ("" before this field)
+    # host time in each phase of the step, exclusive (a backward() inside optimizer.step() is backward's);
+    # null where the phase could not be watched (forward: no root module found). The rest of
+    # wall_ns (less data_wait_ns) is "other": the loop's own Python work
+    forward_ns: int | None = None  # in calls of the root module
+    backward_ns: int | None = None  # in torch.autograd.backward / Tensor.backward
+    optimizer_ns: int | None = None  # in optimizer.step()
+    micro_batches: int | None = None  # backward() calls in the step (DataLoader batches when none)
+    batches: int | None = None  # DataLoader batches the step received
+
+    def other_ns(self) -> int | None:
+        """Host time outside data wait, forward, backward and optimizer (None without phase times)."""
+        if self.backward_ns is None or self.optimizer_ns is None:
+            return None
+        used = self.data_wait_ns + (self.forward_ns or 0) + self.backward_ns + self.optimizer_ns
+        return max(0, self.wall_ns - used)
 
 
 @dataclass(frozen=True, slots=True)

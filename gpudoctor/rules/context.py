@@ -247,10 +247,22 @@ class RuleContext:
     def steps(self) -> tuple[StepRecord, ...]:
         return self.run.steps
 
-    def steady_steps(self) -> tuple[StepRecord, ...]:
-        """Steps without the first of the run (and the first of each epoch when epochs are known):
-        those carry one-off costs (worker start-up, cuDNN autotuning, allocator warm-up)."""
+    def marked_steps(self) -> tuple[StepRecord, ...]:
+        """The steps of the marker that defines the run (``manifest.step_source``): when a more
+        specific marker took over mid-run (training after an evaluation pass), the steps before
+        it measured another loop."""
         steps = self.run.steps
+        mf = self.manifest
+        if mf is None or not steps or not steps[-1].marker:
+            return steps
+        final = tuple(s for s in steps if s.marker == mf.step_source)
+        return final if final and len(final) < len(steps) else steps
+
+    def steady_steps(self) -> tuple[StepRecord, ...]:
+        """Steps of the run's marker without the first (and the first of each epoch when epochs
+        are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
+        warm-up; a step that straddles a change of marker)."""
+        steps = self.marked_steps()
         if len(steps) < 2:
             return steps
         first_of_epoch: set[int] = set()
@@ -289,6 +301,31 @@ class RuleContext:
         steps = self.steady_steps() if steps is None else steps
         total = sum(s.wall_ns for s in steps)
         return 100.0 * ns / total if total > 0 else None
+
+    def phase_shares_pct(self) -> dict[str, float | None] | None:
+        """Share of step time (steady steps) in each phase gpudoctor's hooks timed on the host:
+        ``data_wait``, ``forward`` (None where no root module was watched: it is then in
+        ``other``), ``backward``, ``optimizer``, ``other`` (the loop's own work); None when the
+        steps carry no phase times (a run recorded before they existed)."""
+        steps = [s for s in self.steady_steps() if s.backward_ns is not None and s.optimizer_ns is not None]
+        total = sum(s.wall_ns for s in steps)
+        if not steps or total <= 0:
+            return None
+        forward = None if any(s.forward_ns is None for s in steps) else sum(s.forward_ns or 0 for s in steps)
+        parts: dict[str, float | None] = {
+            "data_wait": sum(min(s.data_wait_ns, s.wall_ns) for s in steps),
+            "forward": forward,
+            "backward": sum(s.backward_ns or 0 for s in steps),
+            "optimizer": sum(s.optimizer_ns or 0 for s in steps),
+            "other": sum(s.other_ns() or 0 for s in steps),
+        }
+        return {k: (None if v is None else 100.0 * v / total) for k, v in parts.items()}
+
+    def micro_batches(self) -> int | None:
+        """Micro-batches (backward() calls) per optimizer step, median over the steady steps;
+        None when the steps are not optimizer steps or do not say."""
+        steps = [s for s in self.steady_steps() if s.marker == "optimizer" and s.micro_batches]
+        return median_int(s.micro_batches or 0 for s in steps) if steps else None
 
     def data_wait_share_pct(self) -> float | None:
         steps = self.steady_steps()

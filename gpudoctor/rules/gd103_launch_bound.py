@@ -76,6 +76,12 @@ the loop): ops per step (per sample with the DataLoader's batch size), each
 op's self time, the gaps between top-level ops, the typical step they make and
 the measured median step; the DataLoader's `batch_size` and call site.
 
+Both: the steps' phase times (`steps.jsonl`, every step): the host time in the
+model's calls (the root module's forward, `backward()`, `optimizer.step()`)
+against the loop's own work. Per-op overhead lives inside those calls: when they
+are a small share of the step, the step is the loop's Python (GD203), and this
+rule stays quiet.
+
 Thresholds
 ----------
 - `launch_short_kernel_share_pct` (50): share of kernels (by count) under 10 µs.
@@ -92,6 +98,8 @@ Thresholds
   bring the overhead to this share if the rest of the step grew with the batch.
 - `dispatch_disturbed_ratio` (1.5): profiled steps this many times longer than
   the typical step are called disturbed (other load) in the finding.
+- `model_calls_min_share_pct` (25): with phase times, the model's calls must
+  take at least this share of step time.
 - `error_share_pct`, `warning_share_pct`: severity from the GPU idle time in
   launch-bound and short gaps, on a CPU from the per-op overhead share.
 
@@ -123,6 +131,8 @@ References
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRange
 from gpudoctor.model.metrics import GapCause, TraceMetrics
@@ -388,16 +398,48 @@ def _judge_cpu(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def _model_share(ctx: RuleContext) -> tuple[float | None, str]:
+    """Share of step time in the model's calls (forward, backward, optimizer.step()) from the
+    steps' phase times, and the split in words; None without them (or without a watched forward)."""
+    phases = ctx.phase_shares_pct()
+    if phases is None or phases["forward"] is None:
+        return None, ""
+    keys = ("forward", "backward", "optimizer")
+    share = sum(phases[k] or 0.0 for k in keys)
+    split = ", ".join(f"{k} {fmt_pct(phases[k])}" for k in keys if phases[k]) or "none"
+    return share, f"{split}; the loop's own work {fmt_pct(phases['other'])}"
+
+
 def check(ctx: RuleContext) -> RuleResult:
     # A CPU run: no GPU at all, or a script that trains on the CPU of a machine with one.
     on_cpu = not ctx.has_gpu() or (
         ctx.settings is not None and ctx.settings.device_type == "cpu" and not ctx.gpu_traces()
     )
+    t = ctx.thresholds
+    model_pct, split = _model_share(ctx)
+    if model_pct is not None and model_pct < t.model_calls_min_share_pct:
+        return RuleResult.fine(
+            f"the model's calls take {fmt_pct(model_pct)} of step time ({split}; threshold "
+            f"{t.model_calls_min_share_pct:g}%): per-op overhead inside them cannot set the step time"
+        )
 
     def judge(m: TraceMetrics) -> RuleResult:
         if on_cpu and not m.has_gpu_activity:
-            return _judge_cpu(ctx, m)
-        return _judge(ctx, m)
+            result = _judge_cpu(ctx, m)
+        else:
+            result = _judge(ctx, m)
+        if model_pct is None or not result.findings:
+            return result
+        note = f"steps' phase times (every step): the model's calls take {fmt_pct(model_pct)} of step time ({split})"
+        findings = tuple(
+            replace(f, evidence=replace(
+                f.evidence,
+                metrics=(*f.evidence.metrics, Metric("model_calls_share_pct", round(model_pct, 1), "%", "steps")),
+                notes=(*f.evidence.notes, note),
+            ))
+            for f in result.findings
+        )
+        return RuleResult(result.verdict, result.reason, findings)
 
     return ctx.per_trace(judge)
 

@@ -6,6 +6,9 @@ The time each step spends blocked in `DataLoader.__next__` waiting for the
 next batch, as a share of step time: from gpudoctor's per-step records (every
 step of the run), or from the `enumerate(DataLoader)#…__next__` events of a
 trace. The first step of each epoch is left out (worker start-up is GD202).
+With gradient accumulation a step is one optimizer step: its wait is that of
+all its micro-batches, judged against the whole step, and the finding gives the
+wait per batch too.
 
 Why it matters
 --------------
@@ -36,7 +39,7 @@ loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
 
 Evidence used
 -------------
-Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`), or the trace's
+Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`, `micro_batches`), or the trace's
 DataLoader share; the DataLoader's settings (`num_workers`, `prefetch_factor`,
 `persistent_workers`, `pin_memory`) with their `file:line`; the cores
 available (`settings.cpu_count`). With workers, the run-queue figures of the
@@ -135,6 +138,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         return RuleResult.cannot_judge("no per-step records")
     wait_med = median_int(s.data_wait_ns for s in steps) or 0
     step_med = median_int(s.wall_ns for s in steps) or 0
+    micro = ctx.micro_batches() or 1  # gradient accumulation: batches per optimizer step
     loc = location_of(dl.call_site) if dl is not None else None
     where = f" at {loc}" if loc else ""
     if share <= t.dataloader_wait_share_pct:
@@ -152,18 +156,23 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 f"the loop waits {fmt_pct(share)} of step time for data, but the workers are short of CPU, not of "
                 f"numbers: {demand.tree:.1f} runnable threads on {cores} cores (GD204); more workers would make it worse"
             )
+    # one batch at a time: with gradient accumulation a step receives `micro` batches
     n, load_ns, compute_ns, how = suggest_num_workers(
         dl,
-        wait_med,
-        step_med,
+        wait_med // micro,
+        step_med // micro,
         cores,
         t.dataloader_reserved_cores,
         t.dataloader_spare_workers_count,
     )
     workers = dl.num_workers if dl is not None else None
+    if micro > 1:
+        per = (f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} optimizer step over its {micro} micro-batches, "
+               f"{fmt_ns(wait_med // micro)} per batch; median over {len(steps)} steps")
+    else:
+        per = f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} step, median over {len(steps)} steps"
     message = (
-        f"the loop waits {fmt_pct(share)} of step time for the next batch ({fmt_ns(wait_med)} of a "
-        f"{fmt_ns(step_med)} step, median over {len(steps)} steps)"
+        f"the loop waits {fmt_pct(share)} of step time for the next batch ({per})"
         + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
     )
     changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
@@ -193,6 +202,9 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     ]
     if cores is not None:
         metrics.append(Metric("cpu_count", cores, "count"))
+    if micro > 1:
+        metrics.append(Metric("micro_batches_per_step", micro, "count", "backward() calls per optimizer step"))
+        metrics.append(Metric("data_wait_per_batch_ns", wait_med // micro, "ns"))
     notes = ["first step of each epoch left out (worker start-up is GD202)"]
     if extra_note:
         notes.append(extra_note)

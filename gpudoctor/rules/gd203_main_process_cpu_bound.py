@@ -47,7 +47,10 @@ Evidence used
 psutil samples of the main process (`cpu_pct`, 100 = one core), the
 DataLoader wait share (per-step records), GPU idle share (trace) or NVML
 utilization; the user functions with the most self time from `profile.pstats`
-when cProfile ran. On CPU runs, the threads that wanted a core count, not only
+when cProfile ran; the steps' phase times (`steps.jsonl`: host time in the
+DataLoader, the root module's forward, `backward()`, `optimizer.step()`; the
+rest is the loop's own work), which tell Python in the loop from a process busy
+inside the model's calls (GD103's per-op overhead) on every step, trace or not. On CPU runs, the threads that wanted a core count, not only
 those that got one: `cpu_pct + runq_wait_pct` (Linux schedstat), so a process
 held at one core by other work on the machine is not taken for one Python
 thread.
@@ -63,6 +66,8 @@ Thresholds
 - `cpu_run_thread_use_max_pct` (60): CPU runs without a trace: the process's
   CPU (with its run-queue wait) as a share of what its intra-op threads could
   use.
+- `loop_other_share_pct` (25): with phase times, the loop's own work must take
+  this share of step time; below it the busy process is inside the model's calls.
 - `gpu_idle_share_pct` (20): the GPU waits.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
@@ -150,16 +155,29 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable(
             f"the training process is busy loading batches ({fmt_pct(wait)} of step time waiting for data): see GD201"
         )
+    phases = ctx.phase_shares_pct()
+    loop_pct = phases["other"] if phases is not None and phases["forward"] is not None else None
+    if loop_pct is not None and loop_pct < t.loop_other_share_pct:
+        assert phases is not None
+        inside = ", ".join(f"{k} {fmt_pct(phases[k])}" for k in ("forward", "backward", "optimizer") if phases[k])
+        return RuleResult.fine(
+            f"training process at {cpu:.0f}% of one core, but its time is inside the model's calls ({inside}), "
+            f"not in the loop's own work ({fmt_pct(loop_pct)} of step time; threshold {t.loop_other_share_pct:g}%): "
+            "per-op overhead there is GD103's"
+        )
     location, notes, user_share = _hot_user_code(ctx)
     metrics = [Metric("main_cpu_pct", round(cpu, 1), "%", f"one core (median of {n} samples)")]
     if wait is not None:
         metrics.append(Metric("data_wait_share_pct", round(wait, 2), "%", "steps"))
+    if loop_pct is not None:
+        metrics.append(Metric("loop_other_share_pct", round(loop_pct, 1), "%",
+                              "host time outside the DataLoader, forward, backward and optimizer.step() (steps)"))
     if ctx.has_gpu():
-        return _gpu_case(ctx, cpu, metrics, notes, location)
-    return _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share)
+        return _gpu_case(ctx, cpu, metrics, notes, location, loop_pct)
+    return _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct)
 
 
-def _gpu_case(ctx, cpu, metrics, notes, location) -> RuleResult:
+def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
     t = ctx.thresholds
     best = None
     for m in ctx.gpu_traces():
@@ -189,6 +207,10 @@ def _gpu_case(ctx, cpu, metrics, notes, location) -> RuleResult:
         at_stake = max(0.0, idle_pct - wait)
         confidence = Confidence.INFERRED
         gain_note = "GPU idle share less the DataLoader wait (no idle-gap causes measured)"
+        if loop_pct is not None and loop_pct < at_stake:
+            at_stake = loop_pct
+            gain_note = ("the loop's own work outside the model's calls (steps' phase times), at most the GPU idle "
+                         "share less the DataLoader wait")
     metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
     message = (
         f"training process at {cpu:.0f}% of one core while the GPU idles {fmt_pct(idle_pct)} of step time, "
@@ -227,7 +249,7 @@ def _python_share(ctx: RuleContext) -> tuple[float | None, DispatchStats | None]
     return best
 
 
-def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share) -> RuleResult:
+def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) -> RuleResult:
     t = ctx.thresholds
     s = ctx.settings
     cores = ctx.cpu_count()
@@ -272,6 +294,15 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share) -> RuleRes
         message = (
             f"CPU run bound by Python in the loop: {fmt_pct(python_pct)} of a typical step runs Python between "
             f"torch ops, on one thread while torch's {n_threads} intra-op threads wait"
+        )
+    elif loop_pct is not None:
+        at_stake = loop_pct
+        confidence = Confidence.MEASURED
+        gain_note = "host time outside the DataLoader wait and the model's calls (forward, backward, optimizer), every step"
+        message = (
+            f"CPU run bound by one Python thread: {fmt_pct(loop_pct)} of step time is the loop's own work outside "
+            f"the model's calls, while the training process runs at {cpu:.0f}% CPU{waiting}, "
+            f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
         )
     elif user_share is not None:
         at_stake = user_share

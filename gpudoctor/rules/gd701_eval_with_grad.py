@@ -2,10 +2,12 @@
 
 What it detects
 ---------------
-An evaluation or inference run (no optimizer step: steps come from DataLoader
-iteration, or the trace has no `Optimizer.step` and no backward pass) whose
-operators were recorded by autograd (they carry an autograd sequence number):
-the forward runs with gradients enabled.
+An evaluation or inference run (nothing backpropagates: steps come from calls
+of the root module or from DataLoader iteration, or the trace has no
+`Optimizer.step` and no backward pass) whose forward builds an autograd graph:
+the root module's output needs grad (gpudoctor's hook on the root module, every
+call of the run), or, without that, the trace's operators carry an autograd
+sequence number (grad mode was on).
 
 Why it matters
 --------------
@@ -37,8 +39,9 @@ with torch.inference_mode():
 
 Evidence used
 -------------
-Manifest: how steps were found (`step_source`); settings: optimizers; trace:
-operators recorded by autograd and backward operators
+Manifest: how steps were found (`step_source`) and the root module's calls
+(`root_module`: calls, and calls whose output carried a graph); settings:
+optimizers; trace: operators recorded by autograd and backward operators
 (`TraceMetrics.autograd_forward_ops`, `backward_ops`).
 
 Thresholds
@@ -51,7 +54,11 @@ Known limits
 ------------
 A training script whose evaluation runs inside the profiled window is judged
 on the steps gpudoctor found; an evaluation loop inside a training run is
-`gpudoctor check`'s to find. Needs a trace with operator events.
+`gpudoctor check`'s to find. Without the root module's record (a bare trace) it
+needs a trace with operator events, and then judges grad mode, not the graph: a
+model whose parameters were all frozen (`requires_grad_(False)`) builds none.
+A run without step structure (`step_source: "time"`) called no module with
+parameters: nothing says it evaluates a model.
 
 References
 ----------
@@ -77,10 +84,15 @@ with torch.inference_mode():
 
 
 def _trains(ctx: RuleContext) -> tuple[bool | None, str]:
-    """Whether an optimizer steps in this run: (True/False/None unknown, how we know)."""
+    """Whether the run trains (something backpropagates): (True/False/None unknown, how we know)."""
     mf = ctx.manifest
     if mf is not None and mf.step_source == "optimizer":
         return True, "steps come from optimizer.step()"
+    if mf is not None and mf.step_source == "backward":
+        return True, "steps come from loss.backward()"
+    if mf is not None and mf.step_source == "module":
+        root = f" ({mf.root_module.name})" if mf.root_module is not None else ""
+        return False, f"steps come from calls of the root module{root}; nothing calls backward()"
     s = ctx.settings
     if s is not None and s.optimizers:
         return True, f"{s.optimizers[0].cls} is built"
@@ -121,12 +133,58 @@ def _judge(ctx: RuleContext, m: TraceMetrics, how: str) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def _judge_root(ctx: RuleContext, how: str) -> RuleResult | None:
+    """From the root module's calls (every call of the run), when gpudoctor watched them."""
+    mf = ctx.manifest
+    root = mf.root_module if mf is not None else None
+    if root is None or root.calls == 0 or root.calls_with_grad is None:
+        return None
+    if root.calls_with_grad == 0:
+        return RuleResult.fine(
+            f"evaluation/inference ({how}): none of the {root.calls} calls of {root.name} built an autograd graph"
+        )
+    autograd_ops = [m.autograd_forward_ops for m in ctx.metrics if m.autograd_forward_ops]
+    message = (
+        f"evaluation/inference ({how}) runs with gradients enabled: {root.calls_with_grad} of {root.calls} calls "
+        f"of {root.name} returned outputs that carry an autograd graph no backward pass uses"
+    )
+    metrics = [
+        Metric("root_module_calls", root.calls, "count"),
+        Metric("root_module_calls_with_grad", root.calls_with_grad, "count"),
+    ]
+    if autograd_ops:
+        metrics.append(Metric("autograd_forward_ops", max(autograd_ops), "count", "trace"))
+    finding = ctx.finding(
+        message,
+        Fix(
+            "Run the evaluation/inference loop under `torch.inference_mode()` (or `torch.no_grad()` when the outputs "
+            "feed autograd later).",
+            _BEFORE,
+            _AFTER,
+        ),
+        share_pct=None,
+        confidence=Confidence.MEASURED,
+        metrics=metrics,
+        gain_note="memory for saved activations and autograd bookkeeping; not put in step time",
+    )
+    return RuleResult.fired(finding)
+
+
 def check(ctx: RuleContext) -> RuleResult:
+    mf = ctx.manifest
+    if mf is not None and mf.step_source == "time":
+        return RuleResult.not_applicable(
+            "no step structure: the script called no module with parameters, no backward() and no optimizer; "
+            "nothing here evaluates a model"
+        )
     trains, how = _trains(ctx)
     if trains is None:
         return RuleResult.cannot_judge("cannot tell whether the run trains or evaluates")
     if trains:
         return RuleResult.not_applicable(f"the run trains ({how})")
+    judged = _judge_root(ctx, how)
+    if judged is not None:
+        return judged
     if not ctx.metrics:
         return RuleResult.cannot_judge("no trace with operator events to see autograd recording")
     return ctx.per_trace(lambda m: _judge(ctx, m, how))

@@ -212,15 +212,18 @@ def test_module_run_like_python_dash_m(tmp_path):
     assert run_dir.name.startswith("modpkg.train_mod-")
 
 
-def test_without_an_optimizer_batches_are_steps(tmp_path):
+def test_without_an_optimizer_calls_of_the_model_are_steps(tmp_path):
+    """An evaluation loop over a DataLoader: the root module's calls mark the steps (one per batch)."""
     copy_script("train_small.py", tmp_path)
     proc = run_profile("--no-report", "--out", "runs", *FAST_SCHEDULE, "train_small.py", "--", "--no-optimizer", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path / "runs")
     m = manifest(run_dir)
-    assert m["step_source"] == "dataloader" and m["steps_seen"] == 16
+    assert m["step_source"] == "module" and m["steps_seen"] == 16
+    assert m["root_module"] == {"name": "Sequential", "calls": 16, "calls_with_grad": 0}  # under torch.no_grad()
     rows = steps(run_dir)
     assert [r["epoch"] for r in rows] == [0] * 8 + [1] * 8
+    assert all(r["batches"] == 1 and r["forward_ns"] > 0 and r["marker"] == "module" for r in rows)
     assert profiler_steps(run_dir / sorted(m["traces"])[0]) == [3, 4, 5]
 
 
@@ -341,5 +344,7 @@ def test_no_training_steps_is_said_plainly(tmp_path):
     assert proc.stdout.strip() == "2.0"
     m = manifest(only_run_dir(tmp_path / "runs"))
     assert m["step_source"] == "none" and m["steps_seen"] == 0
-    assert "nothing marked a training step" in collected(m, "steps")["reason"]
+    reason = collected(m, "steps")["reason"]
+    assert reason.startswith("no step structure: no optimizer step, backward(), root-module call or DataLoader batch")
+    assert "the script ended before second 5" in reason  # too short for the time-based window
     assert "no training steps" in proc.stderr

@@ -1,0 +1,211 @@
+"""A time-based window for a script without step structure (``step_source: "time"``).
+
+When nothing marks a step (no optimizer step, ``backward()``, root-module call or
+DataLoader batch: a loop of bare tensor operations, a script outside torch's usual
+shapes), torch.profiler and cProfile still record seconds ``start_s``–``end_s`` of the
+script (5–10 by default, ``--time-window``), so the run is analysed as "no step
+structure" rather than left empty.
+
+cProfile follows only the thread that enables it, and the script's loop runs on the
+main thread, so the window is opened and closed *on the main thread*: a timer thread
+sends the main thread a real-time signal (``pthread_kill``; a signal no library uses,
+installed with ``SA_RESTART`` so that interrupted system calls resume) and the handler,
+which Python runs between two bytecodes of the script, starts or stops the profilers.
+Nothing the script computes changes; the window opens late when the main thread is
+inside a long C call.
+
+The window gives way to steps: when the first step is written (a loop started late,
+after the window opened), the window stops and its data are dropped; a run that has
+steps is analysed on them. What the window recorded is kept in memory and written
+(the trace listed in the manifest, cProfile as ``profile.pstats``) when the run ends
+without a step, also when it is interrupted or raises; a process killed outright
+loses it.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_START_S = 5.0
+DEFAULT_END_S = 10.0
+
+
+def _free_signal() -> int | None:
+    """A real-time signal with no handler (gpudoctor's own), None where there is none."""
+    lo, hi = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
+    if lo is None or hi is None or not hasattr(signal, "pthread_kill"):
+        return None
+    for sig in range(hi - 1, lo + 1, -1):
+        try:
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                return sig
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class TimeWindow:
+    def __init__(
+        self,
+        tracker: Any,  # steps.StepTracker
+        driver: Any,  # torchprof.ProfilerDriver, or None without a profiler schedule
+        pstats_path: Path,
+        start_s: float | None,
+        end_s: float | None,
+        cprofile: bool,
+    ) -> None:
+        self.tracker = tracker
+        self.driver = driver
+        self.pstats_path = pstats_path
+        self.start_s = start_s
+        self.end_s = end_s
+        self.cprofile_on = cprofile
+        self.state = "off"  # off, armed, recording, recorded, dropped
+        self.reason = "" if start_s is not None else "switched off (--time-window off)"
+        self.recorded_s: tuple[float, float] | None = None  # seconds of the script it covered
+        self.traced = False
+        self.pstats_written = False
+        self._sig: int | None = None
+        self._old_handler: Any = None
+        self._main = 0
+        self._t0 = 0
+        self._pending = ""
+        self._stop = threading.Event()
+        self._cprof: cProfile.Profile | None = None
+        self._began_ns = 0
+
+    # ------------------------------------------------------------------ set-up (main thread)
+
+    def arm(self, script_start_ns: int) -> None:
+        if self.start_s is None or self.end_s is None:
+            return
+        sig = _free_signal()
+        if sig is None:
+            self.reason = "no real-time signal on this platform to open it on the main thread"
+            return
+        try:
+            self._old_handler = signal.signal(sig, self._on_signal)
+            signal.siginterrupt(sig, False)  # SA_RESTART: a system call it interrupts resumes
+        except (OSError, ValueError, RuntimeError) as err:
+            self.reason = f"its signal could not be installed ({err})"
+            return
+        self._sig = sig
+        self._main = threading.get_ident()
+        self._t0 = script_start_ns
+        self.state = "armed"
+        threading.Thread(target=self._run, name="gpudoctor-time-window", daemon=True).start()
+
+    def _run(self) -> None:
+        assert self.start_s is not None and self.end_s is not None
+        if self._wait_until(self.start_s) or self.tracker.steps_seen or not self.tracker.active:
+            return
+        self._send("start")
+        if self._wait_until(self.end_s):
+            return
+        self._send("stop")
+
+    def _wait_until(self, seconds: float) -> bool:
+        """Sleep until ``seconds`` into the script; True when stopped first."""
+        left = self._t0 / 1e9 + seconds - time.monotonic_ns() / 1e9
+        return self._stop.wait(max(0.0, left))
+
+    def _send(self, action: str) -> None:
+        if self._sig is None or self._stop.is_set():
+            return
+        self._pending = action
+        try:
+            if signal.getsignal(self._sig) != self._on_signal:  # the script took the signal over
+                self.reason = "the script installed its own handler for gpudoctor's signal"
+                return
+            signal.pthread_kill(self._main, self._sig)
+        except (OSError, ValueError, RuntimeError) as err:
+            self.reason = f"the main thread could not be signalled ({err})"
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        action, self._pending = self._pending, ""
+        try:
+            if action == "start":
+                self._begin()
+            elif action == "stop":
+                self._end()
+        except Exception as err:  # gpudoctor's error never reaches the script
+            self.reason = f"the time window failed: {type(err).__name__}: {err}"
+
+    # ------------------------------------------------------------------ the window (main thread)
+
+    def _begin(self) -> None:
+        if self.state != "armed" or self.tracker.steps_seen:
+            return
+        self.state = "recording"
+        self._began_ns = time.monotonic_ns()
+        if self.driver is not None:
+            self.traced = bool(self.driver.start_time_window())
+        if self.cprofile_on and sys.getprofile() is None:
+            prof = cProfile.Profile()
+            try:
+                prof.enable()
+                self._cprof = prof
+            except (RuntimeError, ValueError):  # another profiler holds the hook
+                self._cprof = None
+
+    def _end(self) -> None:
+        if self.state != "recording":
+            return
+        self.state = "recorded"
+        end_ns = time.monotonic_ns()
+        self.recorded_s = (round((self._began_ns - self._t0) / 1e9, 3), round((end_ns - self._t0) / 1e9, 3))
+        if self._cprof is not None:
+            try:
+                self._cprof.disable()
+            except Exception:
+                self._cprof = None
+        if self.driver is not None and self.traced:
+            self.driver.stop_time_window()
+
+    def give_way(self) -> None:
+        """The first step was written: the run has steps, the window's data are dropped."""
+        self._stop.set()
+        if self.state == "recording":
+            self._end()
+        if self.state == "recorded":
+            self.state = "dropped"
+            self._cprof = None
+            self.recorded_s = None
+            if self.driver is not None:
+                self.driver.drop_time_window()
+
+    def finish(self, steps_seen: int) -> None:
+        """The script is over: write what the window recorded when the run has no steps."""
+        self._stop.set()
+        if self.state == "recording":
+            self._end()  # cut short by the end of the script
+        if steps_seen:
+            self.give_way()
+        elif self.state == "recorded":
+            if self.driver is not None and self.traced and not self.driver.export_time_window():
+                self.traced = False
+            if self._cprof is not None:
+                try:
+                    self._cprof.dump_stats(str(self.pstats_path))
+                    self.pstats_written = True
+                except OSError as err:
+                    self.reason = f"its cProfile could not be written: {err.strerror or err}"
+        elif self.state == "armed" and not self.reason:
+            self.reason = f"the script ended before second {self.start_s:g}, when the window would have opened"
+        if self._sig is not None:
+            try:
+                signal.signal(self._sig, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                pass
+            self._sig = None
+
+    def in_child_after_fork(self) -> None:
+        self._stop.set()
+        self._cprof = None
+        self.state = "off"

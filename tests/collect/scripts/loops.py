@@ -1,0 +1,180 @@
+"""Loops of every shape for the step-marker tests; deterministic, tiny, CPU.
+
+--shape manual    an LSTM language model on a token tensor, batches sliced from it,
+                  parameters updated by hand after loss.backward() (no optimizer, no DataLoader)
+--shape eval      an evaluation loop over a list of tensors without torch.no_grad();
+                  the model's __init__ calls a submodule once to infer a size
+--shape accum     gradient accumulation (--accum K micro-batches per optimizer step) over a
+                  DataLoader whose collate_fn sleeps --collate-ms
+--shape data      DataLoader batches only, no model
+--shape tensors   bare tensor arithmetic for --seconds, nothing torch would call a step
+
+--iters N         loop iterations (batches); --raise-in forward|backward --raise-at K raises
+                  inside that call at iteration K; --print-losses prints every loss (the
+                  outputs-unchanged test compares them with and without gpudoctor);
+                  --save FILE torch.save()s the model at the end, loads it back and prints
+                  the forward hooks of both
+"""
+
+import argparse
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+ARGS = None
+
+
+class Planted(Exception):
+    pass
+
+
+def maybe_raise(where, i):
+    if ARGS.raise_in == where and i == ARGS.raise_at:
+        raise Planted(f"planted failure in {where} at iteration {i}")
+
+
+class LM(nn.Module):
+    """embedding -> LSTM -> linear decoder, as word_language_model's RNNModel."""
+
+    def __init__(self, vocab=50, dim=16):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, dim)
+        self.rnn = nn.LSTM(dim, dim)
+        self.decoder = nn.Linear(dim, vocab)
+        self.step = 0
+
+    def forward(self, x, hidden):
+        maybe_raise("forward", self.step)
+        self.step += 1
+        out, hidden = self.rnn(self.encoder(x), hidden)
+        return self.decoder(out), hidden
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU())
+        with torch.no_grad():  # a shape probe in __init__: a submodule called alone, once
+            width = self.features(torch.zeros(1, 8)).shape[1]
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class Rows(Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = torch.randint(0, 3, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def slow_collate(items):
+    time.sleep(ARGS.collate_ms / 1000)
+    return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+
+
+def manual():
+    torch.manual_seed(0)
+    corpus = torch.randint(0, 50, (ARGS.iters * 5 + 1, 4))  # (tokens, batch columns)
+    model = LM()
+    lr = 0.5
+    hidden = None
+    for i in range(ARGS.iters):
+        data, target = corpus[i * 5 : i * 5 + 5], corpus[i * 5 + 1 : i * 5 + 6]
+        if hidden is not None:
+            hidden = tuple(h.detach() for h in hidden)
+        model.zero_grad()
+        out, hidden = model(data, hidden)
+        loss = nn.functional.cross_entropy(out.view(-1, 50), target.reshape(-1))
+        if ARGS.raise_in == "backward" and i == ARGS.raise_at:
+            loss.register_hook(lambda g, at=i: maybe_raise("backward", at))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        if ARGS.print_losses:
+            print(f"loss {i} {loss.item():.10f}")
+    return model
+
+
+def evaluate():
+    torch.manual_seed(0)
+    model = Classifier()
+    model.eval()
+    batches = [torch.randn(16, 8) for _ in range(ARGS.iters)]
+    total = 0.0
+    for x in batches:  # no torch.no_grad(): autograd records every op
+        total += model(x).softmax(1).max(1).values.sum().item()
+    print(f"eval score {total:.6f}")
+    return model
+
+
+def accum():
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4, collate_fn=slow_collate)
+    for i, (x, y) in enumerate(loader):
+        loss = nn.functional.cross_entropy(model(x), y) / ARGS.accum
+        loss.backward()
+        if (i + 1) % ARGS.accum == 0:
+            opt.step()
+            opt.zero_grad()
+        if ARGS.print_losses:
+            print(f"loss {i} {loss.item():.10f}")
+    return model
+
+
+def data_only():
+    loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
+    total = 0.0
+    for x, _ in loader:
+        total += float(x.sum())
+    print(f"data sum {total:.4f}")
+
+
+def tensors():
+    a = torch.randn(64, 64)
+    n = 0
+    end = time.monotonic() + ARGS.seconds
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a.T / 64)
+        n += 1
+    print(f"tensor loops {n > 0}")
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors"])
+    p.add_argument("--iters", type=int, default=12)
+    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--collate-ms", type=float, default=0.0)
+    p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--raise-in", choices=["forward", "backward"])
+    p.add_argument("--raise-at", type=int, default=-1)
+    p.add_argument("--print-losses", action="store_true")
+    p.add_argument("--save")
+    ARGS = p.parse_args()
+    torch.set_num_threads(1)
+    model = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors}[ARGS.shape]()
+    if ARGS.save and model is not None:
+        torch.save(model, ARGS.save)  # pickles the whole module, hooks and all
+        loaded = torch.load(ARGS.save, weights_only=False)
+        live = len(model._forward_hooks) + len(model._forward_pre_hooks)
+        saved = len(loaded._forward_hooks) + len(loaded._forward_pre_hooks)
+        print(f"hooks: live {live}, saved {saved}")
+    print("loops: done")
+
+
+if __name__ == "__main__":
+    main()

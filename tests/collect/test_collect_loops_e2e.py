@@ -1,0 +1,182 @@
+"""`gpudoctor profile` on loops of every shape (tests/collect/scripts/loops.py): each finds
+its steps, gets a trace and the diagnosis it deserves; what the script computes is unchanged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from collect_testlib import (
+    FAST_SCHEDULE,
+    collected,
+    copy_script,
+    env,
+    manifest,
+    only_run_dir,
+    profiler_steps,
+    run_profile,
+    steps,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _bare(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, script, *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=120)
+
+
+def _losses(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("loss ")]
+
+
+def _report(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def manual(tmp_path_factory):
+    """An LSTM language model updated by hand, batches sliced from a tensor: no optimizer, no DataLoader."""
+    work = tmp_path_factory.mktemp("manual")
+    copy_script("loops.py", work)
+    args = ("--shape", "manual", "--iters", "12", "--print-losses", "--save", "model.pt")
+    proc = run_profile("--no-report", "--out", "runs", *FAST_SCHEDULE, "loops.py", "--", *args, cwd=work)
+    bare = _bare("loops.py", *args, cwd=work)
+    return proc, bare, only_run_dir(work / "runs")
+
+
+def test_manual_updates_are_marked_by_backward(manual):
+    proc, bare, run_dir = manual
+    assert proc.returncode == 0, proc.stderr
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("backward", 12)
+    assert m["step_source_reason"].endswith("no optimizer object")
+    assert m["step_markers"] == [{"marker": "backward", "first_step": 0, "detail": ""}]
+    assert m["root_module"] == {"name": "LM", "calls": 12, "calls_with_grad": None}  # not counted in a run that trains
+    rows = steps(run_dir)
+    assert [r["index"] for r in rows] == list(range(12))
+    assert all(r["marker"] == "backward" and r["micro_batches"] == 1 for r in rows)
+    assert all(r["forward_ns"] > 0 and r["backward_ns"] > 0 and r["optimizer_ns"] == 0 for r in rows)
+    first = sorted(m["traces"])[0]
+    assert profiler_steps(run_dir / first) == [3, 4, 5]
+    assert "marked by loss.backward()" in proc.stderr
+
+
+def test_a_marker_changes_nothing_the_script_computes(manual):
+    proc, bare, run_dir = manual
+    assert bare.returncode == 0, bare.stderr
+    losses = _losses(proc.stdout)
+    assert len(losses) == 12 and losses == _losses(bare.stdout)
+    # torch.save(model) pickles the module: gpudoctor's hooks on it stay out of the file
+    assert "hooks: live 2, saved 0" in proc.stdout and "hooks: live 0, saved 0" in bare.stdout
+
+
+def test_evaluation_without_no_grad_is_marked_by_the_root_module_and_diagnosed(tmp_path):
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--", "--shape", "eval", "--iters", "12",
+                       cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("module", 12)
+    # the shape probe in __init__ (a submodule called alone) is not the root
+    assert m["root_module"] == {"name": "Classifier", "calls": 12, "calls_with_grad": 12}
+    assert all(r["marker"] == "module" and r["forward_ns"] > 0 for r in steps(run_dir))
+    assert m["traces"] and collected(m, "torch.profiler")["ok"]
+    report = _report(run_dir)
+    gd701 = [f for f in report["findings"] if f["code"] == "GD701"]
+    assert gd701 and "12 of 12 calls of Classifier" in gd701[0]["message"]
+    marker = [s for s in report["summary"] if s["key"] == "step_marker"]
+    assert marker and marker[0]["value"].startswith("each call of the root module (Classifier) ends a step")
+
+
+@pytest.fixture(scope="module")
+def accum(tmp_path_factory):
+    """Gradient accumulation (4 micro-batches per optimizer step) over a DataLoader with a slow collate_fn."""
+    work = tmp_path_factory.mktemp("accum")
+    copy_script("loops.py", work)
+    args = ("--shape", "accum", "--iters", "24", "--accum", "4", "--collate-ms", "8", "--print-losses")
+    proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--", *args, cwd=work)
+    bare = _bare("loops.py", *args, cwd=work)
+    return proc, bare, only_run_dir(work / "runs")
+
+
+def test_gradient_accumulation_steps_are_optimizer_steps(accum):
+    proc, bare, run_dir = accum
+    assert proc.returncode == 0, proc.stderr
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("optimizer", 6)
+    assert "gradient accumulation: 4 micro-batches" in m["step_source_reason"]
+    assert [(r["micro_batches"], r["batches"]) for r in steps(run_dir)] == [(4, 4)] * 6
+    assert _losses(proc.stdout) == _losses(bare.stdout) and len(_losses(bare.stdout)) == 24
+
+
+def test_gradient_accumulation_with_a_slow_collate_is_a_dataloader_stall(accum):
+    proc, bare, run_dir = accum
+    report = _report(run_dir)
+    assert report["findings"][0]["code"] == "GD201", [f["code"] for f in report["findings"]]
+    msg = report["findings"][0]["message"]
+    assert "optimizer step over its 4 micro-batches" in msg and "per batch" in msg
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_script_that_raises_inside_a_marked_region(tmp_path, where):
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", *FAST_SCHEDULE, "loops.py", "--",
+                       "--shape", "manual", "--iters", "12", "--raise-in", where, "--raise-at", "5", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"Planted: planted failure in {where} at iteration 5" in proc.stderr  # the script's own traceback
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert m["status"] == "failed" and m["exception"]["type"] == "__main__.Planted"
+    assert [r["index"] for r in steps(run_dir)] == [0, 1, 2, 3, 4]  # the steps before; not the one that raised
+    assert m["traces"]  # the window in progress (steps 2..5) was exported as the script unwound
+
+
+def test_no_step_structure_gets_a_time_based_window(tmp_path):
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--out", "runs", "--time-window", "0.5:1.5", "loops.py", "--", "--shape", "tensors", "--seconds", "2.5",
+                       cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("time", 0)
+    start, end = m["time_window_s"]
+    assert 0.5 <= start < 1.0 and 1.4 <= end < 2.5
+    (trace,) = m["traces"]
+    assert trace.endswith(".00000000.pt.trace.json.gz") and (run_dir / trace).is_file()
+    assert (run_dir / "profile.pstats").stat().st_size > 0
+    assert "a time-based window" in collected(m, "torch.profiler")["detail"]
+    assert "a time-based window" in collected(m, "cprofile")["detail"]
+    assert "no step structure" in collected(m, "steps")["reason"]
+    marker = [s for s in _report(run_dir)["summary"] if s["key"] == "step_marker"]
+    assert marker and "recorded from second" in marker[0]["value"]
+    assert not any(p.name.startswith(".") for p in run_dir.iterdir())
+
+
+def test_a_script_that_profiles_itself_without_exporting(tmp_path):
+    """It only prints key_averages(): gpudoctor gives way, then exports what it recorded."""
+    copy_script("own_profiler_quiet.py", tmp_path)
+    proc = run_profile("--out", "runs", "--format", "json", "own_profiler_quiet.py", "--", "plain", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "own_profiler_quiet: done" in proc.stdout
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert m["profiler_owner"] == "user" and len(m["traces"]) == 1
+    detail = collected(m, "torch.profiler")["detail"]
+    assert "two profilers cannot record at once" in detail and "1 trace(s) it recorded but did not export" in detail
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["own_profiler_quiet.py"]  # nothing left beside it
+    summary = {s["key"]: s["value"] for s in _report(run_dir)["summary"]}
+    assert summary["trace_source"].startswith("the script's own torch.profiler")
+
+
+def test_model_operations_work_on_a_watched_root_module(tmp_path):
+    """deepcopy, TorchScript, DataParallel and a state_dict round trip, with the root module hooked."""
+    copy_script("model_ops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "model_ops.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"copied_hooks": 0, "data_parallel_same": True, "live_hooks": 2, "live_hooks_after_script": 2,
+                    "scripted_same": True, "state_dict_same": True}
