@@ -162,6 +162,10 @@ def _take_in_order(
     return parts, remaining
 
 
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _scale(total: int, weights: Sequence[int]) -> list[int]:
     """``total`` split in proportion to ``weights`` (integers, largest remainder; sums exactly)."""
     wsum = sum(weights)
@@ -296,7 +300,7 @@ def trace_ledger(
         w_s, w_e = gaps.w_starts, gaps.w_ends
         numbers = windows.numbers if windows.from_steps else np.zeros(1, np.int64)
         where = (
-            f"{len(w_s)} ProfilerStep windows" if windows.from_steps
+            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
             else "the span of GPU activity (no ProfilerStep markers)"
         )
     else:
@@ -305,7 +309,7 @@ def trace_ledger(
         parts = cpu_parts(view, windows)
         w_s, w_e, numbers = windows.starts, windows.ends, windows.numbers
         where = (
-            f"{len(w_s)} ProfilerStep windows" if windows.from_steps
+            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
             else "the whole trace (no ProfilerStep markers, no GPU activity)"
         )
     breakdown = tuple(
@@ -430,8 +434,8 @@ def steps_ledger(
     return Ledger(
         key="steps" + (f":{rank}" if rank is not None else "") + (f"+{trace.key}" if trace is not None else ""),
         basis="steps",
-        label=label or f"{len(steps)} steady steps",
-        window=f"{len(steps)} steady steps (steps.jsonl)",
+        label=label or (trace.label if trace is not None else "the run"),
+        window=f"{_plural(len(steps), 'steady step')} (steps.jsonl)",
         windows=len(steps),
         total_ns=total_ns,
         slices=slices,

@@ -10,7 +10,7 @@ from gpudoctor.model._serde import Serde
 from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger
 
 
 class Severity(str, Enum):

@@ -39,6 +39,7 @@ OWNERS: dict[Component, tuple[str, ...]] = {
 HEADLINE_CODES = ("GD101",)
 TOP_ACTIONS = 5
 _MIN_CAUSE_PCT = 0.5  # causes below this share of the step are left out of the headline
+_MIN_ACTION_PCT = 0.05  # a gain that shows as 0.0% is no action
 
 
 def label(component: str) -> str:
@@ -190,7 +191,7 @@ def build_account(ctx: RuleContext, findings: list[Finding]) -> Account | None:
     mine = [f for f in findings if any(c.ledger == ledger.key for c in f.gain.claims)]
     gained = [(f, sum(100.0 * c.granted_ns / c.total_ns for c in f.gain.claims if c.ledger == ledger.key))
               for f in mine]
-    gained = [(f, pct) for f, pct in gained if pct > 0]
+    gained = [(f, pct) for f, pct in gained if pct >= _MIN_ACTION_PCT]
     gained.sort(key=lambda fp: (-fp[1], fp[0].code))
     actions = []
     left = 100.0

@@ -412,7 +412,7 @@ class RuleContext:
             return m.ledger
         steps = self._steady_of(m.rank)
         if steps:
-            return steps_ledger(steps, m.ledger, label=f"{len(steps)} steady steps", rank=m.rank)
+            return steps_ledger(steps, m.ledger, rank=m.rank)
         return m.ledger
 
     def part_pct(self, ledger: Ledger | None, *components: Component) -> float | None:
