@@ -38,7 +38,7 @@ import numpy as np
 from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.comm import host_collectives
 from gpudoctor.analysis.dispatch import window_parts
-from gpudoctor.analysis.kernels import _is_fp32_types
+from gpudoctor.analysis.kernels import is_fp32_types
 from gpudoctor.analysis.names import memcpy_kind
 from gpudoctor.analysis.utilization import CAUSES, GapTable
 from gpudoctor.analysis.view import TraceView, Windows
@@ -81,6 +81,8 @@ _OPTIMIZER_CAUSES = (GapCause.LAUNCH_BOUND, GapCause.SHORT, GapCause.OTHER)
 _HALF = 0.5
 
 ORDER: tuple[Component, ...] = tuple(Component)
+# index into ORDER of the part each cause (index into utilization.CAUSES) is charged to
+_CAUSE_TO_PART = np.array([ORDER.index(GAP_COMPONENT[c]) for c in CAUSES], np.int64)
 
 
 def _copy_direction(view: TraceView) -> np.ndarray:
@@ -109,7 +111,7 @@ def _fp32_kernels(view: TraceView, kidx: np.ndarray) -> np.ndarray:
         t = int(view.h_types[op[j]])
         ok = cache.get(t)
         if ok is None:
-            ok = cache[t] = _is_fp32_types(view.tl.string_of(t))
+            ok = cache[t] = is_fp32_types(view.tl.string_of(t))
         out[j] = ok
     return out
 
@@ -188,14 +190,14 @@ def gpu_parts(view: TraceView, gaps: GapTable) -> list[dict[Component, int]]:
     n = len(w_s)
     sets = _device_sets(view, gaps.device)
     busy, _ = _take_in_order([(c, sets[c]) for c in GPU_BUSY_ORDER], w_s, w_e)
-    comp = np.array([list(ORDER).index(GAP_COMPONENT[CAUSES[int(c)]]) for c in gaps.cause], np.int64)
+    comp = _CAUSE_TO_PART[gaps.cause.astype(np.int64)] if len(gaps.cause) else np.zeros(0, np.int64)
     if len(gaps.start):
         oi = np.flatnonzero(view.is_optimizer_step)
         if len(oi):
             cov = iv.Coverage(*iv.union(view.h_ts[oi], view.h_end[oi]))
             in_opt = cov.covered(gaps.start, gaps.end) >= _HALF * gaps.lengths
             movable = np.isin(gaps.cause, [CAUSES.index(c) for c in _OPTIMIZER_CAUSES])
-            comp[in_opt & movable] = list(ORDER).index(C.OPTIMIZER)
+            comp[in_opt & movable] = ORDER.index(C.OPTIMIZER)
     out: list[dict[Component, int]] = []
     lengths = gaps.lengths
     per_comp = {
@@ -351,12 +353,24 @@ def trace_ledger(
     return breakdown, ledger
 
 
-def mean_pct(breakdown: tuple[StepBreakdown, ...]) -> dict[str, float]:
-    """Each part's share of all window time (time-weighted), in %."""
+#: The parts a ledger of each basis can have (``mean_pct`` lists them all, zero or not, so that
+#: two traces of one basis compare part by part).
+BASIS_PARTS: dict[str, tuple[Component, ...]] = {
+    "gpu": (*GPU_BUSY_ORDER, C.DATA_LOADING, C.SYNC_WAIT, C.LAUNCH_OVERHEAD, C.OPTIMIZER, C.OTHER_CPU,
+            C.DEPENDENCY_WAIT, C.UNEXPLAINED),
+    "cpu": (C.COMM_EXPOSED, C.DATA_LOADING, C.OPTIMIZER, C.LAUNCH_OVERHEAD, C.CPU_COMPUTE, C.OTHER_CPU,
+            C.UNEXPLAINED),
+}
+
+
+def mean_pct(breakdown: tuple[StepBreakdown, ...], basis: str = "") -> dict[str, float]:
+    """Each part's share of all window time (time-weighted), in %: every part of the ``basis``,
+    and any other part that is not zero."""
     total = sum(b.dur_ns for b in breakdown)
     if not total:
         return {}
-    keys = [c.value for c in ORDER if any(b.parts_ns.get(c.value, 0) for b in breakdown)]
+    always = {c.value for c in BASIS_PARTS.get(basis, ())}
+    keys = [c.value for c in ORDER if c.value in always or any(b.parts_ns.get(c.value, 0) for b in breakdown)]
     return {k: round(100.0 * sum(b.parts_ns.get(k, 0) for b in breakdown) / total, 3) for k in keys}
 
 

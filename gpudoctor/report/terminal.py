@@ -83,7 +83,7 @@ def _bar(parts: dict[str, float], st: _Style) -> list[str]:
     else:
         bar = "".join(f.COMPONENT_LETTERS.get(k, "?") * n for k, n in cells)
     legend = []
-    for k in f.component_order(parts):
+    for k in f.component_order(k for k in parts if parts[k] > 0):
         mark = st("█", _COMPONENT_ANSI.get(k, "37")) if st.color else f.COMPONENT_LETTERS.get(k, "?")
         legend.append(f"{mark} {clean_line(f.component_label(k))} {f.pct(parts[k])}")
     lines = [f"  |{bar}|"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from gpudoctor.model.findings import Account, Action, Claim, Finding, Gain
+from gpudoctor.model.findings import Account, Action, Finding, Gain
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
 from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
 
@@ -47,7 +47,11 @@ def label(component: str) -> str:
 
 
 def _owner_rank(code: str, component: str) -> tuple[int, str]:
-    order = OWNERS.get(Component(component), ()) if component in Component._value2member_map_ else ()
+    """Where a rule stands among the claimants of a part: by ``OWNERS``, then by code."""
+    try:
+        order = OWNERS.get(Component(component), ())
+    except ValueError:
+        order = ()
     return (order.index(code) if code in order else len(order), code)
 
 
@@ -172,7 +176,7 @@ def headline(ledger: Ledger) -> str:
 
 
 def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
-    steps = ctx._steady_of(ledger.rank)
+    steps = ctx.steady_steps_of(ledger.rank)
     med = median_int(s.wall_ns for s in steps)
     if med:
         return med, f"median of {len(steps)} steady steps"
@@ -222,4 +226,4 @@ def build_account(ctx: RuleContext, findings: list[Finding]) -> Account | None:
     )
 
 
-__all__ = ["OWNERS", "Claim", "assign_gains", "build_account", "headline", "is_headline", "label", "point_headline"]
+__all__ = ["OWNERS", "assign_gains", "build_account", "headline", "is_headline", "label", "point_headline"]

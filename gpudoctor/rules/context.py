@@ -378,7 +378,9 @@ class RuleContext:
 
     # ---------------------------------------------------------------- the ledger (docs/account.md)
 
-    def _steady_of(self, rank: int | None) -> tuple[StepRecord, ...]:
+    def steady_steps_of(self, rank: int | None) -> tuple[StepRecord, ...]:
+        """The steady steps of one rank (of the lowest rank when ``rank`` is None; all of them when
+        the records carry no rank)."""
         steps = self.steady_steps()
         ranked = {s.rank for s in steps if s.rank is not None}
         if not ranked:
@@ -404,13 +406,13 @@ class RuleContext:
         if m is None:
             m = self.primary_trace()
             if m is None:
-                steps = self._steady_of(None)
+                steps = self.steady_steps_of(None)
                 return steps_ledger(steps) if steps else None
         if m.ledger is None:
             return None
         if m.ledger.basis == "gpu":
             return m.ledger
-        steps = self._steady_of(m.rank)
+        steps = self.steady_steps_of(m.rank)
         if steps:
             return steps_ledger(steps, m.ledger, rank=m.rank)
         return m.ledger

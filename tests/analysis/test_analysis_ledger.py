@@ -175,5 +175,23 @@ def _cpu_trace():
 
 def test_mean_pct_is_time_weighted():
     m = analyze_trace(one_step().build())
-    assert mean_pct(m.breakdown) == m.breakdown_mean_pct
+    assert mean_pct(m.breakdown, "gpu") == m.breakdown_mean_pct
     assert sum(mean_pct(m.breakdown).values()) == pytest.approx(100.0)
+    # every part of a GPU ledger is listed, zero or not, so that two traces compare part by part
+    assert m.breakdown_mean_pct["comm_exposed"] == 0.0 and "comm_exposed" not in mean_pct(m.breakdown)
+    assert "cpu_compute" not in m.breakdown_mean_pct
+
+
+def test_steps_ledger_splits_by_phase_times_when_the_records_carry_them():
+    """Issue 12 adds forward_ns / backward_ns / optimizer_ns to StepRecord; records that carry them
+    are split by phase (host time), the rest of the loop being other host work."""
+    from types import SimpleNamespace
+
+    ms = 1_000_000
+    recs = [SimpleNamespace(wall_ns=100 * ms, data_wait_ns=10 * ms, forward_ns=30 * ms, backward_ns=40 * ms,
+                            optimizer_ns=5 * ms) for _ in range(4)]
+    led = steps_ledger(recs)
+    assert {s.component: s.pct for s in led.slices} == {
+        "data_loading": 10.0, "optimizer": 5.0, "forward": 30.0, "backward": 40.0, "other_cpu": 15.0,
+    }
+    assert sum(s.ns for s in led.slices) == led.total_ns and "phase times" in led.notes[0]
