@@ -217,7 +217,10 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         u = ctx.util(m)
         if u is not None:
             if u.idle_pct_steps is not None:
-                out.append(_stat("gpu_idle", f"GPU idle{label}", u.idle_pct_steps, "%", "steps"))
+                # the process's traces together: the figure the account splits into causes
+                led = ctx.ledger(m)
+                idle = led.idle_pct if led is not None and led.basis == "gpu" else u.idle_pct_steps
+                out.append(_stat("gpu_idle", f"GPU idle{label}", idle, "%", "steps"))
             out.append(_stat("gpu_idle_span", f"GPU idle{label}", u.idle_pct_span, "%", "span"))
             if u.idle_pct_hta is not None:
                 out.append(_stat("gpu_idle_hta", f"GPU idle, HTA window{label}", u.idle_pct_hta, "%", "hta"))

@@ -374,6 +374,43 @@ def mean_pct(breakdown: tuple[StepBreakdown, ...], basis: str = "") -> dict[str,
     return {k: round(100.0 * sum(b.parts_ns.get(k, 0) for b in breakdown) / total, 3) for k in keys}
 
 
+def combine(ledgers: Sequence[Ledger], *, label: str = "") -> Ledger:
+    """One ledger over the windows of several (one process's traces: a profiler schedule that
+    repeats writes one trace per cycle): the parts summed, part by part."""
+    if len(ledgers) == 1:
+        return ledgers[0]
+    first = ledgers[0]
+    totals: dict[str, int] = {}
+    details: dict[str, str] = {}
+    sides: dict[str, str] = {}
+    for led in ledgers:
+        for s in led.slices:
+            totals[s.component] = totals.get(s.component, 0) + s.ns
+            sides.setdefault(s.component, s.side)
+            if s.detail and s.component not in details:
+                details[s.component] = s.detail
+    total_ns = sum(led.total_ns for led in ledgers)
+    windows = sum(led.windows for led in ledgers)
+    slices = tuple(
+        LedgerSlice(c.value, totals[c.value], round(100.0 * totals[c.value] / total_ns, 4) if total_ns else 0.0,
+                    sides[c.value], details.get(c.value, ""), "trace")
+        for c in ORDER
+        if totals.get(c.value, 0) > 0
+    )
+    return Ledger(
+        key=f"traces({len(ledgers)}):{first.key}",
+        basis=first.basis,
+        label=label or first.label,
+        window=f"{_plural(windows, 'window')} of {len(ledgers)} traces",
+        windows=windows,
+        total_ns=total_ns,
+        slices=slices,
+        device=first.device,
+        rank=first.rank,
+        notes=(f"{len(ledgers)} traces of one process: their windows together",),
+    )
+
+
 # --------------------------------------------------------------------------- run directory
 
 

@@ -25,7 +25,7 @@ OWNERS: dict[Component, tuple[str, ...]] = {
     C.DATA_LOADING: ("GD201",),
     C.SYNC_WAIT: ("GD102", "GD302"),
     C.LAUNCH_OVERHEAD: ("GD103", "GD104"),
-    C.OPTIMIZER: ("GD404",),
+    C.OPTIMIZER: ("GD404", "GD103"),
     C.GPU_OPTIMIZER: ("GD404",),
     C.OTHER_CPU: ("GD203", "GD702", "GD502"),
     C.GPU_FP32_MATMUL: ("GD401", "GD402"),

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from gpudoctor.analysis.ledger import steps_ledger
+from gpudoctor.analysis.ledger import combine, steps_ledger
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     Claim,
@@ -398,24 +398,34 @@ class RuleContext:
         gpu = [m for m in pool if m.has_gpu_activity]
         return min(gpu or pool, key=lambda m: (m.rank if m.rank is not None else -1))
 
+    def trace_ledger(self, m: TraceMetrics) -> Ledger | None:
+        """The ledger of ``m``'s process: its traces of the same kind (GPU or CPU-only) together,
+        since a profiler schedule that repeats writes one trace per cycle."""
+        if m.ledger is None:
+            return None
+        same = [
+            x.ledger for x in self.metrics
+            if x.ledger is not None and x.rank == m.rank and x.ledger.basis == m.ledger.basis
+        ]
+        return combine(same) if len(same) > 1 else m.ledger
+
     def ledger(self, m: TraceMetrics | None = None) -> Ledger | None:
-        """The ledger a finding claims its share of step time from: a GPU trace's own (what the GPU
-        waited on is only in the trace); a CPU trace's, with the data wait of every steady step
-        when the run has per-step records; without a trace (``m`` None and no trace), the steady
-        steps' own."""
+        """The ledger a finding claims its share of step time from: a GPU trace's (what the GPU
+        waited on is only in the trace), its process's traces together; a CPU trace's, with the
+        data wait of every steady step when the run has per-step records; without a trace (``m``
+        None and no trace), the steady steps' own."""
         if m is None:
             m = self.primary_trace()
             if m is None:
                 steps = self.steady_steps_of(None)
                 return steps_ledger(steps) if steps else None
-        if m.ledger is None:
-            return None
-        if m.ledger.basis == "gpu":
-            return m.ledger
+        led = self.trace_ledger(m)
+        if led is None or led.basis == "gpu":
+            return led
         steps = self.steady_steps_of(m.rank)
         if steps:
-            return steps_ledger(steps, m.ledger, rank=m.rank)
-        return m.ledger
+            return steps_ledger(steps, led, rank=m.rank)
+        return led
 
     def part_pct(self, ledger: Ledger | None, *components: Component) -> float | None:
         """The share of step time of some parts of a ledger (None without one)."""

@@ -95,13 +95,16 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     if not m.has_gpu_activity:
         return RuleResult.cannot_judge(ctx.no_gpu_reason())
     u = ctx.util(m)
-    idle_pct, wname = ctx.idle(m)
+    trace_idle, wname = ctx.idle(m)
     ledger = ctx.ledger(m)
-    if u is None or idle_pct is None or ledger is None:
+    if u is None or trace_idle is None or ledger is None:
         return RuleResult.cannot_judge("the trace has no GPU utilization figures")
     window = u.steps_window if wname == "steps" and u.steps_window is not None else u.span
+    # the idle share of the process's ledger (all its traces): the figure its causes split
+    idle_pct = ledger.idle_pct
     window_text = (
-        f"the {len(m.steps)} step windows" if wname == "steps" and m.steps else "the span of GPU activity"
+        f"the {len(m.steps)} step windows" if wname == "steps" and m.steps and ledger.windows == len(m.steps)
+        else ledger.window if wname == "steps" else "the span of GPU activity"
     )
     if idle_pct <= t.gpu_idle_share_pct:
         return RuleResult.fine(

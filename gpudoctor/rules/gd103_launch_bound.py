@@ -107,9 +107,12 @@ Known limits
 The 10 µs cut is fixed by the metric. A model that is genuinely small may stay
 launch-bound whatever is done; then CUDA graphs are the remaining lever. The
 gain is the `launch_overhead` part of the step's ledger (docs/account.md); on a
-CPU run that is the per-op overhead of the measured steps, while the firing
-test uses the typical step (robust to other load), so the two figures can
-differ on a disturbed run and the message gives both.
+CPU run that is the per-op overhead of the measured steps, with the
+`optimizer` part (a larger batch shares the optimizer's step among more
+samples; on a GPU, GD404's fused optimizer owns it), while the firing test
+uses the typical step (robust to other load), so the two figures can differ
+on a disturbed run and the message gives both: stalls of a loaded machine
+land in the measured parts where they happened.
 
 On a CPU the 10 µs and 1 ms cuts are fixed by the metric
 (`gpudoctor.analysis.dispatch`). The overhead share leans low: an op long
@@ -309,12 +312,12 @@ def _judge_cpu(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         confidence = Confidence.INFERRED  # no batch size: short ops stand in for "too few samples per op"
         why = f"{d.ops_per_step:,.0f} ops per step"
     ledger = ctx.ledger(m)
-    measured = ledger.pct(Component.LAUNCH_OVERHEAD) if ledger is not None else None
+    measured = ledger.pct(Component.LAUNCH_OVERHEAD, Component.OPTIMIZER) if ledger is not None else None
     message = (
         f"dispatch-bound (CPU): per-op overhead is {fmt_pct(share)} of a typical step ({typical}): {why}, "
         f"{fmt_pct(short)} of op time in ops under {cut} (median op {fmt_ns(d.op_self_median_ns)}), "
         f"{fmt_ns(d.glue_ns)} of glue between ops"
-        + (f"; {fmt_pct(measured)} of the measured step time" if measured is not None else "")
+        + (f"; with the optimizer's step, {fmt_pct(measured)} of the measured step time" if measured is not None else "")
     )
     metrics = [
         Metric("ops_per_step", d.ops_per_step, "count"),
@@ -389,9 +392,10 @@ def _judge_cpu(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         settings=settings,
         notes=notes,
         location=location,
-        gain_note="per-op overhead (ops under 10 µs and the glue between ops) of the measured steps",
+        gain_note="per-op overhead (ops under 10 µs and the glue between ops) and the optimizer's step, of the "
+        "measured steps: a larger batch shares both among more samples",
         rank=m.rank,
-        claims=[(Component.LAUNCH_OVERHEAD, None)],
+        claims=[(Component.LAUNCH_OVERHEAD, None), (Component.OPTIMIZER, None)],
         ledger=ledger,
     )
     return RuleResult.fired(finding)

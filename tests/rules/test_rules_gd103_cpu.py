@@ -74,9 +74,17 @@ def test_disturbed_steps_are_named_the_typical_step_decides_and_the_measured_sha
     # stalls of a loaded machine stretch the measured steps: the overhead is 85% of the typical step
     # (the firing test) but 40% of the steps as measured, the share of step time the finding claims
     (f,) = judge("GD103", cpu_run(dispatch(step_median_ns=48 * MS), measured_pct=40.0)).findings
-    assert f.gain.share_pct == 40.0 and [c.component for c in f.gain.claims] == ["launch_overhead"]
+    assert f.gain.share_pct == 40.0 and [c.component for c in f.gain.claims] == ["launch_overhead", "optimizer"]
     assert "85.2% of a typical step" in f.message and "40.0% of the measured step time" in f.message
     assert any("6.6× the typical step" in n and "waited for a CPU" in n for n in f.evidence.notes)
+
+
+def test_a_larger_batch_also_shares_the_optimizer_step_on_a_cpu():
+    m = cpu_trace(dispatch=dispatch(), optimizer_steps=5, backward_ops=None,
+                  breakdown_mean_pct={"launch_overhead": 30.0, "optimizer": 25.0, "cpu_compute": 45.0})
+    data = run(manifest=cpu_manifest(), metrics=(m,), settings=settings(device_type="cpu", dataloaders=(dataloader(batch_size=4),)))
+    (f,) = judge("GD103", data).findings
+    assert f.gain.share_pct == 55.0 and "with the optimizer's step, 55.0% of the measured step time" in f.message
 
 
 def test_fine_when_few_ops_per_sample():
