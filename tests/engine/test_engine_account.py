@@ -134,3 +134,18 @@ def test_without_a_trace_the_account_is_the_steps():
 def test_no_measurement_no_account():
     rep = engine.diagnose(dataclasses.replace(run(), metrics=()), Config(), "analyze")
     assert rep.account is None
+
+
+def test_the_traces_of_one_process_are_one_ledger():
+    """A repeating profiler schedule writes one trace per cycle: the claims and the account are of
+    the process's traces together, so they meet and no step is granted twice."""
+    a = trace(path="p.00000011.pt.trace.json.gz", utilization=(utilization(40.0, causes={GapCause.DATALOADER: 1.0}),))
+    b = trace(path="p.00000311.pt.trace.json.gz", utilization=(utilization(20.0, causes={GapCause.DATALOADER: 1.0}),))
+    rep = engine.diagnose(run(manifest=manifest(), settings=settings(), metrics=(a, b)), Config(), "analyze")
+    (f,) = [x for x in rep.findings if x.code == "GD201"]
+    (claim,) = f.gain.claims
+    assert claim.ledger.startswith("traces(2):") and f.gain.share_pct == 30.0  # (20 + 10) ms of 100 ms
+    assert rep.account.ledger.key == claim.ledger and rep.account.actions[0].code == "GD201"
+    assert rep.account.ledger.window == "10 windows of 2 traces"
+    (idle,) = [x for x in rep.findings if x.code == "GD101"]
+    assert idle.message.startswith("GPU 0 idle 30.0% of 10 windows of 2 traces")
