@@ -485,8 +485,8 @@ def steps_ledger(
     return Ledger(
         key="steps" + (f":{rank}" if rank is not None else "") + (f"+{trace.key}" if trace is not None else ""),
         basis="steps",
-        label=label or (trace.label if trace is not None else "the run"),
-        window=f"{_plural(len(steps), 'steady step')} (steps.jsonl)",
+        label=label or "the run",
+        window=f"{_plural(len(steps), 'steady step')} (steps.jsonl" + ("; the rest split as the trace splits it)" if trace is not None else ")"),
         windows=len(steps),
         total_ns=total_ns,
         slices=slices,

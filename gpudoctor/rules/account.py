@@ -170,7 +170,7 @@ def headline(ledger: Ledger) -> str:
         top_busy = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in busy[:3] if s.pct >= _MIN_CAUSE_PCT)
         text = f"GPU idle {idle:.1f}% of step time" + (f": {causes}" if causes else "")
         return text + (f"; busy with {top_busy}" if top_busy else "")
-    if ledger.basis == "cpu":
+    if ledger.basis == "cpu" or any(s.source == "trace, scaled" for s in ledger.slices):
         return f"host-bound (no GPU activity): {causes}" if causes else "host-bound (no GPU activity)"
     return f"step time over {ledger.window}: {causes}" if causes else f"step time over {ledger.window}"
 

@@ -118,7 +118,8 @@ def test_a_cpu_run_with_steps_takes_the_wait_from_every_step():
     (f,) = [x for x in rep.findings if x.code == "GD201"]
     assert f.gain.share_pct == 60.0
     a = rep.account
-    assert a.ledger.basis == "steps" and a.headline.startswith("step time over 19 steady steps")
+    assert a.ledger.basis == "steps" and a.headline.startswith("host-bound (no GPU activity): waiting for the DataLoader 60.0%")
+    assert a.ledger.window == "19 steady steps (steps.jsonl; the rest split as the trace splits it)"
     parts = {s.component: s.pct for s in a.ledger.slices}
     assert parts["data_loading"] == 60.0 and round(parts["cpu_compute"], 1) == round(40 * 70 / 95, 1)
 
