@@ -52,9 +52,12 @@ class Thresholds:
     # ---- GD103 launch-bound (HTA's kernel launch statistics: kernels shorter than their launch)
     launch_short_kernel_share_pct: float = 50.0  # % of kernels (by count) under 10 µs: "most kernels". Issue 4
     launch_to_kernel_min_ratio: float = 0.8  # mean launch call / median kernel: "about as long". Issue 4, HTA
-    # ... and the GPU must actually wait on launches: a few slow launches of tiny kernels that cost no
-    # idle time are not a bottleneck. gpudoctor's choice (a tenth of the warning scale).
-    launch_gap_min_share_pct: float = 1.0
+    # The one launch-bound test GD101 and GD103 share: the ledger's launch_overhead part (GPU idle while
+    # the host issues ops, in gaps under 1 ms, plus queued gaps under 10 µs) as a share of step time
+    # (docs/account.md). The two thresholds above only pick the wording (tiny kernels vs host-side
+    # dispatch). The warning scale: torch-tb-profiler's 5%. Measured on ../shared/traces: 0-3.4% on the
+    # busy or otherwise-bound traces, 10-57% on the launch-bound ones (b200_eager 56.6%).
+    launch_gap_min_share_pct: float = 5.0
     # CPU runs ("dispatch-bound", gpudoctor.analysis.dispatch): the per-op overhead (ops under 10 µs and
     # the glue gaps between ops) must be most of the typical step. Measured per trace on the 2-core CI
     # machine (torch 2.13 CPU): planted tiny_batch_launch_bound.py 63-90%, its fix (batch 256) 63-68%,

@@ -10,10 +10,16 @@
   that names the rule and the exception, a line in ``Report.errors``, and a
   "not measurable here" checklist entry for that rule. ``GD000`` is never a rule
   module's code. With ``GPUDOCTOR_DEBUG`` set the exception propagates instead;
-- sorts findings by severity, then gain (larger share of step time first; findings
-  whose gain cannot be put in time after those that can), then code, rank and message:
-  the same input always gives the same order;
-- builds the checklist (``rules.checklist``), the headline numbers (``SummaryStat``),
+- grants the ledger parts the findings claim, each part once (``rules.account``,
+  docs/account.md), so that a finding's gain is its exclusive share of the step and its
+  severity follows from it; GD101 (the GPU-idle headline) names the findings granted its
+  causes;
+- sorts findings by what fixing them wins: the headline (GD101) after every cause, then
+  severity, then gain (larger share of step time first; findings whose gain cannot be put
+  in time after those that can), then code, rank and message: the same input always gives
+  the same order;
+- builds the account (where the step goes and the top actions, ``Report.account``), the
+  checklist (``rules.checklist``), the headline numbers (``SummaryStat``),
   the environment, the per-rank rows of a multi-trace run, and the catalogue of the
   rules that ran (``RuleInfo``), so renderers compute nothing.
 
@@ -47,8 +53,9 @@ from gpudoctor.model.findings import (
     Severity,
     SummaryStat,
 )
-from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
+from gpudoctor.rules.account import assign_gains, build_account, is_headline, point_headline
 from gpudoctor.rules.checklist import build_checklist
 from gpudoctor.rules.context import (
     RuleContext,
@@ -141,6 +148,7 @@ def run_rules(
 def sort_key(f: Finding) -> tuple:
     share = f.gain.share_pct
     return (
+        is_headline(f),
         f.severity.rank,
         share is None,
         -(share or 0.0),
@@ -250,18 +258,15 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         u = ctx.util(m)
         if u is not None:
             if u.idle_pct_steps is not None:
-                out.append(_stat("gpu_idle", f"GPU idle{label}", u.idle_pct_steps, "%", "steps"))
+                # the process's traces together: the figure the account splits into causes
+                led = ctx.ledger(m)
+                idle = led.idle_pct if led is not None and led.basis == "gpu" else u.idle_pct_steps
+                out.append(_stat("gpu_idle", f"GPU idle{label}", idle, "%", "steps"))
             out.append(_stat("gpu_idle_span", f"GPU idle{label}", u.idle_pct_span, "%", "span"))
             if u.idle_pct_hta is not None:
                 out.append(_stat("gpu_idle_hta", f"GPU idle, HTA window{label}", u.idle_pct_hta, "%", "hta"))
         elif not m.has_gpu_activity:
             out.append(_stat("gpu_idle", "GPU idle", f"n/a: {ctx.no_gpu_reason()}"))
-        if m.breakdown_mean_pct:
-            gpu_only = {Component.SYNC_WAIT, Component.H2D, Component.D2H, Component.GPU_COMPUTE}
-            for comp in Component:
-                v = m.breakdown_mean_pct.get(comp.value)
-                if v is not None and (m.has_gpu_activity or comp not in gpu_only):
-                    out.append(_stat(f"breakdown_{comp.value}", f"step: {comp.value.replace('_', ' ')}", v, "%", "steps"))
         if m.syncs is not None and m.syncs.share_of_steps_pct is not None:
             out.append(_stat("host_sync_share", "host blocked in syncs", m.syncs.share_of_steps_pct, "%",
                              "steps" if m.steps else "trace"))
@@ -346,7 +351,9 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
     _check_selection(config, rules)
     ctx = RuleContext(run, config.thresholds)
     results, skipped, findings, errors, ran = run_rules(ctx, config, rules)
+    findings = point_headline(ctx, assign_gains(ctx, findings))
     findings.sort(key=sort_key)
+    results = {code: _granted(r, findings) for code, r in results.items()}
     checklist = build_checklist(ctx, rules, results, skipped)
     rank_rows, rank_summary = build_ranks(ctx)
     return Report(
@@ -362,10 +369,19 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         run=run,
         ranks=rank_rows,
         rank_summary=rank_summary,
+        account=build_account(ctx, findings),
         errors=tuple(errors),
         rules_run=tuple(ran),
         rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),
     )
+
+
+def _granted(result: RuleResult, findings: list[Finding]) -> RuleResult:
+    """A rule's result with its findings as granted (the checklist shows their gains)."""
+    if not result.findings:
+        return result
+    mine = [f for f in findings if f.code == result.findings[0].code]
+    return RuleResult(result.verdict, result.reason, tuple(mine) or result.findings, result.applied)
 
 
 def write_report_json(report: Report, run_dir: Path) -> None:

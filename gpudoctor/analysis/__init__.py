@@ -6,7 +6,8 @@ with its own module and unit tests:
 - ``view``: windows (ProfilerStep#N, or the whole trace), correlation lookups;
 - ``utilization``: busy/idle per device over the span, the steps and HTA's window;
   idle gaps and their causes, histogram, busy timeline;
-- ``breakdown``: where each step's time went (a documented priority);
+- ``ledger``: where each step's time went, in exclusive parts that sum to it
+  (docs/account.md): busy time by what ran, idle time by the cause of each gap;
 - ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``dispatch``
   (per-op overhead on the host), ``memory``, ``comm``.
 
@@ -15,15 +16,16 @@ This package imports only the model and numpy (never torch).
 
 from __future__ import annotations
 
-from gpudoctor.analysis.breakdown import mean_pct, step_breakdown
 from gpudoctor.analysis.comm import comm_stats
 from gpudoctor.analysis.dispatch import dispatch_stats
 from gpudoctor.analysis.host import cpu_summary, op_facts
 from gpudoctor.analysis.kernels import kernel_stats
+from gpudoctor.analysis.ledger import mean_pct, trace_ledger
 from gpudoctor.analysis.memory import memory_stats
+from gpudoctor.analysis.names import dataloader_iter_kind
 from gpudoctor.analysis.syncs import sync_summary
 from gpudoctor.analysis.transfers import transfer_stats
-from gpudoctor.analysis.utilization import HostState, device_utilization
+from gpudoctor.analysis.utilization import HostState, device_utilization, idle_gaps
 from gpudoctor.analysis.view import TraceView
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import DeviceInfo, TraceMetrics, Window, WindowKind
@@ -57,10 +59,9 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
     info = timeline.info
     windows = view.windows
     notes: list[str] = []
-    if not windows.from_steps:
-        notes.append("no ProfilerStep markers: the whole trace is one window (breakdown[0] covers it)")
     host = HostState(view)
-    utilization = tuple(device_utilization(view, d, windows, host) for d in view.devices)
+    gap_tables = {d: idle_gaps(view, d, windows, host) for d in view.devices}
+    utilization = tuple(device_utilization(view, d, windows, host, gaps=gap_tables[d]) for d in view.devices)
     win_list: list[Window] = []
     if windows.from_steps and utilization and utilization[0].steps_window is not None:
         win_list.append(utilization[0].steps_window)
@@ -75,7 +76,6 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
             if u.hta_window is not None:
                 win_list.append(u.hta_window)
     win_list.append(Window(WindowKind.TRACE, windows.trace_start, windows.trace_end, "first to last event of the trace"))
-    breakdown = step_breakdown(view, windows)
     facts = op_facts(view, windows)
     devices = _devices(timeline, run)
     rank = info.rank
@@ -83,6 +83,23 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
     if run is not None and run.manifest is not None:
         rank = rank if rank is not None else run.manifest.rank
         world = world if world is not None else run.manifest.world_size
+    # the ledger is of the device the rules judge: the one busiest over its span
+    busiest = max(utilization, key=lambda u: u.busy_ns_span) if utilization else None
+    name = timeline.path.replace("\\", "/").rsplit("/", 1)[-1]
+    breakdown, ledger = trace_ledger(
+        view,
+        windows,
+        gap_tables.get(busiest.device) if busiest is not None else None,
+        busiest,
+        key=f"trace:{timeline.path}",
+        label=f"rank {rank}" if rank is not None else name,
+        rank=rank,
+    )
+    if not windows.from_steps:
+        notes.append(
+            "no ProfilerStep markers: the span of GPU activity is one window (breakdown[0] covers it)"
+            if busiest is not None else "no ProfilerStep markers: the whole trace is one window (breakdown[0] covers it)"
+        )
     if info.unknown_categories:
         cats = ", ".join(f"{k} ({v})" for k, v in info.unknown_categories.items())
         notes.append(f"events of unknown categories were not analyzed: {cats}")
@@ -111,7 +128,8 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         windows=tuple(win_list),
         utilization=utilization,
         breakdown=breakdown,
-        breakdown_mean_pct=mean_pct(breakdown),
+        breakdown_mean_pct=mean_pct(breakdown, ledger.basis if ledger is not None else ""),
+        ledger=ledger,
         transfers=transfer_stats(view, windows),
         kernels=kernel_stats(view, windows),
         syncs=sync_summary(view, windows),
@@ -123,11 +141,14 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         conv_shapes_total=facts.conv_shapes_total,
         conv_shapes_max_per_step=facts.conv_shapes_max_per_step,
         autograd_forward_ops=facts.autograd_forward_ops,
+        forward_ops=facts.forward_ops,
+        loss_ops=facts.loss_ops,
         backward_ops=facts.backward_ops,
         optimizer_steps=facts.optimizer_steps,
         host_loss_ops=facts.host_loss_ops,
         host_loss_after_d2h=facts.host_loss_after_d2h,
         comm=comm_stats(view, windows),
         backend=info.backend,
+        dataloader_iter=dataloader_iter_kind(view),
         notes=tuple(notes),
     )

@@ -60,14 +60,23 @@ def host_compute(view: TraceView, collectives: np.ndarray):
     )
 
 
+def host_collectives(view: TraceView, windows: Windows):
+    """The host-side collective ranges in the windows: (their indices, their union clipped to
+    the windows, the part of it no compute hides: see ``host_compute``)."""
+    ws, we = iv.union(windows.starts, windows.ends)
+    host = np.flatnonzero((view.is_annotation | view.is_cpu_op) & view.host_is(view.names.host_collective))
+    if windows.from_steps and len(host):
+        host = host[windows.index_of(view.h_ts[host]) >= 0]
+    host_set = iv.intersect(*iv.union(view.h_ts[host], view.h_end[host]), ws, we)
+    exposed = iv.subtract(*host_set, *host_compute(view, host)) if len(host) else iv.EMPTY
+    return host, host_set, exposed
+
+
 def comm_stats(view: TraceView, windows: Windows | None = None) -> tuple[CommStats, ...]:
     windows = windows or view.windows
     ws, we = iv.union(windows.starts, windows.ends)
     names = view.names
-    host = np.flatnonzero((view.is_annotation | view.is_cpu_op) & view.host_is(names.host_collective))
-    if windows.from_steps and len(host):
-        host = host[windows.index_of(view.h_ts[host]) >= 0]
-    host_set = iv.intersect(*iv.union(view.h_ts[host], view.h_end[host]), ws, we)
+    host, host_set, host_exposed = host_collectives(view, windows)
     host_ns = iv.total(*host_set)
     comm_k = view.is_kernel & view.dev_is(names.comm_kernel)
     out = []
@@ -100,7 +109,7 @@ def comm_stats(view: TraceView, windows: Windows | None = None) -> tuple[CommSta
             )
         )
     if not out and len(host):
-        exposed = iv.subtract(*host_set, *host_compute(view, host))
+        exposed = host_exposed
         exposed_ns = iv.total(*exposed)
         out.append(
             CommStats(

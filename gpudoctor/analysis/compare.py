@@ -668,7 +668,7 @@ def _nvml(run_a: RunData, run_b: RunData) -> MetricChange | None:
 def _steps_text(m: TraceMetrics) -> str:
     """The window a trace's step percentages are of, in words."""
     if m.step_source != "ProfilerStep" or not m.steps:
-        return "the whole trace (no ProfilerStep markers)"
+        return m.ledger.window if m.ledger is not None else "the whole trace (no ProfilerStep markers)"
     nums = [s.step for s in m.steps]
     if len(nums) == 1:
         return f"1 ProfilerStep window (#{nums[0]})"

@@ -215,3 +215,43 @@ def _top_short(names: tuple[str, ...], name_ids: np.ndarray, self_ns: np.ndarray
         )
         for k in order
     )
+
+
+def window_parts(view: TraceView, windows: Windows, taken: iv.Coverage) -> np.ndarray | None:
+    """The dispatching thread's time in each window, outside ``taken`` (the DataLoader, the
+    optimizer, exposed communication: what the ledger charged first), in four columns: self time
+    of ops under ``SHORT_OP_NS``, self time of longer ops, glue gaps under ``GLUE_GAP_MAX_NS``
+    between top-level ops, longer gaps. Measured, not typical: every op and gap of every step.
+    None when the windows hold no ``cpu_op``."""
+    n = len(windows.starts)
+    ranges = view.is_dataloader | view.is_optimizer_step | view.host_is(view.names.profiler_step)
+    idx = np.flatnonzero(view.is_cpu_op & ~ranges)
+    if not len(idx) or n == 0:
+        return None
+    idx = idx[windows.index_of(view.h_ts[idx]) >= 0]
+    if not len(idx):
+        return None
+    threads, counts = np.unique(view.h_thread[idx], return_counts=True)
+    main = int(threads[np.argmax(counts)])
+    idx = idx[view.h_thread[idx] == main]
+    idx = idx[taken.covered(view.h_ts[idx], view.h_ts[idx] + 1) == 0]
+    out = np.zeros((n, 4), np.int64)
+    if not len(idx):
+        return out
+    idx = idx[np.lexsort((-view.h_end[idx], view.h_ts[idx]))]
+    self_ns = self_times(view, idx)
+    is_top = top_level(view, idx)
+    win = windows.index_of(view.h_ts[idx])
+    short = self_ns < SHORT_OP_NS
+    out[:, 0] = np.bincount(win, weights=np.where(short, self_ns, 0), minlength=n).astype(np.int64)
+    out[:, 1] = np.bincount(win, weights=np.where(short, 0, self_ns), minlength=n).astype(np.int64)
+    for k in range(n):
+        a, b = int(windows.starts[k]), int(windows.ends[k])
+        tops = idx[(win == k) & is_top]
+        gap_s = np.minimum(np.maximum.accumulate(np.r_[a, np.minimum(view.h_end[tops], b)]), b)
+        gap_e = np.maximum(np.r_[view.h_ts[tops], b], gap_s)
+        gap = gap_e - gap_s - taken.covered(gap_s, gap_e)
+        glue = gap < GLUE_GAP_MAX_NS
+        out[k, 2] = int(gap[glue].sum())
+        out[k, 3] = int(gap[~glue].sum())
+    return out

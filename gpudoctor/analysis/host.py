@@ -108,6 +108,8 @@ class OpFacts:
     optimizer_steps: int | None
     host_loss_ops: tuple[NameStat, ...]
     host_loss_after_d2h: int | None
+    forward_ops: int | None = None  # top-level ops outside the DataLoader, backward and optimizer (with or without autograd)
+    loss_ops: int | None = None  # loss ops (top-level) in the windows, on the host or the GPU
 
 
 def op_facts(view: TraceView, windows: Windows | None = None) -> OpFacts:
@@ -134,7 +136,7 @@ def op_facts(view: TraceView, windows: Windows | None = None) -> OpFacts:
             per_step.setdefault(int(win_of[i]), set()).add((int(view.h_name[i]), int(view.h_dims[i])))
         conv_max = max((len(v) for v in per_step.values()), default=0)
     # autograd
-    fwd = bwd = None
+    fwd = bwd = n_top = None
     if has_ops:
         back = view.host_is(names.backward)
         eval_fn = np.array([n.startswith("autograd::engine::evaluate_function") for n in view.tl.names], bool)
@@ -146,12 +148,17 @@ def op_facts(view: TraceView, windows: Windows | None = None) -> OpFacts:
         dl = iv.Coverage(*iv.union(view.h_ts[view.is_dataloader], view.h_end[view.is_dataloader]))
         top = top[dl.covered(view.h_ts[top], view.h_ts[top] + 1) == 0] if len(top) else top
         fwd = int(((view.h_flags[top] & HOST_FLAG_SEQUENCE) != 0).sum())
+        n_top = len(top)
     # optimizer steps
     opt_idx = np.flatnonzero(view.is_optimizer_step & in_win)
     opt_steps = len({(int(view.h_name[i]), int(view.h_ts[i])) for i in opt_idx.tolist()}) if has_ops else None
     # loss computed on the host in a GPU run
     loss_stats: tuple[NameStat, ...] = ()
     after_d2h = None
+    n_loss = None
+    if has_ops:
+        all_loss = np.flatnonzero(ops & in_win & view.host_is(names.loss_op))
+        n_loss = int(top_level(view, all_loss).sum()) if len(all_loss) else 0
     if view.is_activity.any() and has_ops:
         loss = np.flatnonzero(ops & in_win & view.host_is(names.loss_op))
         if len(loss):
@@ -188,4 +195,6 @@ def op_facts(view: TraceView, windows: Windows | None = None) -> OpFacts:
         optimizer_steps=opt_steps,
         host_loss_ops=loss_stats,
         host_loss_after_d2h=after_d2h,
+        forward_ops=n_top,
+        loss_ops=n_loss,
     )

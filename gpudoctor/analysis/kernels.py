@@ -28,7 +28,7 @@ SHORT_KERNEL_NS = 10_000
 _LOW_PRECISION = ("Half", "BFloat16", "Float8", "float16", "bfloat16", "half", "e4m3", "e5m2")
 
 
-def _is_fp32_types(text: str) -> bool:
+def is_fp32_types(text: str) -> bool:
     """An op's "Input type" list says float32 tensors and no lower precision."""
     if not text:
         return False
@@ -97,7 +97,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
             t = int(view.h_types[op[j]])
             ok = type_cache.get(t)
             if ok is None:
-                ok = type_cache[t] = _is_fp32_types(view.tl.string_of(t))
+                ok = type_cache[t] = is_fp32_types(view.tl.string_of(t))
             types_ok[j] = ok
         sel = eligible & types_ok
         fp32_ns = int(dur[sel].sum())

@@ -103,6 +103,23 @@ def matches(names: tuple[str, ...], rx: re.Pattern[str]) -> np.ndarray:
     return classify(names, lambda n: rx.search(n) is not None)
 
 
+_MULTI_PROCESS_ITER = "_MultiProcessingDataLoaderIter"
+_SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"
+
+
+def dataloader_iter_kind(view) -> str:
+    """Which DataLoader iterator the trace shows: ``enumerate(DataLoader)#_MultiProcessingDataLoaderIter
+    .__next__`` proves worker processes, ``_SingleProcessDataLoaderIter`` proves there are none
+    ("multi-process" wins when a run has both); "" when the trace has no DataLoader events."""
+    ids = np.unique(view.h_name[view.is_dataloader]) if len(view.h_name) else np.zeros(0, np.int64)
+    found = [view.tl.names[int(i)] for i in ids]
+    if any(_MULTI_PROCESS_ITER in n for n in found):
+        return "multi-process"
+    if any(_SINGLE_PROCESS_ITER in n for n in found):
+        return "single-process"
+    return ""
+
+
 def profiler_step_number(name: str) -> int | None:
     m = _PROFILER_STEP.match(name)
     return int(m.group(1)) if m else None

@@ -27,13 +27,18 @@ Gap causes, gap by gap (``GapCause``), in this order:
    - ``other``: the host was busy in one long op (CPU work, cuDNN/MIOpen autotuning …;
      the detail names it) or outside profiled ops (Python, I/O, an unprofiled thread …).
 2. The work was launched before the gap began (it was queued): ``short`` when the gap is
-   under ``SHORT_GAP_NS`` (launch latency scale), else ``other`` (it waited on a
-   dependency: another stream, an event, a collective).
+   under ``SHORT_GAP_NS`` (launch latency scale), else ``dependency`` (it waited on
+   another stream, an event, a collective).
+
+``idle_gaps`` returns every gap with its cause (``GapTable``): the ledger of
+``analysis.ledger`` charges the idle time of a step from the same table, so the
+GPU-idle causes of GD101 and the account of the step are one classification.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -196,6 +201,7 @@ def classify_gaps(
     c[host_wait & sync] = CAUSES.index(GapCause.SYNC)
     c[host_wait & dl] = CAUSES.index(GapCause.DATALOADER)
     short = ~host_wait & ((g_e - g_s) < short_gap_ns)
+    c[~host_wait & ~short] = CAUSES.index(GapCause.DEPENDENCY)
     c[short] = CAUSES.index(GapCause.SHORT)
     return c
 
@@ -206,6 +212,7 @@ CAUSES: tuple[GapCause, ...] = (
     GapCause.LAUNCH_BOUND,
     GapCause.SHORT,
     GapCause.OTHER,
+    GapCause.DEPENDENCY,
 )
 
 
@@ -225,9 +232,9 @@ def gap_detail(host: HostState, cause: GapCause, start: int, end: int, launch: i
         call = lk.name(p)
         op = host.outer_op(int(lk.idx[p]))
         return f"{op} › {call}" if op else call
+    if cause == GapCause.DEPENDENCY:
+        return "queued work waited on a dependency (stream/event wait, collective)"
     if cause == GapCause.OTHER:
-        if 0 <= launch <= start:
-            return "queued work waited on a dependency (stream/event wait, collective)"
         lk = host.op_lookup
         pos = lk.overlapping(start, hi)
         if len(pos):
@@ -260,6 +267,64 @@ def histogram(lengths: np.ndarray) -> tuple[HistogramBin, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class GapTable:
+    """Every GPU-idle gap of one device inside the analysis windows, with its cause.
+
+    ``window`` is the index of the window each gap lies in (0 when the gaps are cut from the
+    span of GPU activity: one window); ``cause`` indexes ``CAUSES``; ``launch`` is the host start
+    of the runtime call that launched the activity ending the gap (-1 when unknown).
+    """
+
+    device: int
+    kind: WindowKind  # STEPS (the ProfilerStep windows) or SPAN (first to last GPU activity)
+    w_starts: np.ndarray  # the windows the gaps were cut from
+    w_ends: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    window: np.ndarray
+    cause: np.ndarray
+    launch: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.end - self.start
+
+
+def idle_gaps(
+    view: TraceView,
+    device: int,
+    windows: Windows | None = None,
+    host: HostState | None = None,
+    *,
+    short_gap_ns: int = SHORT_GAP_NS,
+    busy: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> GapTable:
+    """The idle gaps of ``device`` inside the ProfilerStep windows, or over the span of its
+    activity without steps, each with its cause (``classify_gaps``)."""
+    windows = windows or view.windows
+    s, e, first = busy if busy is not None else busy_set(view, device, with_first=True)
+    if windows.from_steps:
+        g_s, g_e, g_w = iv.gaps_in_windows(s, e, windows.starts, windows.ends)
+        kind, w_s, w_e = WindowKind.STEPS, windows.starts, windows.ends
+    elif len(s):
+        g_s, g_e = iv.gaps(s, e, int(s[0]), int(e[-1]))
+        g_w = np.zeros(len(g_s), np.int64)
+        kind, w_s, w_e = WindowKind.SPAN, np.array([s[0]], np.int64), np.array([e[-1]], np.int64)
+    else:
+        g_s = g_e = g_w = np.zeros(0, np.int64)
+        kind, w_s, w_e = WindowKind.SPAN, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # the activity that ends each gap, and its launch time
+    k = np.searchsorted(s, g_e, side="left")
+    has_next = k < len(s)
+    next_dev = np.where(has_next, first[np.minimum(k, max(len(first) - 1, 0))], -1) if len(first) else np.full(len(g_s), -1)
+    launch_idx = np.where(next_dev >= 0, view.dev_launch[np.maximum(next_dev, 0)] if len(view.dev_launch) else -1, -1)
+    next_launch = np.where(launch_idx >= 0, view.h_ts[np.maximum(launch_idx, 0)] if len(view.h_ts) else -1, -1)
+    host = host or HostState(view)
+    causes = classify_gaps(view, g_s, g_e, next_launch, host, short_gap_ns=short_gap_ns)
+    return GapTable(device, kind, w_s, w_e, g_s, g_e, g_w, causes, next_launch)
+
+
 def device_utilization(
     view: TraceView,
     device: int,
@@ -267,6 +332,7 @@ def device_utilization(
     host: HostState | None = None,
     *,
     short_gap_ns: int = SHORT_GAP_NS,
+    gaps: GapTable | None = None,
 ) -> DeviceUtilization:
     windows = windows or view.windows
     s, e, first = busy_set(view, device, with_first=True)
@@ -285,25 +351,11 @@ def device_utilization(
             f"{len(windows.steps)} ProfilerStep windows (#{first_n}..#{last_n}), {steps_total} ns in all",
         )
     hta = hta_idle(view, device)
-    # gaps: inside the step windows, or over the span
-    if windows.from_steps:
-        g_s, g_e, g_w = iv.gaps_in_windows(s, e, windows.starts, windows.ends)
-        gaps_kind = WindowKind.STEPS
-    elif len(s):
-        g_s, g_e = iv.gaps(s, e, int(s[0]), int(e[-1]))
-        g_w = np.zeros(len(g_s), np.int64)
-        gaps_kind = WindowKind.SPAN
-    else:
-        g_s = g_e = g_w = np.zeros(0, np.int64)
-        gaps_kind = WindowKind.SPAN
-    # the activity that ends each gap, and its launch time
-    k = np.searchsorted(s, g_e, side="left")
-    has_next = k < len(s)
-    next_dev = np.where(has_next, first[np.minimum(k, max(len(first) - 1, 0))], -1) if len(first) else np.full(len(g_s), -1)
-    launch_idx = np.where(next_dev >= 0, view.dev_launch[np.maximum(next_dev, 0)] if len(view.dev_launch) else -1, -1)
-    next_launch = np.where(launch_idx >= 0, view.h_ts[np.maximum(launch_idx, 0)] if len(view.h_ts) else -1, -1)
     host = host or HostState(view)
-    causes = classify_gaps(view, g_s, g_e, next_launch, host, short_gap_ns=short_gap_ns)
+    if gaps is None:
+        gaps = idle_gaps(view, device, windows, host, short_gap_ns=short_gap_ns, busy=(s, e, first))
+    g_s, g_e, g_w, causes, next_launch = gaps.start, gaps.end, gaps.window, gaps.cause, gaps.launch
+    gaps_kind = gaps.kind
     lengths = g_e - g_s
     idle_total = int(lengths.sum())
     # details for the longest gaps

@@ -19,8 +19,11 @@ from gpudoctor.model.compare import (
 )
 from gpudoctor.model.findings import (
     REPORT_SCHEMA_VERSION,
+    Account,
+    Action,
     ChecklistItem,
     ChecklistStatus,
+    Claim,
     Confidence,
     Evidence,
     Finding,
@@ -39,6 +42,8 @@ from gpudoctor.model.findings import (
     TimeRange,
 )
 from gpudoctor.model.metrics import (
+    COMPONENT_LABELS,
+    DEVICE_COMPONENTS,
     CommStats,
     Component,
     CpuSummary,
@@ -51,6 +56,8 @@ from gpudoctor.model.metrics import (
     HostSync,
     IdleGap,
     KernelStats,
+    Ledger,
+    LedgerSlice,
     MemoryStats,
     NameStat,
     StepBreakdown,

@@ -7,10 +7,10 @@ from enum import Enum
 from typing import Any
 
 from gpudoctor.model._serde import Serde
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger
 
 
 class Severity(str, Enum):
@@ -75,12 +75,29 @@ class Evidence(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class Claim(Serde):
+    """A part of a ledger (docs/account.md) that a finding's fix would win back."""
+
+    component: str  # Component.value: "data_loading", "sync_wait", …
+    ledger: str  # Ledger.key of the ledger the part is of
+    requested_ns: int  # what the finding measured of the part (at most the whole part)
+    granted_ns: int  # what it was granted: no more than the part less what its owners took first
+    part_ns: int  # the whole part, in that ledger
+    total_ns: int  # the ledger's time (all its windows)
+
+
+@dataclass(frozen=True, slots=True)
 class Gain(Serde):
-    """What fixing it is worth: the share of step time at stake and the speed-up bound."""
+    """What fixing it is worth: the share of step time at stake and the speed-up bound.
+
+    A finding that claims parts of a ledger gains its granted, exclusive share of them: the
+    gains of the findings of one ledger add up to at most its time (docs/account.md)."""
 
     share_pct: float | None  # of step time; None when it cannot be put in time (static)
     speedup_bound: float | None  # 1 / (1 - share)
     note: str = ""  # how it was estimated
+    claims: tuple[Claim, ...] = ()  # the ledger parts it claims; share_pct is what they were granted
+    included_in: tuple[str, ...] = ()  # codes of findings that own part of what it claims ("included in GD102")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +122,9 @@ class Finding(Serde):
 
 
 class ChecklistStatus(str, Enum):
-    APPLIED = "applied"
-    RECOMMENDED = "recommended"
+    APPLIED = "applied"  # positive evidence: the setting was read, or the trace shows it in use
+    RECOMMENDED = "recommended"  # a rule found something to fix
+    NO_PROBLEM_SEEN = "no_problem_seen"  # its rules looked and found nothing to fix (not proof that it is applied)
     NOT_APPLICABLE = "not_applicable"
     NOT_MEASURABLE = "not_measurable"
 
@@ -179,6 +197,33 @@ class RankSummary(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class Action(Serde):
+    """One step of the projection: a finding's fix and what the step would take after it and
+    every action before it (an upper bound: each part removed entirely)."""
+
+    code: str
+    name: str
+    gain_pct: float  # the finding's exclusive share of step time
+    step_ns_after: int  # the step time after this fix and the ones listed before it
+    rank: int | None = None
+    components: tuple[str, ...] = ()  # the parts it wins back
+
+
+@dataclass(frozen=True, slots=True)
+class Account(Serde):
+    """Where the step goes, computed once: the ledger the report leads with, its headline, and
+    the top actions with their exclusive gains (docs/account.md)."""
+
+    headline: str  # "GPU idle 67.4% of step time: waiting for the DataLoader 50.5%, …"
+    ledger: Ledger  # the primary ledger (rank 0's, or the run's steady steps)
+    step_ns: int | None  # the step time the projection starts from
+    step_source: str  # "median of 120 steady steps", "mean of 5 ProfilerStep windows" …
+    actions: tuple[Action, ...] = ()  # ranked by exclusive gain, cumulative
+    claimed_pct: float = 0.0  # the findings' gains on this ledger together (at most 100)
+    notes: tuple[str, ...] = ()  # the model's caveats (upper bound, other ranks …)
+
+
+@dataclass(frozen=True, slots=True)
 class RuleInfo(Serde):
     """A rule of the catalogue as reports show it (SARIF ``tool.driver.rules``, HTML, …).
 
@@ -223,3 +268,4 @@ class Report(Serde):
     rules_run: tuple[str, ...] = ()
     rules: tuple[RuleInfo, ...] = ()  # the catalogue of the rules that could run (SARIF, HTML)
     rank_summary: RankSummary | None = None  # distributed: imbalance across ranks and the straggler
+    account: Account | None = None  # where the step goes and the top actions (None for `check`, or no measurement)

@@ -45,6 +45,7 @@ class GapCause(str, Enum):
     LAUNCH_BOUND = "launch_bound"  # host busy launching, could not keep up
     SHORT = "short"  # kernel-to-kernel gap too short to matter individually
     OTHER = "other"  # host busy elsewhere (Python, CPU ops, …)
+    DEPENDENCY = "dependency"  # the work was queued: the GPU waited on another stream, an event or a collective
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,29 +105,131 @@ class DeviceUtilization(Serde):
 
 
 class Component(str, Enum):
-    """Parts of a step. Where they overlap, ``gpudoctor.analysis.breakdown.PRIORITY`` decides:
-    GPU activity first (gpu_compute > h2d > d2h, as torch-tb-profiler's overview), then what
-    the host did while the GPU was idle (data_loading > sync_wait > optimizer > other_cpu),
-    then idle."""
+    """The exclusive parts of a step: the ledger of ``gpudoctor.analysis.ledger`` (docs/account.md).
 
-    DATA_LOADING = "data_loading"
-    SYNC_WAIT = "sync_wait"
-    H2D = "h2d"
-    D2H = "d2h"
-    GPU_COMPUTE = "gpu_compute"
-    OPTIMIZER = "optimizer"
-    OTHER_CPU = "other_cpu"
-    IDLE = "idle"  # neither host nor device doing anything we can name
+    On a GPU trace the device-side parts are time the busiest GPU was busy (only faster
+    kernels, copies or hidden communication win them), the host-side parts time it was idle,
+    by the cause of each idle gap (only host-side fixes win them). On a CPU-only trace every
+    part is host time. ``forward`` and ``backward`` come from per-step phase times of a run
+    without a trace."""
+
+    # device side: the GPU is busy
+    GPU_FP32_CONV = "gpu_fp32_conv"  # convolution kernels of float32 ops (Tensor-Core eligible)
+    GPU_FP32_MATMUL = "gpu_fp32_matmul"  # kernels of float32 matmul / linear / attention ops
+    GPU_CONV = "gpu_conv"  # other convolution kernels (half precision, or dtype unknown)
+    GPU_OPTIMIZER = "gpu_optimizer"  # kernels launched inside Optimizer.step
+    GPU_COMPUTE = "gpu_compute"  # every other kernel, memset, device-to-device copy
+    H2D = "h2d"  # only a host→device copy runs
+    D2H = "d2h"  # only a device→host copy runs
+    COMM_EXPOSED = "comm_exposed"  # only communication runs (GPU), or a collective no op hides (CPU)
+    # host side: the GPU is idle (or there is no GPU)
+    DATA_LOADING = "data_loading"  # waiting in DataLoader.__next__
+    SYNC_WAIT = "sync_wait"  # after the host blocked in a synchronization
+    LAUNCH_OVERHEAD = "launch_overhead"  # the host busy issuing ops (GPU: launch-bound and short gaps; CPU: per-op overhead)
+    OPTIMIZER = "optimizer"  # the host in Optimizer.step
+    CPU_COMPUTE = "cpu_compute"  # CPU only: the self time of ops of 10 µs or more (the work)
+    FORWARD = "forward"  # run without a trace: host time in the root module's forward
+    BACKWARD = "backward"  # run without a trace: host time in backward()
+    OTHER_CPU = "other_cpu"  # other host work: Python, long CPU ops, I/O
+    DEPENDENCY_WAIT = "dependency_wait"  # the next work was queued: the GPU waited on a stream, event or collective
+    UNEXPLAINED = "unexplained"  # nothing the profile records accounts for it
+
+
+#: What each part means to a person (reports, the account's headline).
+COMPONENT_LABELS: dict[str, str] = {
+    Component.GPU_FP32_CONV.value: "FP32 convolutions",
+    Component.GPU_FP32_MATMUL.value: "FP32 matmuls",
+    Component.GPU_CONV.value: "convolutions",
+    Component.GPU_OPTIMIZER.value: "optimizer kernels",
+    Component.GPU_COMPUTE.value: "other kernels",
+    Component.H2D.value: "host→device copies",
+    Component.D2H.value: "device→host copies",
+    Component.COMM_EXPOSED.value: "exposed communication",
+    Component.DATA_LOADING.value: "waiting for the DataLoader",
+    Component.SYNC_WAIT.value: "host synchronizations",
+    Component.LAUNCH_OVERHEAD.value: "launch and dispatch overhead",
+    Component.OPTIMIZER.value: "the optimizer on the host",
+    Component.CPU_COMPUTE.value: "op work (CPU)",
+    Component.FORWARD.value: "forward (host)",
+    Component.BACKWARD.value: "backward (host)",
+    Component.OTHER_CPU.value: "other host work (Python, CPU ops)",
+    Component.DEPENDENCY_WAIT.value: "waiting on another stream, event or collective",
+    Component.UNEXPLAINED.value: "unexplained",
+}
+
+#: Parts in which the GPU is busy; every other part is host-side (the GPU idle, or no GPU).
+DEVICE_COMPONENTS: frozenset[Component] = frozenset(
+    {
+        Component.GPU_FP32_CONV,
+        Component.GPU_FP32_MATMUL,
+        Component.GPU_CONV,
+        Component.GPU_OPTIMIZER,
+        Component.GPU_COMPUTE,
+        Component.H2D,
+        Component.D2H,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
 class StepBreakdown(Serde):
-    """Where one step's time went. ``sum(parts.values()) == dur_ns``."""
+    """Where one step's time went: the ledger of one window. ``sum(parts_ns.values()) == dur_ns``."""
 
     step: int
     start_ns: int
     dur_ns: int
     parts_ns: dict[str, int]  # Component.value -> ns
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSlice(Serde):
+    """One part of a ledger, over all its windows."""
+
+    component: str  # Component.value
+    ns: int  # over all windows of the ledger
+    pct: float  # of Ledger.total_ns
+    side: str  # "device" (the GPU busy: only faster kernels win it) or "host" (the GPU idle, or no GPU)
+    detail: str = ""  # what mostly caused it ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    source: str = ""  # "trace", "steps" (per-step records), "trace, scaled" (trace proportions of the steps' time)
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger(Serde):
+    """Step time split into exclusive parts that sum to it (docs/account.md).
+
+    ``sum(s.ns for s in slices) == total_ns``, exactly."""
+
+    key: str  # which ledger: "trace:<path>", "steps" or "steps+trace:<path>" (claims name it)
+    basis: str  # "gpu" (a trace, from the GPU's point of view), "cpu" (a CPU-only trace), "steps" (per-step records)
+    label: str  # how a report names it: "rank 0", "train.pt.trace.json.gz", "120 steady steps"
+    window: str  # what the windows are: "5 ProfilerStep windows", "the span of GPU activity", …
+    windows: int  # number of windows (steps)
+    total_ns: int
+    slices: tuple[LedgerSlice, ...] = ()  # non-zero parts, in Component order
+    device: int | None = None  # the GPU the ledger is of (basis "gpu")
+    rank: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def step_ns(self) -> float:
+        """Mean time of one window."""
+        return self.total_ns / self.windows if self.windows else 0.0
+
+    def ns(self, *components: Component | str) -> int:
+        keys = {c.value if isinstance(c, Component) else c for c in components}
+        return sum(s.ns for s in self.slices if s.component in keys)
+
+    def pct(self, *components: Component | str) -> float:
+        return 100.0 * self.ns(*components) / self.total_ns if self.total_ns else 0.0
+
+    def get(self, component: Component | str) -> LedgerSlice | None:
+        key = component.value if isinstance(component, Component) else component
+        return next((s for s in self.slices if s.component == key), None)
+
+    @property
+    def idle_pct(self) -> float:
+        """Host-side share: GPU idle on a GPU ledger."""
+        return sum(s.pct for s in self.slices if s.side == "host")
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,8 +428,9 @@ class TraceMetrics(Serde):
     steps: tuple[StepWindow, ...] = ()
     windows: tuple[Window, ...] = ()
     utilization: tuple[DeviceUtilization, ...] = ()
-    breakdown: tuple[StepBreakdown, ...] = ()
-    breakdown_mean_pct: dict[str, float] = field(default_factory=dict)  # Component -> % of step time
+    breakdown: tuple[StepBreakdown, ...] = ()  # the ledger of each window (docs/account.md)
+    breakdown_mean_pct: dict[str, float] = field(default_factory=dict)  # Component -> % of the windows' time
+    ledger: Ledger | None = None  # the windows' time in exclusive parts, with the detail of each
     transfers: tuple[TransferStat, ...] = ()
     kernels: KernelStats | None = None
     syncs: SyncSummary | None = None
@@ -338,10 +442,13 @@ class TraceMetrics(Serde):
     conv_shapes_total: int | None = None  # distinct (op, input shapes) of convolution ops in the window (needs shapes)
     conv_shapes_max_per_step: int | None = None  # the most distinct ones in a single step (fixed shapes: total == this)
     autograd_forward_ops: int | None = None  # top-level forward cpu_ops autograd recorded ("Sequence number")
+    forward_ops: int | None = None  # top-level forward cpu_ops, recorded by autograd or not (outside DataLoader, backward, optimizer)
     backward_ops: int | None = None  # backward ops (autograd::engine::evaluate_function …)
     optimizer_steps: int | None = None  # Optimizer.step#… annotations
     host_loss_ops: tuple[NameStat, ...] = ()  # loss ops (*_loss, cross_entropy …) that launched no GPU kernel
+    loss_ops: int | None = None  # loss ops (top-level) in the windows, wherever they ran (None: no cpu_op events)
     host_loss_after_d2h: int | None = None  # of those, the ones preceded in their step by a device→host copy
     comm: tuple[CommStats, ...] = ()  # collectives per device (NCCL/RCCL kernels; gloo ops on the host)
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo" …; "" when absent)
+    dataloader_iter: str = ""  # "multi-process" or "single-process": the DataLoader iterator the trace shows ("" none)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

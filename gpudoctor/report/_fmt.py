@@ -14,6 +14,9 @@ from typing import Any
 
 from gpudoctor import safe
 from gpudoctor.model import (
+    COMPONENT_LABELS,
+    Account,
+    Action,
     ChecklistItem,
     ChecklistStatus,
     Component,
@@ -121,16 +124,36 @@ def with_unit(value: Any, unit: str = "") -> str:
     return f"{value} {unit}".strip()
 
 
+_WORDS = {"h2d": "host→device", "d2h": "device→host", "gpu": "GPU", "cpu": "CPU", "nvml": "NVML", "ns": "time",
+          "pct": "share", "hta": "(HTA window)", "1ms": "1 ms", "10us": "10 µs", "dtoh": "device→host",
+          "htod": "host→device", "ddp": "DDP", "api": "API"}
+
+
+def metric_label(name: str) -> str:
+    """A metric's field name in words: ``data_wait_share_pct`` → ``data wait share``,
+    ``pageable_h2d_ns`` → ``pageable host→device time``."""
+    out: list[str] = []
+    for w in name.split("_"):
+        word = _WORDS.get(w, w)
+        if not word or (word == "share" and out and out[-1] == "share"):
+            continue
+        out.append(word)
+    return " ".join(out)
+
+
 def metric_text(m: Metric) -> str:
-    """``data_wait_share = 38.0% (of steps)``."""
-    s = f"{m.name} = {with_unit(m.value, m.unit)}"
+    """``data wait share: 38.0% (of steps)``."""
+    s = f"{metric_label(m.name)}: {with_unit(m.value, m.unit)}"
     return f"{s} (of {m.window})" if m.window else s
 
 
 def gain_text(g: Gain | None) -> str:
-    """``38.0% of step time at stake, up to 1.61× faster``; empty when nothing is known."""
+    """``38.0% of step time at stake, up to 1.61× faster``; empty when nothing is known. A finding
+    whose claimed time another finding wins first says so instead of "0.0%"."""
     if g is None:
         return ""
+    if g.share_pct is not None and g.share_pct <= 0 and g.included_in:
+        return f"none of its own: its time is included in {', '.join(g.included_in)}"
     parts = []
     if g.share_pct is not None:
         parts.append(f"{pct(g.share_pct)} of step time at stake")
@@ -142,42 +165,83 @@ def gain_text(g: Gain | None) -> str:
     return text
 
 
+# --------------------------------------------------------------------------- the account
+
+
+def account_title(a: Account) -> str:
+    """``rank 0: 5 ProfilerStep windows``: which ledger the account is of."""
+    return f"{a.ledger.label}: {a.ledger.window}"
+
+
+def account_now(a: Account) -> str:
+    """``now 160.0 ms per step (median of 120 steady steps)``."""
+    if not a.step_ns:
+        return ""
+    return f"now {duration(a.step_ns)} per step ({a.step_source})"
+
+
+def action_text(a: Action) -> str:
+    """``GD201 dataloader-stall: −50.5% of step time → ≤ 7.19 s per step``."""
+    after = f" → ≤ {duration(a.step_ns_after)} per step" if a.step_ns_after else ""
+    rank = f" (rank {a.rank})" if a.rank is not None else ""
+    return f"{a.code} {a.name}{rank}: −{pct(a.gain_pct)} of step time{after}"
+
+
+def account_parts(a: Account) -> list[tuple[str, float, int, str]]:
+    """The ledger's parts as (component, % of step time, ns per window, side), largest first."""
+    n = max(a.ledger.windows, 1)
+    rows = [(s.component, s.pct, int(round(s.ns / n)), s.side) for s in a.ledger.slices]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
+
+
 # --------------------------------------------------------------------------- components of a step
 
-COMPONENT_LABELS: dict[str, str] = {
-    Component.DATA_LOADING.value: "data loading",
-    Component.SYNC_WAIT.value: "sync wait",
-    Component.H2D.value: "host→device copy",
-    Component.D2H.value: "device→host copy",
-    Component.GPU_COMPUTE.value: "GPU compute",
-    Component.OPTIMIZER.value: "optimizer",
-    Component.OTHER_CPU.value: "other CPU",
-    Component.IDLE.value: "idle",
-}
+C = Component
 
-# Okabe–Ito colours (readable with colour-vision deficiencies); idle is light grey.
+# Device-side parts (the GPU busy) in greens and blues, host-side parts in warm colours (after the
+# Okabe–Ito palette, readable with colour-vision deficiencies); unexplained is light grey.
 COMPONENT_COLORS: dict[str, str] = {
-    Component.DATA_LOADING.value: "#E69F00",
-    Component.SYNC_WAIT.value: "#D55E00",
-    Component.H2D.value: "#56B4E9",
-    Component.D2H.value: "#0072B2",
-    Component.GPU_COMPUTE.value: "#009E73",
-    Component.OPTIMIZER.value: "#CC79A7",
-    Component.OTHER_CPU.value: "#F0E442",
-    Component.IDLE.value: "#BBBBBB",
+    C.GPU_FP32_CONV.value: "#2CA02C",
+    C.GPU_FP32_MATMUL.value: "#005F46",
+    C.GPU_CONV.value: "#8FD175",
+    C.GPU_OPTIMIZER.value: "#44AA99",
+    C.GPU_COMPUTE.value: "#009E73",
+    C.H2D.value: "#56B4E9",
+    C.D2H.value: "#0072B2",
+    C.COMM_EXPOSED.value: "#332288",
+    C.DATA_LOADING.value: "#E69F00",
+    C.SYNC_WAIT.value: "#D55E00",
+    C.LAUNCH_OVERHEAD.value: "#CC6677",
+    C.OPTIMIZER.value: "#CC79A7",
+    C.CPU_COMPUTE.value: "#009E73",
+    C.FORWARD.value: "#88CCEE",
+    C.BACKWARD.value: "#117733",
+    C.OTHER_CPU.value: "#F0E442",
+    C.DEPENDENCY_WAIT.value: "#882255",
+    C.UNEXPLAINED.value: "#BBBBBB",
 }
 EXTRA_COLORS = ("#8C564B", "#7F7F7F", "#17BECF", "#BCBD22")
 
-# One letter per component for the terminal bar without colour.
+# One letter per part for the terminal bar without colour.
 COMPONENT_LETTERS: dict[str, str] = {
-    Component.DATA_LOADING.value: "D",
-    Component.SYNC_WAIT.value: "S",
-    Component.H2D.value: "H",
-    Component.D2H.value: "h",
-    Component.GPU_COMPUTE.value: "G",
-    Component.OPTIMIZER.value: "O",
-    Component.OTHER_CPU.value: "C",
-    Component.IDLE.value: ".",
+    C.GPU_FP32_CONV.value: "V",
+    C.GPU_FP32_MATMUL.value: "M",
+    C.GPU_CONV.value: "c",
+    C.GPU_OPTIMIZER.value: "o",
+    C.GPU_COMPUTE.value: "G",
+    C.H2D.value: "H",
+    C.D2H.value: "h",
+    C.COMM_EXPOSED.value: "N",
+    C.DATA_LOADING.value: "D",
+    C.SYNC_WAIT.value: "S",
+    C.LAUNCH_OVERHEAD.value: "L",
+    C.OPTIMIZER.value: "O",
+    C.CPU_COMPUTE.value: "W",
+    C.FORWARD.value: "f",
+    C.BACKWARD.value: "b",
+    C.OTHER_CPU.value: "C",
+    C.DEPENDENCY_WAIT.value: "w",
+    C.UNEXPLAINED.value: ".",
 }
 
 
@@ -205,12 +269,14 @@ SEVERITY_LABELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severit
 STATUS_ORDER = (
     ChecklistStatus.APPLIED,
     ChecklistStatus.RECOMMENDED,
+    ChecklistStatus.NO_PROBLEM_SEEN,
     ChecklistStatus.NOT_APPLICABLE,
     ChecklistStatus.NOT_MEASURABLE,
 )
 STATUS_LABELS = {
     ChecklistStatus.APPLIED: "applied",
     ChecklistStatus.RECOMMENDED: "recommended",
+    ChecklistStatus.NO_PROBLEM_SEEN: "no problem seen",
     ChecklistStatus.NOT_APPLICABLE: "not applicable",
     ChecklistStatus.NOT_MEASURABLE: "not measurable here",
 }

@@ -67,7 +67,12 @@ nav a { color: var(--info); text-decoration: none; }
   border-radius: 4px; padding: 1px 6px; color: #fff; background: var(--muted); white-space: nowrap; }
 .badge.error { background: var(--err); } .badge.warning { background: var(--warn); } .badge.info { background: var(--info); }
 .badge.applied { background: var(--ok); } .badge.recommended { background: var(--warn); }
+.badge.no_problem_seen { background: #5f8f73; }
 .badge.not_applicable, .badge.not_measurable { background: #8a9099; }
+.ledger { display: flex; height: 26px; border-radius: 4px; overflow: hidden; margin: 10px 0 4px; border: 1px solid var(--line); }
+.ledger span { display: block; height: 100%; }
+.account .headline { font-size: 16px; margin: 4px 0; }
+ol.actions li { margin: 2px 0; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margin: 8px 0; }
 dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; }
 .snippets { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
@@ -559,6 +564,45 @@ def _header(report: Report) -> str:
     return "\n".join(parts)
 
 
+def _account(report: Report) -> str:
+    """Where the step goes: the headline, one exclusive bar, the parts, and the top actions."""
+    a = report.account
+    if a is None:
+        return ""
+    parts = f.account_parts(a)
+    bar = "".join(
+        f'<span style="width:{p:.3f}%;background:{svg.esc(f.component_color(comp))}" '
+        f'title="{e1(f.component_label(comp))}: {e(f.pct(p))}"></span>'
+        for comp, p, _, _ in sorted(parts, key=lambda r: f.component_order([x[0] for x in parts]).index(r[0]))
+    )
+    rows = [
+        [
+            f'<span style="color:{svg.esc(f.component_color(comp))}">■</span> {e(f.component_label(comp))}',
+            e(f.pct(p)),
+            e(f.duration(ns)),
+            "GPU busy" if side == "device" else "host side",
+        ]
+        for comp, p, ns, side in parts
+    ]
+    out = [
+        '<section class="account">',
+        '<h2 id="account">Where the step goes</h2>',
+        f'<p class="headline">{e1(a.headline)}</p>',
+        f'<p class="muted">{e1(f.account_title(a))}</p>',
+        f'<div class="ledger">{bar}</div>',
+        _table(["part of the step", "share", "per step", "side"], rows, numeric=[1, 2]),
+    ]
+    if a.actions:
+        now = f.account_now(a)
+        out.append(f"<h3>Top actions{e(': ' + now) if now else ''}</h3>")
+        out.append('<ol class="actions">' + "".join(f"<li>{e1(f.action_text(x))}</li>" for x in a.actions) + "</ol>")
+    else:
+        out.append('<p class="note">No finding claims a part of this step.</p>')
+    out += [f'<p class="note">{e1(n)}</p>' for n in a.notes]
+    out.append("</section>")
+    return "\n".join(out)
+
+
 def _nav(sections: list[tuple[str, str]]) -> str:
     return "<nav>" + "".join(f'<a href="#{sid}">{e(title)}</a>' for sid, title in sections) + "</nav>"
 
@@ -625,8 +669,14 @@ def _rules(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     run = report.run
-    sections: list[tuple[str, str]] = [("findings", "Findings")]
-    body = [_findings(report)]
+    sections: list[tuple[str, str]] = []
+    body = []
+    account = _account(report)
+    if account:
+        sections.append(("account", "Where the step goes"))
+        body.append(account)
+    sections.append(("findings", "Findings"))
+    body.append(_findings(report))
     checklist = _checklist(report)
     if checklist:
         sections.append(("checklist", "Checklist"))

@@ -1,9 +1,11 @@
 """The Markdown report: a review to paste into a pull request.
 
-The checklist as task-list items (``- [x]`` applied, ``- [ ]`` recommended with
-evidence and gain, then not applicable and not measurable with the reason), the
-findings with fix, gain, evidence and code, the step breakdown table, the ranks and
-the environment. GitHub caps a comment at 65,536 characters: the document is built
+Where the step goes first (the account's headline, its parts as one table, the top
+actions with their exclusive gains and the step time after each), then the
+checklist as task-list items (``- [x]`` applied: evidence shows it in use, ``- [ ]``
+recommended with evidence and gain, then *no problem seen*, *not applicable* and
+*not measurable here* with the reason), the findings with fix, gain, evidence and
+code, the step breakdown of the other traces, the ranks and the environment. GitHub caps a comment at 65,536 characters: the document is built
 from whole blocks (a finding, a checklist item, a table) and blocks that do not fit
 are left out with a note saying what was left out, so a table is never cut in half.
 
@@ -128,8 +130,32 @@ def _checklist_item(status: ChecklistStatus, it) -> str:
     return f"- *{f.STATUS_LABELS[status]}:* {title}: {rich(it.reason)}{codes}"
 
 
-def _breakdown_table(metrics: tuple[TraceMetrics, ...]) -> str:
-    shown = [(i, m) for i, m in enumerate(metrics) if m.breakdown_mean_pct]
+def _account_block(report: Report) -> str:
+    a = report.account
+    if a is None:
+        return ""
+    lines = ["### Where the step goes", "", f"{esc(a.headline)} ({esc(f.account_title(a))})", ""]
+    rows = [
+        [cell(f.component_label(comp)), f.pct(p), cell(f.duration(ns)), "GPU busy" if side == "device" else "host side"]
+        for comp, p, ns, side in f.account_parts(a)
+    ]
+    lines.append(table(["part of the step", "share", "per step", "side"], rows, ["l", "r", "r", "l"]))
+    if a.actions:
+        now = f.account_now(a)
+        lines += ["", "**Top actions**" + (f" ({esc(now)}):" if now else ":"), ""]
+        lines += [f"{n}. {esc(f.action_text(act))}" for n, act in enumerate(a.actions, 1)]
+    else:
+        lines += ["", "No finding claims a part of this step."]
+    if a.notes:
+        lines += [""] + [f"*{esc(note)}*" for note in a.notes]
+    return "\n".join(lines)
+
+
+def _breakdown_table(metrics: tuple[TraceMetrics, ...], account_key: str = "") -> str:
+    shown = [
+        (i, m) for i, m in enumerate(metrics)
+        if m.breakdown_mean_pct and not (account_key and f"trace:{m.path}" in account_key)
+    ]
     if not shown:
         return ""
     keys: list[str] = []
@@ -153,8 +179,9 @@ def _breakdown_table(metrics: tuple[TraceMetrics, ...]) -> str:
         if len(shown) > MAX_TABLE_ROWS:
             text += f"\n\n{len(shown) - MAX_TABLE_ROWS} more traces are in the JSON and HTML reports."
     first = shown[0][1]
-    where = "the ProfilerStep windows" if first.step_source == "ProfilerStep" else "the whole trace (no ProfilerStep markers)"
-    return f"### Step breakdown\n\nMean share of step time over {where}.\n\n{text}"
+    where = "the ProfilerStep windows" if first.step_source == "ProfilerStep" else "one window (no ProfilerStep markers)"
+    title = "Step breakdown of the other traces" if account_key else "Step breakdown"
+    return f"### {title}\n\nMean share of step time over {where}.\n\n{text}"
 
 
 def _ranks_table(report: Report) -> str:
@@ -186,6 +213,9 @@ def _blocks(report: Report) -> list[_Block]:
     if run is not None and run.manifest is not None:
         head += ["", f"Run: {esc(f.run_line(run.manifest))}"]
     blocks.append(_Block("\n".join(head), 0))
+    text = _account_block(report)
+    if text:
+        blocks.append(_Block(text, 0))
     if report.summary:
         rows = [
             [cell(s.label), cell(f.with_unit(s.value, s.unit)), cell(s.window) if s.window else ""]
@@ -205,7 +235,7 @@ def _blocks(report: Report) -> list[_Block]:
     else:
         blocks.append(_Block("### Findings\n\nNone: every rule that could judge this run found nothing to fix.", 0))
     if run is not None:
-        text = _breakdown_table(run.metrics)
+        text = _breakdown_table(run.metrics, report.account.ledger.key if report.account else "")
         if text:
             blocks.append(_Block(text, 2, "section"))
     text = _ranks_table(report)

@@ -1,4 +1,5 @@
-"""The terminal report: findings ranked, the step breakdown as a bar, the checklist.
+"""The terminal report: where the step goes and the top actions, then the findings ranked,
+the checklist.
 
 Colour (ANSI) only when asked (the CLI asks on a TTY without NO_COLOR); without it
 the bar uses one letter per component so that it stays readable in a CI log.
@@ -18,18 +19,29 @@ _SEVERITY_COLOR = {Severity.ERROR: "1;31", Severity.WARNING: "1;33", Severity.IN
 _STATUS_MARK = {
     ChecklistStatus.APPLIED: ("[x]", "32"),
     ChecklistStatus.RECOMMENDED: ("[ ]", "1;33"),
+    ChecklistStatus.NO_PROBLEM_SEEN: (" ok", "2"),
     ChecklistStatus.NOT_APPLICABLE: (" - ", "2"),
     ChecklistStatus.NOT_MEASURABLE: (" ? ", "2"),
 }
 _COMPONENT_ANSI = {
+    "gpu_fp32_conv": "92",
+    "gpu_fp32_matmul": "32;1",
+    "gpu_conv": "92",
+    "gpu_optimizer": "36",
+    "gpu_compute": "32",
+    "h2d": "96",
+    "d2h": "34",
+    "comm_exposed": "94",
     "data_loading": "33",
     "sync_wait": "31",
-    "h2d": "36",
-    "d2h": "34",
-    "gpu_compute": "32",
+    "launch_overhead": "91",
     "optimizer": "35",
+    "cpu_compute": "32",
+    "forward": "96",
+    "backward": "36",
     "other_cpu": "93",
-    "idle": "90",
+    "dependency_wait": "95",
+    "unexplained": "90",
 }
 
 clean = f.clean
@@ -71,7 +83,7 @@ def _bar(parts: dict[str, float], st: _Style) -> list[str]:
     else:
         bar = "".join(f.COMPONENT_LETTERS.get(k, "?") * n for k, n in cells)
     legend = []
-    for k in f.component_order(parts):
+    for k in f.component_order(k for k in parts if parts[k] > 0):
         mark = st("█", _COMPONENT_ANSI.get(k, "37")) if st.color else f.COMPONENT_LETTERS.get(k, "?")
         legend.append(f"{mark} {clean_line(f.component_label(k))} {f.pct(parts[k])}")
     lines = [f"  |{bar}|"]
@@ -85,11 +97,33 @@ def _bar(parts: dict[str, float], st: _Style) -> list[str]:
     return lines
 
 
-def _breakdown_section(metrics: tuple[TraceMetrics, ...], st: _Style) -> list[str]:
-    shown = [(i, m) for i, m in enumerate(metrics) if m.breakdown_mean_pct]
+def _account_section(report: Report, st: _Style) -> list[str]:
+    a = report.account
+    if a is None:
+        return []
+    out = [st.bold("Where the step goes") + st.dim(f"  ({clean_line(f.account_title(a))})")]
+    out.append("  " + clean_line(a.headline))
+    out.extend(_bar({s.component: s.pct for s in a.ledger.slices}, st))
+    if a.actions:
+        now = f.account_now(a)
+        out.append(st.bold("Top actions") + (st.dim(f"  ({clean_line(now)})") if now else ""))
+        for n, act in enumerate(a.actions, 1):
+            out.append(f"  {n}. {clean_line(f.action_text(act))}")
+    else:
+        out.append(st.dim("  no finding claims a part of this step"))
+    out.extend(st.dim(f"  {clean_line(note)}") for note in a.notes)
+    return out
+
+
+def _breakdown_section(metrics: tuple[TraceMetrics, ...], st: _Style, account_key: str = "") -> list[str]:
+    shown = [
+        (i, m) for i, m in enumerate(metrics)
+        if m.breakdown_mean_pct and not (account_key and f"trace:{m.path}" in account_key)
+    ]
     if not shown:
         return []
-    out = [st.bold("Step breakdown") + st.dim("  (mean share of step time)")]
+    out = [st.bold("Step breakdown of the other traces") if account_key else st.bold("Step breakdown")]
+    out[0] += st.dim("  (mean share of step time)")
     for i, m in shown[:MAX_BARS]:
         n = len(m.breakdown)
         steps = f"{n} step{'s' if n != 1 else ''}" if m.breakdown else "the whole trace"
@@ -210,9 +244,10 @@ def render_terminal(report: Report, *, color: bool = False, quiet: bool = False)
     if run is not None and run.manifest is not None:
         head.append(st.dim("  " + clean_line(f.run_line(run.manifest))))
     sections.append(head)
+    sections.append(_account_section(report, st))
     sections.append(_summary_section(report, st))
     if run is not None:
-        sections.append(_breakdown_section(run.metrics, st))
+        sections.append(_breakdown_section(run.metrics, st, report.account.ledger.key if report.account else ""))
     sections.append(_findings_section(report, st))
     sections.append(_checklist_section(report, st))
     sections.append(_ranks_section(report, st))

@@ -1,15 +1,22 @@
 """The checklist of a report: the 13 techniques of the seed checklist, then every rule they leave out.
 
-Each item is applied / recommended / not applicable / not measurable here, with the
-reason. A technique's status comes from, in order:
+Each item is applied / recommended / no problem seen / not applicable / not
+measurable here, with the reason. "Applied" needs positive evidence: the setting
+was read from the run, or the trace shows the technique in use (a
+``_MultiProcessingDataLoaderIter`` proves DataLoader workers, copies from pinned
+memory prove pinning, Tensor Core kernels prove reduced precision); a rule that
+looked and found nothing to fix says "no problem seen", which is not the same.
+A technique's status comes from, in order:
 
 1. any of its rules fired → recommended (with the largest gain of those findings);
-2. the technique is GPU-only and the run had no GPU → not applicable;
-3. the run's settings say whether it is in use → applied (the setting and its
-   `file:line`), or, when not in use, not applicable when its rules looked and found
-   nothing to gain, not measurable when they could not judge;
-4. otherwise its rules' verdicts: looked and fine → applied, does not apply → not
-   applicable, cannot judge → not measurable.
+2. it cannot apply: the run has no DataLoader, or no workers to prefetch with, or
+   it is GPU-only and the run had no GPU → not applicable;
+3. the settings or the trace show it in use → applied (the setting and its
+   `file:line`, or what the trace shows);
+4. otherwise its rules' verdicts, the most informative first: looked and saw it
+   in use → applied, looked and found nothing → no problem seen, could not judge
+   → not measurable, does not apply → not applicable (one rule that could not
+   judge outweighs one to which it does not apply).
 
 A rule outside the 13 techniques gets its own item, from its verdict the same way.
 """
@@ -26,13 +33,23 @@ from gpudoctor.rules.registry import Rule
 # (in use?, what the settings say); None when the settings do not tell
 InUse = Callable[[RuleContext], tuple[bool | None, str]]
 
-_STATUS = {
-    Verdict.FIRED: ChecklistStatus.RECOMMENDED,
-    Verdict.FINE: ChecklistStatus.APPLIED,
-    Verdict.NOT_APPLICABLE: ChecklistStatus.NOT_APPLICABLE,
-    Verdict.CANNOT_JUDGE: ChecklistStatus.NOT_MEASURABLE,
-}
-_PREFERENCE = (Verdict.FINE, Verdict.NOT_APPLICABLE, Verdict.CANNOT_JUDGE)
+def _status(r: RuleResult) -> ChecklistStatus:
+    if r.verdict == Verdict.FIRED:
+        return ChecklistStatus.RECOMMENDED
+    if r.verdict == Verdict.FINE:
+        return ChecklistStatus.APPLIED if r.applied else ChecklistStatus.NO_PROBLEM_SEEN
+    if r.verdict == Verdict.NOT_APPLICABLE:
+        return ChecklistStatus.NOT_APPLICABLE
+    return ChecklistStatus.NOT_MEASURABLE
+
+
+# merging several rules' verdicts into one item: the most informative first
+_PREFERENCE = (
+    ChecklistStatus.APPLIED,
+    ChecklistStatus.NO_PROBLEM_SEEN,
+    ChecklistStatus.NOT_MEASURABLE,
+    ChecklistStatus.NOT_APPLICABLE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +64,8 @@ class Technique:
     # When ``in_use`` says no, the technique does not apply at all (prefetching without workers):
     # its rules' findings belong to the technique that enables it.
     needs_in_use: bool = False
+    # Why the technique cannot apply to this run ("" when it can): no DataLoader, no copies …
+    absent: Callable[[RuleContext], str] | None = None
     # When not in use and its rules see nothing to fix, why its gain still cannot be judged
     # (torch.compile fuses kernels: what that wins shows only once compiled).
     gain_unmeasurable: str = ""
@@ -57,25 +76,66 @@ def _where(site) -> str:
     return f" at {loc}" if loc else ""
 
 
+def _loader_in_trace(ctx: RuleContext) -> str:
+    """"multi-process" / "single-process" when a trace of the run shows the DataLoader's iterator."""
+    kinds = {m.dataloader_iter for m in ctx.metrics if m.dataloader_iter}
+    return "multi-process" if "multi-process" in kinds else next(iter(kinds), "")
+
+
+def _no_loader(ctx: RuleContext) -> str:
+    """Why the DataLoader techniques do not apply: the run has none."""
+    s = ctx.settings
+    if s is not None and ctx.manifest is not None and not s.dataloaders:
+        return "no DataLoader in this run"
+    if s is None and ctx.metrics and not _loader_in_trace(ctx) and not ctx.steps():
+        return "no DataLoader iteration in the trace"
+    return ""
+
+
 def _pin(ctx: RuleContext) -> tuple[bool | None, str]:
     dl = ctx.main_dataloader()
-    if dl is None:
-        return None, ""
-    return dl.pin_memory, f"pin_memory={dl.pin_memory}{_where(dl.call_site)}"
+    if dl is not None:
+        return dl.pin_memory, f"pin_memory={dl.pin_memory}{_where(dl.call_site)}"
+    h2d = [x for m in ctx.gpu_traces() for x in m.transfers if x.direction == "HtoD"]
+    pinned = sum(x.count for x in h2d if x.memory_kind == "pinned")
+    pageable = sum(x.count for x in h2d if x.memory_kind == "pageable")
+    if pageable:
+        return False, f"the trace shows {pageable} host→device copies from pageable memory"
+    if pinned:
+        return True, f"the trace shows {pinned} host→device copies from pinned memory and none from pageable memory"
+    return None, ""
+
+
+def _no_copies(ctx: RuleContext) -> str:
+    if ctx.main_dataloader() is not None or not ctx.gpu_traces():
+        return ""
+    if any(x.direction == "HtoD" for m in ctx.gpu_traces() for x in m.transfers):
+        return ""
+    return "no host→device copies in the trace"
 
 
 def _workers(ctx: RuleContext) -> tuple[bool | None, str]:
     dl = ctx.main_dataloader()
-    if dl is None:
-        if ctx.settings is not None and ctx.manifest is not None:
-            return False, "no DataLoader in this run"
-        return None, ""
-    return dl.num_workers > 0, f"num_workers={dl.num_workers}{_where(dl.call_site)}"
+    if dl is not None:
+        return dl.num_workers > 0, f"num_workers={dl.num_workers}{_where(dl.call_site)}"
+    kind = _loader_in_trace(ctx)
+    if kind == "multi-process":
+        return True, "the trace shows _MultiProcessingDataLoaderIter: the DataLoader has worker processes"
+    if kind == "single-process":
+        return False, "the trace shows _SingleProcessDataLoaderIter: the DataLoader loads in the main process (num_workers=0)"
+    return None, ""
 
 
 def _prefetch(ctx: RuleContext) -> tuple[bool | None, str]:
     dl = ctx.main_dataloader()
     if dl is None:
+        kind = _loader_in_trace(ctx)
+        if kind == "multi-process":
+            return True, (
+                "the trace shows DataLoader workers, which prefetch (prefetch_factor is not in a trace; 2 by default)"
+            )
+        if kind == "single-process":
+            return False, "the trace shows _SingleProcessDataLoaderIter: prefetching starts with workers (technique 2)"
         return None, ""
     if dl.num_workers == 0:
         return False, f"num_workers=0{_where(dl.call_site)}: prefetching starts with workers (technique 2)"
@@ -157,9 +217,9 @@ def _monitoring(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
 
 TECHNIQUES: tuple[Technique, ...] = (
     Technique(1, "pinned-memory", "pin_memory=True in the DataLoader (pinned, non-blocking copies)",
-              ("GD301", "GD302"), gpu_only="pinned memory speeds host→device copies", in_use=_pin),
+              ("GD301", "GD302"), gpu_only="pinned memory speeds host→device copies", in_use=_pin, absent=_no_copies),
     Technique(2, "dataloader-workers", "num_workers > 0 in the DataLoader",
-              ("GD201", "GD202", "GD204"), in_use=_workers),
+              ("GD201", "GD202", "GD204"), in_use=_workers, absent=_no_loader),
     Technique(3, "batch-size", "A batch size that fills the GPU", ("GD104", "GD103")),
     Technique(4, "cudnn-benchmark", "torch.backends.cudnn.benchmark = True (fixed input shapes)",
               ("GD403",), gpu_only="cuDNN runs on the GPU", in_use=_flag("cudnn.benchmark")),
@@ -167,7 +227,8 @@ TECHNIQUES: tuple[Technique, ...] = (
               gpu_only="there is no device to move the loss to"),
     Technique(6, "no-grad-eval", "torch.no_grad() / inference_mode() in evaluation", ("GD701",)),
     Technique(7, "profiler", "Profile with torch.profiler", (), special=_profiler),
-    Technique(8, "prefetch", "Prefetching with prefetch_factor", ("GD201",), in_use=_prefetch, needs_in_use=True),
+    Technique(8, "prefetch", "Prefetching with prefetch_factor", ("GD201",), in_use=_prefetch, needs_in_use=True,
+              absent=_no_loader),
     Technique(9, "torch-compile", "torch.compile(model)", ("GD103",), in_use=_compile,
               gain_unmeasurable="what kernel fusion wins shows only once compiled: compare two runs"),
     Technique(10, "amp", "Mixed precision (torch.autocast, TF32)", ("GD401", "GD402"),
@@ -192,10 +253,10 @@ def _fired_reason(pairs: list[tuple[str, RuleResult]]) -> str:
 
 
 def _from_verdicts(pairs: list[tuple[str, RuleResult]]) -> tuple[ChecklistStatus, str]:
-    for verdict in _PREFERENCE:
-        chosen = [(c, r) for c, r in pairs if r.verdict == verdict]
+    for status in _PREFERENCE:
+        chosen = [(c, r) for c, r in pairs if _status(r) == status]
         if chosen:
-            return _STATUS[verdict], "; ".join(f"{c}: {r.reason}" for c, r in chosen)
+            return status, "; ".join(f"{c}: {r.reason}" for c, r in chosen)
     return ChecklistStatus.NOT_MEASURABLE, "no rule judged it"
 
 
@@ -217,7 +278,7 @@ def build_checklist(
             continue
         if rule.code in results:
             r = results[rule.code]
-            status = _STATUS[r.verdict]
+            status = _status(r)
             gain = _best_gain([r]) if r.verdict == Verdict.FIRED else None
             reason = r.findings[0].message if r.verdict == Verdict.FIRED and r.findings else r.reason
         else:
@@ -239,6 +300,9 @@ def _technique_item(
     if t.special is not None:
         status, reason = t.special(ctx)
         return item(status, reason)
+    absent = t.absent(ctx) if t.absent is not None else ""
+    if absent:
+        return item(ChecklistStatus.NOT_APPLICABLE, absent)
     in_use, text = t.in_use(ctx) if t.in_use is not None else (None, "")
     if t.needs_in_use and in_use is False:
         return item(ChecklistStatus.NOT_APPLICABLE, text)
@@ -248,16 +312,16 @@ def _technique_item(
         return item(ChecklistStatus.RECOMMENDED, _fired_reason(fired), _best_gain([r for _, r in fired]))
     if t.gpu_only and not ctx.has_gpu():
         return item(ChecklistStatus.NOT_APPLICABLE, f"{ctx.no_gpu_reason()}: {t.gpu_only}")
+    if in_use is True:
+        return item(ChecklistStatus.APPLIED, text)
     if not pairs:
         why = "; ".join(f"{c}: {skipped.get(c, 'not run')}" for c in t.codes)
         return item(ChecklistStatus.NOT_MEASURABLE, why or "no rule judges it")
-    if in_use is True:
-        return item(ChecklistStatus.APPLIED, text)
     status, reason = _from_verdicts(pairs)
     if in_use is False:
-        if status == ChecklistStatus.APPLIED and t.gain_unmeasurable:
-            return item(ChecklistStatus.NOT_MEASURABLE, f"{text}; {t.gain_unmeasurable} ({reason})")
-        if status == ChecklistStatus.APPLIED:
-            return item(ChecklistStatus.NOT_APPLICABLE, f"{text}; nothing to gain in this run ({reason})")
+        if status in (ChecklistStatus.APPLIED, ChecklistStatus.NO_PROBLEM_SEEN):
+            if t.gain_unmeasurable:
+                return item(ChecklistStatus.NOT_MEASURABLE, f"{text}; {t.gain_unmeasurable} ({reason})")
+            return item(ChecklistStatus.NO_PROBLEM_SEEN, f"{text}; nothing to gain in this run ({reason})")
         return item(status, f"{text}; {reason}")
     return item(status, reason)

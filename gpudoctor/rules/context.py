@@ -5,7 +5,9 @@ the checklist. The verdict is one of
 
 - ``FIRED``: it found something; the findings say what;
 - ``FINE``: it looked at the evidence and found nothing to fix (the reason says
-  what it looked at, with the numbers);
+  what it looked at, with the numbers); ``applied=True`` when what it looked at is
+  positive evidence that the technique is in use (the setting was read, the trace
+  shows it), so the checklist may say "applied" rather than "no problem seen";
 - ``NOT_APPLICABLE``: the technique does not apply to this run (a CPU run for a
   GPU-only setting, one epoch for a per-epoch cost, …);
 - ``CANNOT_JUDGE``: the evidence it needs is missing ("no GPU in this run",
@@ -25,8 +27,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from gpudoctor.analysis.ledger import combine, steps_ledger
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
+    Claim,
     Confidence,
     Evidence,
     Finding,
@@ -40,8 +44,10 @@ from gpudoctor.model.findings import (
     TimeRange,
 )
 from gpudoctor.model.metrics import (
+    Component,
     DeviceUtilization,
     GapCause,
+    Ledger,
     TraceMetrics,
     Window,
     WindowKind,
@@ -66,6 +72,7 @@ class RuleResult:
     verdict: Verdict
     reason: str  # one line: what was looked at and what it showed, or what is missing
     findings: tuple[Finding, ...] = ()
+    applied: bool = False  # FINE, and the evidence shows the technique in use (checklist: "applied")
 
     @staticmethod
     def fired(findings: Finding | Sequence[Finding], reason: str = "") -> RuleResult:
@@ -75,8 +82,9 @@ class RuleResult:
         return RuleResult(Verdict.FIRED, reason or fs[0].message, fs)
 
     @staticmethod
-    def fine(reason: str) -> RuleResult:
-        return RuleResult(Verdict.FINE, reason)
+    def fine(reason: str, *, applied: bool = False) -> RuleResult:
+        """Looked and found nothing to fix; ``applied``: the evidence shows the technique in use."""
+        return RuleResult(Verdict.FINE, reason, applied=applied)
 
     @staticmethod
     def not_applicable(reason: str) -> RuleResult:
@@ -405,6 +413,61 @@ class RuleContext:
             for g in gaps[:limit]
         )
 
+    # ---------------------------------------------------------------- the ledger (docs/account.md)
+
+    def steady_steps_of(self, rank: int | None) -> tuple[StepRecord, ...]:
+        """The steady steps of one rank (of the lowest rank when ``rank`` is None; all of them when
+        the records carry no rank)."""
+        steps = self.steady_steps()
+        ranked = {s.rank for s in steps if s.rank is not None}
+        if not ranked:
+            return steps
+        return tuple(s for s in steps if s.rank == (rank if rank is not None else min(ranked)))
+
+    def primary_trace(self, rank: int | None = None) -> TraceMetrics | None:
+        """The trace a rank's account comes from: its first trace with GPU activity, else its first
+        (rank 0, or the lowest, when ``rank`` is None)."""
+        pool = [m for m in self.metrics if m.ledger is not None]
+        if rank is not None and any(m.rank is not None for m in pool):
+            pool = [m for m in pool if m.rank == rank]
+        if not pool:
+            return None
+        gpu = [m for m in pool if m.has_gpu_activity]
+        return min(gpu or pool, key=lambda m: (m.rank if m.rank is not None else -1))
+
+    def trace_ledger(self, m: TraceMetrics) -> Ledger | None:
+        """The ledger of ``m``'s process: its traces of the same kind (GPU or CPU-only) together,
+        since a profiler schedule that repeats writes one trace per cycle."""
+        if m.ledger is None:
+            return None
+        same = [
+            x.ledger for x in self.metrics
+            if x.ledger is not None and x.rank == m.rank and x.ledger.basis == m.ledger.basis
+        ]
+        return combine(same) if len(same) > 1 else m.ledger
+
+    def ledger(self, m: TraceMetrics | None = None) -> Ledger | None:
+        """The ledger a finding claims its share of step time from: a GPU trace's (what the GPU
+        waited on is only in the trace), its process's traces together; a CPU trace's, with the
+        data wait of every steady step when the run has per-step records; without a trace (``m``
+        None and no trace), the steady steps' own."""
+        if m is None:
+            m = self.primary_trace()
+            if m is None:
+                steps = self.steady_steps_of(None)
+                return steps_ledger(steps) if steps else None
+        led = self.trace_ledger(m)
+        if led is None or led.basis == "gpu":
+            return led
+        steps = self.steady_steps_of(m.rank)
+        if steps:
+            return steps_ledger(steps, led, rank=m.rank)
+        return led
+
+    def part_pct(self, ledger: Ledger | None, *components: Component) -> float | None:
+        """The share of step time of some parts of a ledger (None without one)."""
+        return ledger.pct(*components) if ledger is not None else None
+
     # ---------------------------------------------------------------- settings
 
     def main_dataloader(self) -> DataLoaderSetting | None:
@@ -432,7 +495,8 @@ class RuleContext:
         if share_pct is None:
             return Gain(None, None, note)
         share = max(0.0, min(share_pct, 99.9))
-        return Gain(round(share, 2), round(1.0 / (1.0 - share / 100.0), 3), note)
+        # 4 decimals, as the ledger's parts: one quantity shows one value in every table
+        return Gain(round(share, 4), round(1.0 / (1.0 - share / 100.0), 3), note)
 
     def finding(
         self,
@@ -448,16 +512,35 @@ class RuleContext:
         location: Location | None = None,
         gain_note: str = "",
         rank: int | None = None,
+        claims: Sequence[tuple[Component, int | None]] = (),
+        ledger: Ledger | None = None,
+        severity_pct: float | None = None,
     ) -> Finding:
+        """A finding of the rule being run. With ``claims`` (parts of ``ledger``, each whole
+        (None) or up to a measured ns), the share of step time at stake is what they amount to,
+        and the engine later grants each part to one finding only (docs/account.md); without,
+        ``share_pct`` is the share of step time at stake where no ledger splits it (or None).
+        ``severity_pct``: a figure that is not a share of step time (CPU demand, system CPU, the
+        other ranks' wait) but sets the severity on the same scale; the gain note says what it is."""
+        claimed: tuple[Claim, ...] = ()
+        if claims and ledger is not None and ledger.total_ns > 0:
+            out = []
+            for comp, ns in claims:
+                part = ledger.ns(comp)
+                want = part if ns is None else max(0, min(int(ns), part))
+                out.append(Claim(comp.value, ledger.key, want, want, part, ledger.total_ns))
+            claimed = tuple(out)
+            share_pct = 100.0 * sum(c.requested_ns for c in claimed) / ledger.total_ns
+        gain = self.gain(share_pct, gain_note)
         return Finding(
             code=self.code,
             name=self.name,
-            severity=self.severity(share_pct),
+            severity=self.severity(share_pct if share_pct is not None else severity_pct),
             confidence=confidence,
             message=message,
             fix=fix,
             evidence=Evidence(tuple(metrics), tuple(time_ranges), tuple(settings), tuple(notes)),
-            gain=self.gain(share_pct, gain_note),
+            gain=replace(gain, claims=claimed),
             location=location,
             rank=rank,
         )
@@ -477,7 +560,7 @@ def merge_results(results: Sequence[tuple[TraceMetrics, RuleResult]]) -> RuleRes
         return results[0][1]
     fired = [(m, r) for m, r in results if r.verdict == Verdict.FIRED]
     if fired:
-        fired.sort(key=lambda mr: -max((f.gain.share_pct or 0.0) for f in mr[1].findings))
+        fired.sort(key=lambda mr: -max(_figure(f) for f in mr[1].findings))
         best_m, best = fired[0]
         others = [trace_label(m) for m, _ in fired[1:]]
         if others:
@@ -491,9 +574,19 @@ def merge_results(results: Sequence[tuple[TraceMetrics, RuleResult]]) -> RuleRes
             return RuleResult(Verdict.FIRED, best.reason, findings)
         return best
     best_verdict = min((r.verdict for _, r in results), key=lambda v: _VERDICT_ORDER[v])
-    reasons = [f"{trace_label(m)}: {r.reason}" for m, r in results if r.verdict == best_verdict]
+    chosen = [(m, r) for m, r in results if r.verdict == best_verdict]
+    reasons = [f"{trace_label(m)}: {r.reason}" for m, r in chosen]
     reason = reasons[0] if len(reasons) == 1 else f"{reasons[0]} (and {len(reasons) - 1} more trace(s))"
-    return RuleResult(best_verdict, reason)
+    return RuleResult(best_verdict, reason, applied=any(r.applied for _, r in chosen))
+
+
+def _figure(f: Finding) -> float:
+    """How bad a finding is, to keep the worst trace's: its share of step time, else (a headline or a
+    figure that is not step time) its first percentage."""
+    if f.gain.share_pct is not None:
+        return f.gain.share_pct
+    pct = next((m.value for m in f.evidence.metrics if m.unit == "%" and isinstance(m.value, (int, float))), 0.0)
+    return float(pct)
 
 
 def _cc(text: str) -> float | None:

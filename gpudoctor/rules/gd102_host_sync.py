@@ -45,7 +45,10 @@ Evidence used
 Trace: host synchronization events and the Python frame that caused each
 (`TraceMetrics.syncs`), and the GPU idle gaps attributed to syncs
 (`utilization.gap_causes`). The share at stake is the GPU idle time after
-syncs; the message gives the host time blocked as well.
+syncs, the `sync_wait` part of the step's ledger (docs/account.md); the message
+gives the host time blocked as well. GD102 owns that part: the sync-related
+findings GD302, GD303 and GD702 show "included in GD102" for what it already
+claims.
 
 Thresholds
 ----------
@@ -73,7 +76,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, TimeRange
-from gpudoctor.model.metrics import GapCause, TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Rule
@@ -104,16 +107,19 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"host blocked {fmt_pct(share)} of step time in {s.count} synchronizations "
             f"(threshold {t.sync_share_pct:g}%)"
         )
-    u = ctx.util(m)
-    lost_ns = ctx.gap_cause_ns(m, GapCause.SYNC)
-    if u is not None and u.gap_causes:
-        at_stake = ctx.trace_share(m, lost_ns) or 0.0
+    ledger = ctx.ledger(m)
+    claims: list[tuple[Component, int | None]] = []
+    if ledger is not None:
+        lost_ns = ledger.ns(Component.SYNC_WAIT)
+        at_stake = ledger.pct(Component.SYNC_WAIT)
         confidence = Confidence.MEASURED
         gain_note = "GPU idle time after synchronizations"
+        claims = [(Component.SYNC_WAIT, None)]
     else:
+        lost_ns = 0
         at_stake = share
         confidence = Confidence.INFERRED
-        gain_note = "host time blocked in synchronizations (no idle-gap causes in the trace)"
+        gain_note = "host time blocked in synchronizations (no ledger of the step)"
     top_frame = s.by_frame[0] if s.by_frame else None
     location = parse_frame(top_frame.name) if top_frame is not None else None
     what = ", ".join(f"{n.name} ×{n.count}" for n in s.by_name[:3])
@@ -154,6 +160,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         location=location,
         gain_note=gain_note,
         rank=m.rank,
+        claims=claims,
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 

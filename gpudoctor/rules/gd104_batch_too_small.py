@@ -43,7 +43,10 @@ Thresholds
 - `batch_memory_share_pct` (50): peak memory below this share of the device.
 - `batch_gpu_idle_share_pct` (20): GPU idle share that counts as under-used
   (or `launch_short_kernel_share_pct` of kernels under 10 µs).
-- `error_share_pct`, `warning_share_pct`: severity from the GPU idle share.
+- `error_share_pct`, `warning_share_pct`: severity from the share of step time
+  granted: the ledger's launch and dispatch overhead (the GPU idle time between
+  kernels a larger batch fills), after GD103, which claims it first
+  (docs/account.md).
 
 Known limits
 ------------
@@ -64,7 +67,7 @@ from __future__ import annotations
 import math
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_pct, location_of
 from gpudoctor.rules.helpers import memory_peak
 from gpudoctor.rules.registry import Rule
@@ -81,7 +84,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
     if peak.pct >= t.batch_memory_share_pct:
         return RuleResult.fine(
-            f"peak GPU memory {fmt_pct(peak.pct)} of the device (threshold {t.batch_memory_share_pct:g}%)"
+            f"peak GPU memory {fmt_pct(peak.pct)} of the device (threshold {t.batch_memory_share_pct:g}%)",
+            applied=True,
         )
     idle_pct, wname = ctx.idle(m)
     short = m.kernels.under_10us_pct if m.kernels is not None else None
@@ -121,17 +125,22 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
     if short is not None:
         metrics.append(Metric("kernels_under_10us_pct", round(short, 1), "%", "kernels"))
-    at_stake = idle_pct if idle_pct is not None else None
+    ledger = ctx.ledger(m)
+    if ledger is not None:
+        metrics.append(Metric("launch_overhead_pct", round(ledger.pct(Component.LAUNCH_OVERHEAD), 2), "%", wname))
     finding = ctx.finding(
         message,
         Fix(instruction, before, after),
-        share_pct=at_stake,
+        share_pct=None,
         confidence=Confidence.INFERRED,
         metrics=metrics,
         settings=settings,
         location=location,
-        gain_note="the GPU idle time a larger batch could fill; an upper bound",
+        gain_note="the GPU idle time between kernels that larger kernels would fill (launch and dispatch overhead); "
+        "an upper bound",
         rank=m.rank,
+        claims=[(Component.LAUNCH_OVERHEAD, None)],
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 

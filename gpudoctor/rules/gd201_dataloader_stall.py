@@ -10,6 +10,14 @@ With gradient accumulation a step is one optimizer step: its wait is that of
 all its micro-batches, judged against the whole step, and the finding gives the
 wait per batch too.
 
+The share it gains is the `data_loading` part of the step's ledger
+(docs/account.md): on a GPU run, the time the GPU sat idle while the loop
+waited for data (a wait while the GPU still ran queued work costs nothing); on
+a CPU run, the wait itself. A bare trace names the DataLoader's iterator:
+`_SingleProcessDataLoaderIter` means the main process loads every batch (set
+`num_workers`), `_MultiProcessingDataLoaderIter` means workers exist and still
+cannot keep up (more workers if cores allow, else a cheaper pipeline).
+
 Why it matters
 --------------
 While the loop waits for data, neither the CPU's compute threads nor the GPU
@@ -80,7 +88,7 @@ from __future__ import annotations
 import math
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting
 from gpudoctor.rules.context import (
     RuleContext,
@@ -146,7 +154,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             return RuleResult.not_applicable("no DataLoader in this run")
         return RuleResult.fine(
             f"the loop waits {fmt_pct(share)} of step time for data over {len(steps)} steps "
-            f"(threshold {t.dataloader_wait_share_pct:g}%)"
+            f"(threshold {t.dataloader_wait_share_pct:g}%)",
+            applied=dl is not None and dl.num_workers > 0,
         )
     cores = ctx.cpu_count()
     if dl is not None and dl.num_workers and cores:
@@ -171,8 +180,11 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                f"{fmt_ns(wait_med // micro)} per batch; median over {len(steps)} steps")
     else:
         per = f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} step, median over {len(steps)} steps"
+    ledger = ctx.ledger()
+    gpu_wait = _gpu_wait_text(ledger)
     message = (
         f"the loop waits {fmt_pct(share)} of step time for the next batch ({per})"
+        + gpu_wait
         + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
     )
     changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
@@ -217,43 +229,98 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         settings=dataloader_settings(dl) if dl is not None else (),
         notes=notes,
         location=loc,
-        gain_note="time the loop waits for data; workers hide it behind the step",
+        gain_note=(
+            "GPU idle time while the loop waited for data; workers hide it behind the step"
+            if ledger is not None and ledger.basis == "gpu"
+            else "time the loop waits for data; workers hide it behind the step"
+        ),
+        claims=[(Component.DATA_LOADING, None)],
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 
 
+def _gpu_wait_text(ledger: Ledger | None) -> str:
+    if ledger is None or ledger.basis != "gpu":
+        return ""
+    return (
+        f"; the GPU sat idle waiting for it {fmt_pct(ledger.pct(Component.DATA_LOADING))} of the "
+        f"{ledger.window} (what workers can win back)"
+    )
+
+
+_SINGLE = "_SingleProcessDataLoaderIter"
+_MULTI = "_MultiProcessingDataLoaderIter"
+
+
 def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     t = ctx.thresholds
-    share = m.breakdown_mean_pct.get(Component.DATA_LOADING.value)
-    window = ctx.window_label(ctx.window(m)) if not m.steps else "steps"
-    if share is None and m.cpu is not None:
-        share = m.cpu.dataloader_pct
-        window = ctx.window_label(m.cpu.window)
-    if share is None:
-        return RuleResult.cannot_judge("no step breakdown or DataLoader events in the trace")
+    ledger = ctx.ledger(m)
+    if ledger is None:
+        return RuleResult.cannot_judge("no step ledger or DataLoader events in the trace")
+    share = ledger.pct(Component.DATA_LOADING)
+    window = ledger.window
+    it = m.dataloader_iter
+    if not it and share == 0.0:
+        return RuleResult.not_applicable("no DataLoader iteration in the trace")
     if share <= t.dataloader_wait_share_pct:
+        with_workers = " (workers: the trace shows _MultiProcessingDataLoaderIter)" if it == "multi-process" else ""
         return RuleResult.fine(
-            f"DataLoader {fmt_pct(share)} of step time in the trace (threshold {t.dataloader_wait_share_pct:g}%)"
+            f"the GPU waits for the DataLoader {fmt_pct(share)} of step time in the trace "
+            f"(threshold {t.dataloader_wait_share_pct:g}%){with_workers}"
+            if ledger.basis == "gpu"
+            else f"DataLoader {fmt_pct(share)} of step time in the trace (threshold {t.dataloader_wait_share_pct:g}%)"
+            f"{with_workers}",
+            applied=it == "multi-process",
         )
     dl = ctx.main_dataloader()
     loc = location_of(dl.call_site) if dl is not None else None
     what = "step time" if m.steps else "the trace (no step markers)"
-    message = f"the loop waits {fmt_pct(share)} of {what} in the DataLoader (window: {window})"
-    instruction = (
-        "Load batches in worker processes: set num_workers > 0 (one per batch load time ÷ step compute time, "
-        "up to the cores less one), persistent_workers=True, pin_memory=True. The trace does not record the "
-        "DataLoader's settings; `gpudoctor profile` derives a value from them."
-    )
+    waits = "the GPU sits idle waiting for the next batch" if ledger.basis == "gpu" else "the loop waits for the next batch"
+    if it == "multi-process":
+        message = (
+            f"{waits} {fmt_pct(share)} of {what} although the DataLoader has worker processes "
+            f"({_MULTI}): they cannot keep up (window: {window})"
+        )
+        instruction = (
+            "The DataLoader already loads in workers and they still fall behind: raise num_workers if cores are "
+            "free (one per batch load time ÷ step compute time, up to the cores less one) and prefetch_factor, "
+            "keep persistent_workers=True; if the cores are busy, make each batch cheaper (cache decoded data, "
+            "move augmentation to the GPU). The trace does not record num_workers; `gpudoctor profile` derives a "
+            "value from the settings."
+        )
+        after = dataloader_call(dl, num_workers=8, prefetch_factor=4, persistent_workers=True)
+    else:
+        single = f" in the main process ({_SINGLE}: num_workers=0)" if it == "single-process" else ""
+        message = f"{waits} {fmt_pct(share)} of {what}: the DataLoader loads{single or ' the batches'} (window: {window})"
+        instruction = (
+            "Load batches in worker processes: set num_workers > 0 (one per batch load time ÷ step compute time, "
+            "up to the cores less one), persistent_workers=True, pin_memory=True. The trace does not record the "
+            "DataLoader's settings; `gpudoctor profile` derives a value from them."
+        )
+        after = dataloader_call(dl, num_workers=4, persistent_workers=True)
+    part = ledger.get(Component.DATA_LOADING)
+    notes = [f"iterator: {part.detail}"] if part is not None and part.detail else []
     finding = ctx.finding(
         message,
-        Fix(instruction, dataloader_call(dl), dataloader_call(dl, num_workers=4, persistent_workers=True)),
+        Fix(instruction, dataloader_call(dl), after),
         share_pct=share,
         confidence=Confidence.MEASURED,
-        metrics=[Metric("data_wait_share_pct", round(share, 2), "%", window)],
+        metrics=[
+            Metric("data_wait_share_pct", round(share, 2), "%", window),
+            Metric("dataloader_iterator", it or "unknown"),
+        ],
         settings=dataloader_settings(dl) if dl is not None else (),
+        notes=notes,
         location=loc,
-        gain_note="time in DataLoader.__next__; workers hide it behind the step",
+        gain_note=(
+            "GPU idle time while the loop waited in DataLoader.__next__"
+            if ledger.basis == "gpu"
+            else "time in DataLoader.__next__"
+        ),
         rank=m.rank,
+        claims=[(Component.DATA_LOADING, None)],
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 

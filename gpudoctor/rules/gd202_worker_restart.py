@@ -38,7 +38,10 @@ Evidence used
 -------------
 Per-step records with their epoch (`steps.jsonl`: `data_wait_ns`, `epoch`),
 the DataLoader's settings (`num_workers`, `persistent_workers`,
-`iterations_started`) with their `file:line`.
+`iterations_started`) with their `file:line`. The stalls are a share of the
+run's step time outside the steady steps the account of the step covers
+(docs/account.md): the finding puts no share of *step* time on them and is
+not in the projection; the share sets its severity.
 
 Thresholds
 ----------
@@ -89,7 +92,7 @@ def check(ctx: RuleContext) -> RuleResult:
     restarting = [d for d in with_workers if not d.persistent_workers]
     if not restarting:
         d = with_workers[0]
-        return RuleResult.fine(f"persistent_workers=True at {location_of(d.call_site) or 'the DataLoader'}")
+        return RuleResult.fine(f"persistent_workers=True at {location_of(d.call_site) or 'the DataLoader'}", applied=True)
     dl = max(restarting, key=lambda d: d.iterations_started)
     loc = location_of(dl.call_site)
     if dl.iterations_started < 2:
@@ -140,12 +143,14 @@ def check(ctx: RuleContext) -> RuleResult:
     finding = ctx.finding(
         message,
         Fix(instruction, dataloader_call(dl), dataloader_call(dl, persistent_workers=True)),
-        share_pct=share,
+        share_pct=None,
+        severity_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
         settings=dataloader_settings(dl),
         location=loc,
-        gain_note="the start-up stalls of epochs after the first",
+        gain_note=f"the start-up stalls of epochs after the first: {fmt_pct(share)} of the run's step time, outside "
+        "the steady steps the account covers",
     )
     return RuleResult.fired(finding)
 

@@ -74,10 +74,12 @@ Thresholds
 Known limits
 ------------
 Needs psutil samples (`gpudoctor profile`); a bare trace has none. The share
-at stake is the GPU idle time not explained by the DataLoader, syncs or
-launches (on CPU runs, the Python share of the typical step, or without a trace
-the Python self time of the user's functions), an upper bound of what moving
-the work can win. On CPU runs the CPU % alone misleads: OpenMP threads spinning
+at stake is the `other_cpu` part of the step's ledger (docs/account.md): on a
+GPU run the GPU idle time while the host did other work than loading, syncing
+or launching; on a CPU run the Python gaps of 1 ms or more between torch ops.
+It is an upper bound of what moving the work can win. Without a trace (only
+NVML samples, or only cProfile on a CPU run) the figure is not a part of the
+step and the finding puts no share on it. On CPU runs the CPU % alone misleads: OpenMP threads spinning
 at the end of each op lift a Python-bound process above one core (the planted
 sample reads 133%), which is why a trace, when there is one, decides.
 
@@ -93,7 +95,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
-from gpudoctor.model.metrics import DispatchStats, GapCause
+from gpudoctor.model.metrics import Component, DispatchStats, GapCause
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
 from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, user_functions
 from gpudoctor.rules.registry import Rule
@@ -184,9 +186,8 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
         idle_pct, wname = ctx.idle(m)
         if idle_pct is None:
             continue
-        u = ctx.util(m)
-        other_ns = ctx.gap_cause_ns(m, GapCause.OTHER)
-        at_stake = ctx.trace_share(m, other_ns) if u is not None and u.gap_causes else None
+        ledger = ctx.ledger(m)
+        at_stake = ledger.pct(Component.OTHER_CPU) if ledger is not None else None
         if best is None or idle_pct > best[1]:
             best = (m, idle_pct, wname, at_stake)
     if best is None:
@@ -202,13 +203,23 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
         )
     confidence = Confidence.MEASURED
     gain_note = "GPU idle time while the host was busy elsewhere (not DataLoader, sync or launches)"
+    ledger = ctx.ledger(m) if m is not None else None
+    claim_cap_ns: int | None = None
     if at_stake is None:
         wait = ctx.data_wait_share_pct() or 0.0
-        at_stake = max(0.0, idle_pct - wait)
         confidence = Confidence.INFERRED
-        gain_note = "GPU idle share less the DataLoader wait (no idle-gap causes measured)"
-        if loop_pct is not None and loop_pct < at_stake:
-            at_stake = loop_pct
+        gain_note = (
+            f"not in the account: no trace splits the GPU idle time (idle {fmt_pct(idle_pct)} less the DataLoader "
+            f"wait: {fmt_pct(max(0.0, idle_pct - wait))})"
+        )
+        steps_ledger = ctx.ledger() if m is None and loop_pct is not None else None
+        if steps_ledger is not None and steps_ledger.basis == "steps" and steps_ledger.ns(Component.OTHER_CPU) > 0:
+            # the loop's own work (the steps' phase times) claims its part of the steps' ledger, at most
+            # what the GPU idled beyond the data wait: host work the GPU never waited on wins nothing
+            ledger = steps_ledger
+            claim_cap_ns = int(ledger.total_ns * max(0.0, idle_pct - wait) / 100.0)
+            at_stake = 100.0 * min(ledger.ns(Component.OTHER_CPU), claim_cap_ns) / ledger.total_ns
+            confidence = Confidence.MEASURED
             gain_note = ("the loop's own work outside the model's calls (steps' phase times), at most the GPU idle "
                          "share less the DataLoader wait")
     metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
@@ -232,6 +243,8 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
         notes=notes + ([f"trace: {trace_label(m)}"] if m is not None else []),
         location=location,
         gain_note=gain_note,
+        claims=[(Component.OTHER_CPU, claim_cap_ns)] if at_stake is not None else (),
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 
@@ -284,19 +297,27 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{n_threads} threads' capacity"))
     if user_share is not None:
         metrics.append(Metric("user_code_self_time_pct", round(user_share, 1), "%", "cProfile time"))
+    ledger = None
     if python_pct is not None and dm is not None:
-        at_stake = python_pct
+        m = next(mm for mm in ctx.metrics if mm.dispatch is dm)
+        ledger = ctx.ledger(m)
+        at_stake = ledger.pct(Component.OTHER_CPU) if ledger is not None else python_pct
         confidence = Confidence.MEASURED
-        gain_note = "time between torch ops in a typical profiled step (Python work of 1 ms or more)"
+        gain_note = "Python work of 1 ms or more between torch ops, in the measured steps"
         metrics.append(Metric("python_between_ops_pct", round(python_pct, 1), "%", "typical step"))
         metrics.append(Metric("python_between_ops_ns", dm.long_gap_ns, "ns", "typical step"))
         metrics.append(Metric("typical_step_ns", dm.typical_step_ns, "ns"))
         message = (
             f"CPU run bound by Python in the loop: {fmt_pct(python_pct)} of a typical step runs Python between "
             f"torch ops, on one thread while torch's {n_threads} intra-op threads wait"
+            + (f" ({fmt_pct(at_stake)} of the measured step time)" if ledger is not None else "")
         )
     elif loop_pct is not None:
         at_stake = loop_pct
+        steps_ledger = ctx.ledger()
+        if steps_ledger is not None and steps_ledger.basis == "steps" and steps_ledger.ns(Component.OTHER_CPU) > 0:
+            ledger = steps_ledger  # the same figure, from the steps' ledger: claimed there, once
+            at_stake = ledger.pct(Component.OTHER_CPU)
         confidence = Confidence.MEASURED
         gain_note = "host time outside the DataLoader wait and the model's calls (forward, backward, optimizer), every step"
         message = (
@@ -305,9 +326,12 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
             f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
         )
     elif user_share is not None:
-        at_stake = user_share
+        at_stake = None
         confidence = Confidence.MEASURED
-        gain_note = "self time of the user's own functions (cProfile) in the profiled time"
+        gain_note = (
+            f"not in the account (no trace): the user's own functions take {fmt_pct(user_share)} of the cProfile "
+            "time (self time)"
+        )
         message = (
             f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
             f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
@@ -337,6 +361,8 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         notes=notes,
         location=location,
         gain_note=gain_note,
+        claims=[(Component.OTHER_CPU, None)] if ledger is not None else (),
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 

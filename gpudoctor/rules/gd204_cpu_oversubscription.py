@@ -45,7 +45,9 @@ psutil samples of the training process and its workers during the steps:
 `/proc/<pid>/task/<tid>/schedstat`); the median over sample instants of their
 sum is the number of threads that wanted a core. Settings: `cpu_count`,
 `num_threads`, the DataLoaders' `num_workers` and `worker_init_fn`,
-`OMP_NUM_THREADS`.
+`OMP_NUM_THREADS`. The unserved share of the threads' CPU demand sets the
+severity; it is not a share of step time, so the finding claims no part of
+the step's ledger (docs/account.md).
 
 Thresholds
 ----------
@@ -174,12 +176,13 @@ def check(ctx: RuleContext) -> RuleResult:
     finding = ctx.finding(
         message,
         Fix(instruction, before, after),
-        share_pct=excess_pct,
+        share_pct=None,
+        severity_pct=excess_pct,
         confidence=Confidence.INFERRED,
         metrics=metrics,
         settings=settings,
         location=loc,
-        gain_note="share of the threads' CPU demand the cores cannot serve; inferred, not measured as step time",
+        gain_note=f"{excess_pct:.1f}% of the threads' CPU demand the cores cannot serve; not a share of step time",
     )
     return RuleResult.fired(finding)
 

@@ -38,7 +38,8 @@ Evidence used
 -------------
 Trace: host-to-device copies per memory kind with count, bytes, time and
 bandwidth (`TraceMetrics.transfers`); the DataLoader's `pin_memory` and its
-`file:line`.
+`file:line`. The gain is the `h2d` part of the step's ledger (copies while the
+GPU runs nothing else; docs/account.md), up to the pageable copies' time.
 
 Thresholds
 ----------
@@ -65,7 +66,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import dataloader_call
 from gpudoctor.rules.registry import Rule
@@ -82,7 +83,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         return RuleResult.fine(
             f"no host→device copies from pageable memory ({pinned} from pinned memory)"
             if h2d
-            else "no host→device copies in the trace"
+            else "no host→device copies in the trace",
+            applied=pinned > 0,
         )
     count = sum(x.count for x in pageable)
     nbytes = sum(x.bytes for x in pageable)
@@ -152,8 +154,11 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         settings=settings,
         notes=[n for n in notes if n],
         location=loc,
-        gain_note="time of the pageable copies; pinned asynchronous copies overlap with compute",
+        gain_note="time of the pageable copies while the GPU did nothing else; pinned asynchronous copies overlap "
+        "with compute",
         rank=m.rank,
+        claims=[(Component.H2D, dur)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 

@@ -33,7 +33,9 @@ x = batch.pin_memory().to("cuda", non_blocking=True)   # or pin_memory=True at t
 Evidence used
 -------------
 Trace: copies per direction and memory kind, how many were blocking and the
-time they took (`TraceMetrics.transfers`).
+time they took (`TraceMetrics.transfers`). The gain is the `sync_wait` part of
+the step's ledger up to the blocked time; GD102 owns that part
+(docs/account.md), so when both fire this finding shows "included in GD102".
 
 Thresholds
 ----------
@@ -62,7 +64,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import GapCause, TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -109,15 +111,14 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     # While the host waits in a copy it queues no work: what that costs is the GPU idle time that
     # follows (the analysis attributes it to synchronization), at most the blocked time itself.
     # A blocking copy on a saturated GPU costs little.
-    u = ctx.util(m)
-    if u is not None and u.gap_causes:
-        lost = ctx.trace_share(m, ctx.gap_cause_ns(m, GapCause.SYNC)) or 0.0
-        at_stake = min(share, lost)
+    ledger = ctx.ledger(m)
+    if ledger is not None:
+        at_stake = min(share, ledger.pct(Component.SYNC_WAIT))
         gain_note = "GPU idle time after host synchronizations (blocking copies among them), at most the blocked time"
     else:
         at_stake = share
         estimated = True
-        gain_note = "host time blocked in copies (no idle-gap causes in the trace)"
+        gain_note = "host time blocked in copies (no ledger of the step)"
     message = (
         f"{blocking_count} copies block the host for {fmt_ns(blocking_ns)}, {fmt_pct(share)} of step time: "
         + "; ".join(parts)
@@ -149,6 +150,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         location=loc,
         gain_note=gain_note,
         rank=m.rank,
+        claims=[(Component.SYNC_WAIT, blocking_ns)],
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 

@@ -37,7 +37,8 @@ print(correct.item())                     # once, after the loop
 Evidence used
 -------------
 Trace: device-to-host copies with count, bytes, time, and the number of
-steps that had one (`TraceMetrics.transfers`).
+steps that had one (`TraceMetrics.transfers`). The gain is the `d2h` part of
+the step's ledger (docs/account.md); the syncs the copies force are GD102's.
 
 Thresholds
 ----------
@@ -63,7 +64,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Rule
@@ -133,8 +134,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         ],
         notes=notes,
         location=location,
-        gain_note="the copies' own time; the syncs they force are counted by GD102",
+        gain_note="the copies' own time while the GPU did nothing else; the syncs they force are GD102's",
         rank=m.rank,
+        claims=[(Component.D2H, dur)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 

@@ -56,7 +56,9 @@ Evidence used
 Trace: the device's compute capability, Tensor Core kernel share by kernel
 name, GPU time of Tensor-Core-eligible ops with float32 inputs
 (`TraceMetrics.kernels`; needs recorded shapes); settings: `autocast` and
-`GradScaler` uses with their call sites.
+`GradScaler` uses with their call sites. The gain is the `gpu_fp32_conv` and
+`gpu_fp32_matmul` parts of the step's ledger (docs/account.md): GPU busy time
+only faster kernels win; GD401 owns them before GD402 and GD403.
 
 Thresholds
 ----------
@@ -82,7 +84,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -111,7 +113,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     if k is None or k.count == 0:
         return RuleResult.cannot_judge("no kernels in the trace")
     if k.tensor_core_pct >= t.amp_tensor_core_max_pct:
-        return RuleResult.fine(f"Tensor Core kernels run {fmt_pct(k.tensor_core_pct)} of kernel time")
+        return RuleResult.fine(
+            f"Tensor Core kernels run {fmt_pct(k.tensor_core_pct)} of kernel time: reduced precision is in use",
+            applied=True,
+        )
     if not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None:
         return RuleResult.cannot_judge(
             "no input dtypes in the trace: record shapes (`gpudoctor profile --shapes`, the default) to see FP32 ops"
@@ -157,6 +162,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
         notes=["Tensor Core use is read from kernel names"],
         gain_note="GPU time of FP32 conv/matmul kernels; Tensor Cores shorten it several-fold (upper bound)",
         rank=m.rank,
+        claims=[(Component.GPU_FP32_CONV, None), (Component.GPU_FP32_MATMUL, None)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 
@@ -171,7 +178,7 @@ def check(ctx: RuleContext) -> RuleResult:
         if used:
             a = used[0]
             old = " (deprecated torch.cuda.amp spelling: use torch.amp)" if a.deprecated_api else ""
-            return RuleResult.fine(f"autocast({a.dtype}) at {location_of(a.call_site) or '?'}{old}")
+            return RuleResult.fine(f"autocast({a.dtype}) at {location_of(a.call_site) or '?'}{old}", applied=True)
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels in this run")
     name, cc = ctx.device_cc()

@@ -37,6 +37,8 @@ Evidence used
 The device's compute capability (trace or manifest); settings: the TF32 flags
 and `float32_matmul_precision` with the `file:line` that set them; trace:
 FP32 Tensor-Core-eligible kernel time and whether TF32 kernels already run.
+The gain is the `gpu_fp32_matmul` part of the step's ledger, after GD401
+(docs/account.md).
 
 Thresholds
 ----------
@@ -62,7 +64,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Rule
@@ -110,6 +112,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> Rul
         notes=["convolution kernels are left out: cuDNN runs them in TF32 unless cudnn.allow_tf32 is False"],
         gain_note="GPU time of FP32 matmul kernels; TF32 shortens it (upper bound)",
         rank=m.rank,
+        claims=[(Component.GPU_FP32_MATMUL, None)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 
@@ -149,7 +153,7 @@ def check(ctx: RuleContext) -> RuleResult:
     ):
         enabling.append(fp32_generic)
     if enabling:
-        return RuleResult.fine(f"TF32 on: {flag_text(enabling[0])}")
+        return RuleResult.fine(f"TF32 on: {flag_text(enabling[0])}", applied=True)
     autocast = [a for a in ctx.settings.autocast if a.enabled and a.device_type == "cuda"]
     if autocast:
         return RuleResult.not_applicable(

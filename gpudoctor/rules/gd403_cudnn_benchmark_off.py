@@ -35,7 +35,8 @@ Evidence used
 Settings: `torch.backends.cudnn.benchmark` and
 `torch.backends.cudnn.deterministic` with the `file:line` that set them;
 trace: convolution kernel time and the number of distinct convolution input
-shapes (needs recorded shapes).
+shapes (needs recorded shapes). The gain is the `gpu_conv` and `gpu_fp32_conv`
+parts of the step's ledger, the latter after GD401 (docs/account.md).
 
 Thresholds
 ----------
@@ -60,7 +61,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Rule
@@ -121,6 +122,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics, bench) -> RuleResult:
         location=loc,
         gain_note="GPU time of convolution kernels; autotuning shortens it (upper bound)",
         rank=m.rank,
+        claims=[(Component.GPU_CONV, None), (Component.GPU_FP32_CONV, None)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 
@@ -134,7 +137,7 @@ def check(ctx: RuleContext) -> RuleResult:
     if bench is None:
         return RuleResult.cannot_judge("the run's settings do not record cudnn.benchmark")
     if bench.value is True:
-        return RuleResult.fine(flag_text(bench))
+        return RuleResult.fine(flag_text(bench), applied=True)
     det = find_flag(ctx, "cudnn.deterministic")
     if det is not None and det.value is True:
         return RuleResult.not_applicable(f"determinism required: {flag_text(det)}")

@@ -34,7 +34,9 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 Evidence used
 -------------
 Trace: kernels launched per optimizer step (`kernels.optimizer_kernels_per_step`)
-and the optimizer's share of step time; settings: the optimizer class,
+and the optimizer's share of step time: the `gpu_optimizer` and `optimizer`
+parts of the step's ledger (its kernels, and the GPU idle time while the host
+ran `Optimizer.step`; docs/account.md); settings: the optimizer class,
 `foreach`/`fused` and the number of parameter tensors, with the `file:line`
 that built it.
 
@@ -90,8 +92,9 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         return RuleResult.fine(measure)
     opt = opts[0] if opts else None
     if opt is not None and opt.fused:
-        return RuleResult.fine(f"{opt.cls} is already fused ({measure})")
-    share = m.breakdown_mean_pct.get(Component.OPTIMIZER.value)
+        return RuleResult.fine(f"{opt.cls} is already fused ({measure})", applied=True)
+    ledger = ctx.ledger(m)
+    share = ledger.pct(Component.OPTIMIZER, Component.GPU_OPTIMIZER) if ledger is not None else None
     loc = location_of(opt.call_site) if opt is not None else None
     cls = opt.cls.rsplit(".", 1)[-1] if opt is not None else "AdamW"
     knob = "fused=True" if opt is None or opt.supports_fused else "foreach=True"
@@ -124,8 +127,11 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         metrics=metrics,
         settings=settings,
         location=loc,
-        gain_note="the optimizer's share of step time; a fused step keeps a small part of it (upper bound)",
+        gain_note="the optimizer's kernels and the GPU idle time while the host ran Optimizer.step; a fused step "
+        "keeps a small part of it (upper bound)",
         rank=m.rank,
+        claims=[(Component.OPTIMIZER, None), (Component.GPU_OPTIMIZER, None)],
+        ledger=ledger,
     )
     return RuleResult.fired(finding)
 
@@ -136,7 +142,7 @@ def check(ctx: RuleContext) -> RuleResult:
     s = ctx.settings
     if s is not None and s.optimizers and all(o.fused for o in s.optimizers):
         o = s.optimizers[0]
-        return RuleResult.fine(f"{o.cls}(fused=True) at {location_of(o.call_site) or '?'}")
+        return RuleResult.fine(f"{o.cls}(fused=True) at {location_of(o.call_site) or '?'}", applied=True)
     if s is not None and not s.optimizers and ctx.manifest is not None and ctx.manifest.step_source == "dataloader":
         return RuleResult.not_applicable("no optimizer in this run (evaluation or inference)")
     return ctx.per_trace(lambda m: _judge(ctx, m))

@@ -38,7 +38,9 @@ Evidence used
 Trace: `cudaMalloc`/`cudaFree` counts and host time, calls after the first
 step, `empty_cache` calls (`TraceMetrics.memory`); settings: the
 `torch.cuda.empty_cache()` call sites and count,
-`PYTORCH_CUDA_ALLOC_CONF`.
+`PYTORCH_CUDA_ALLOC_CONF`. The gain is the allocator calls' host time, taken
+from the `other_cpu` part of the step's ledger after GD203 and GD702
+(docs/account.md).
 
 Thresholds
 ----------
@@ -62,7 +64,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -137,8 +139,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         ],
         settings=refs,
         location=loc,
-        gain_note="host time in cudaMalloc/cudaFree (the device syncs of cudaFree come on top)",
+        gain_note="host time in cudaMalloc/cudaFree while the GPU waited (the device syncs of cudaFree come on top)",
         rank=m.rank,
+        claims=[(Component.OTHER_CPU, api_ns)] if measured else (),
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 

@@ -44,7 +44,10 @@ step that has 26 without it), and of those the later half (all of them under
 10): glibc raises its mmap threshold as large blocks are freed, so a
 short run can fault heavily for its first dozens of steps and then settle at a
 few dozen faults per step, the state a long run stays in. Settings:
-`LD_PRELOAD`, `MALLOC_*` environment variables.
+`LD_PRELOAD`, `MALLOC_*` environment variables. System CPU time is spent
+inside the step's other parts (mostly op work), not beside them: the finding
+claims no part of the ledger (docs/account.md); its share of step wall time
+sets the severity.
 
 Thresholds
 ----------
@@ -141,7 +144,8 @@ def check(ctx: RuleContext) -> RuleResult:
             "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python train.py\n"
             "# or: MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python train.py",
         ),
-        share_pct=share,
+        share_pct=None,
+        severity_pct=share,
         confidence=Confidence.MEASURED,
         metrics=[
             Metric("sys_cpu_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
@@ -150,7 +154,8 @@ def check(ctx: RuleContext) -> RuleResult:
             Metric("minor_faults_per_step", faults, "count"),
         ],
         settings=settings,
-        gain_note="system CPU time of the training process; an allocator that keeps memory removes most of it",
+        gain_note=f"system CPU time of the training process, {fmt_pct(share)} of step wall time (CPU time inside the "
+        "step's parts, not a part of its own); an allocator that keeps memory removes most of it",
     )
     return RuleResult.fired(finding)
 

@@ -84,7 +84,7 @@ def check(ctx: RuleContext) -> RuleResult:
     ddp = [w for w in s.wrappers if w.kind in ("DistributedDataParallel", "FullyShardedDataParallel")]
     if not dp:
         if ddp:
-            return RuleResult.fine(f"{ddp[0].kind} at {location_of(ddp[0].call_site) or '?'}")
+            return RuleResult.fine(f"{ddp[0].kind} at {location_of(ddp[0].call_site) or '?'}", applied=True)
         return RuleResult.not_applicable("no data-parallel wrapper: single-process training")
     w = dp[0]
     loc = location_of(w.call_site)

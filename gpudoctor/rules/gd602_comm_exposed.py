@@ -58,7 +58,8 @@ Trace: collective time and its exposed part per ProfilerStep window
 (`TraceMetrics.comm[].per_step`), summed over every trace of a rank; the
 collectives by name. Settings: the DDP wrapper's `bucket_cap_mb`,
 `gradient_as_bucket_view`, `static_graph` and backend, with their `file:line`.
-The share at stake is the exposed communication of the judged rank.
+The share at stake is the exposed communication of the judged rank: the
+`comm_exposed` part of its trace's ledger (docs/account.md).
 
 Thresholds
 ----------
@@ -91,6 +92,7 @@ import re
 from collections import defaultdict
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.metrics import Component
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.distributed import (
     RankComm,
@@ -235,6 +237,8 @@ def _finding(ctx: RuleContext, best: RankComm, job: list[RankComm], share: float
         gain_note=f"exposed communication (threshold {t.comm_exposed_share_pct:g}%); an upper bound: "
         "the last bucket cannot overlap a finished backward",
         rank=best.rank,
+        claims=[(Component.COMM_EXPOSED, None)] if len(best.traces) == 1 else (),
+        ledger=ctx.ledger(best.traces[0]) if len(best.traces) == 1 else None,
     )
 
 

@@ -59,9 +59,11 @@ Evidence used
 Trace: every rank's ProfilerStep windows and the exposed communication inside
 each (`TraceMetrics.comm[].per_step`); run directory: every rank's step
 records (`steps.rank<R>.jsonl`). The per-rank table of the report
-(`Report.ranks`, `Report.rank_summary`) shows the same figures. The share at
-stake is the straggler's excess over the median of the other ranks, as a
-share of the median step time: what the others wait every step.
+(`Report.ranks`, `Report.rank_summary`) shows the same figures. The
+straggler's excess over the median of the other ranks, as a share of the
+median step time, is what the others wait every step: time in *their*
+ledgers (exposed communication), so the finding claims no part of its own
+(docs/account.md); the share sets its severity.
 
 Thresholds
 ----------
@@ -186,11 +188,13 @@ def check(ctx: RuleContext) -> RuleResult:
             _BEFORE,
             _AFTER,
         ),
-        share_pct=s.slowest_excess_pct,
+        share_pct=None,
+        severity_pct=s.slowest_excess_pct,
         confidence=Confidence.MEASURED,
         metrics=metrics,
         notes=notes[:24],
-        gain_note="the time the other ranks wait for it each step (its excess over their median)",
+        gain_note=f"the other ranks wait for it {fmt_pct(s.slowest_excess_pct)} of every step (its excess over "
+        "their median): time in their ledgers, not in its own",
         rank=s.straggler_rank,
     )
     return RuleResult.fired(finding)

@@ -42,8 +42,8 @@ Evidence used
 Settings: `device_type` (the script put tensors on a GPU) and the DDP
 wrapper's `backend` with its `file:line`. Trace: `distributedInfo.backend`,
 GPU activity, and the collectives (`TraceMetrics.comm`): gloo ranges on the
-host and no NCCL kernels. The share at stake, when a trace measures it, is
-the exposed communication (GD602's figure) of the least-exposed rank.
+host and no NCCL kernels. The exposed communication of the least-exposed rank, when a trace
+measures it, sets the severity; GD602 claims that time (docs/account.md).
 
 Thresholds
 ----------
@@ -144,13 +144,15 @@ def check(ctx: RuleContext) -> RuleResult:
             _BEFORE.replace('"gloo"', f'"{backend}"'),
             _AFTER,
         ),
-        share_pct=share,
+        share_pct=None,
+        severity_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
         settings=refs,
         notes=notes,
         location=loc,
-        gain_note="exposed communication of the least-exposed rank; an upper bound: NCCL shortens it, it does not remove it"
+        gain_note=f"exposed communication of the least-exposed rank, {fmt_pct(share)} of its step time (GD602 "
+        "claims it); NCCL shortens it, it does not remove it"
         if share is not None
         else "not measured without a trace: NCCL reduces on the GPUs, gloo through host memory",
     )

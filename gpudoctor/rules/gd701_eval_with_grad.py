@@ -111,7 +111,12 @@ def _judge(ctx: RuleContext, m: TraceMetrics, how: str) -> RuleResult:
     if m.autograd_forward_ops is None:
         return RuleResult.cannot_judge("the trace does not say whether autograd recorded the forward ops")
     if m.autograd_forward_ops == 0:
-        return RuleResult.fine(f"evaluation/inference ({how}) runs without autograd recording")
+        if m.forward_ops == 0:
+            return RuleResult.cannot_judge("no forward ops in the trace's windows to see autograd recording in")
+        ops = f" ({m.forward_ops} forward ops, none recorded by autograd)" if m.forward_ops else ""
+        return RuleResult.fine(
+            f"evaluation/inference ({how}) runs without autograd recording{ops}", applied=m.forward_ops is not None
+        )
     message = (
         f"evaluation/inference ({how}) runs with gradients enabled: autograd recorded {m.autograd_forward_ops} "
         "forward ops whose graph no backward pass uses"

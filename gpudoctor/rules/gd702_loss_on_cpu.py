@@ -37,7 +37,9 @@ Evidence used
 -------------
 Trace: loss operators that launched no GPU kernel
 (`TraceMetrics.host_loss_ops`), device-to-host copies per step with their
-bytes (`TraceMetrics.transfers`).
+bytes (`TraceMetrics.transfers`). The gain is the loss time from the
+`other_cpu` part of the step's ledger (after GD203) and the copies' time from
+its `d2h` part (after GD303; docs/account.md).
 
 Thresholds
 ----------
@@ -63,7 +65,7 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.registry import Rule
 
@@ -81,7 +83,16 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     if m.cpu is None and not m.host_loss_ops:
         return RuleResult.cannot_judge("no operator events in the trace")
     if not m.host_loss_ops:
-        return RuleResult.fine("every loss op in the trace launched GPU kernels")
+        if m.loss_ops is None:
+            return RuleResult.cannot_judge("no operator events in the trace")
+        if m.loss_ops == 0 and m.backward_ops == 0 and not m.optimizer_steps:
+            return RuleResult.not_applicable("no loss op and no backward pass in the trace: evaluation or inference")
+        if m.loss_ops == 0:
+            return RuleResult.cannot_judge(
+                "no loss op the profiler names (mse_loss, cross_entropy …) in the trace: a custom loss, or no loss"
+            )
+        n = f"all {m.loss_ops} loss ops" if m.loss_ops else "every loss op"
+        return RuleResult.fine(f"{n} in the trace launched GPU kernels", applied=bool(m.loss_ops))
     if not m.steps:
         return RuleResult.cannot_judge("loss ops ran on the CPU, but no step markers tell whether it is every step")
     nsteps = len(m.steps)
@@ -119,8 +130,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             Metric("d2h_ns", d2h_ns, "ns"),
             Metric("d2h_steps_with_copy", with_copy, "count", f"{nsteps} steps"),
         ],
-        gain_note="CPU loss time plus the copies back; the syncs they force are GD102's",
+        gain_note="CPU loss time plus the copies back, while the GPU waited; the syncs they force are GD102's",
         rank=m.rank,
+        claims=[(Component.OTHER_CPU, loss_ns), (Component.D2H, d2h_ns)],
+        ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)
 

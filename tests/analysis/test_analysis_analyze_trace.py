@@ -65,7 +65,8 @@ def test_whole_trace_window_and_run_fallbacks():
     )
     m = analyze_trace(b.build(), run)
     assert m.step_source == "trace" and m.steps == () and len(m.breakdown) == 1
-    assert "whole trace is one window" in m.notes[0]
+    assert "span of GPU activity is one window" in m.notes[0]
+    assert m.breakdown[0].dur_ns == 10 * US and m.ledger is not None and m.ledger.label == "rank 2"
     assert (m.rank, m.world_size) == (2, 4)
     assert m.devices[0].compute_capability == "8.9" and m.memory[0].total_bytes == 24
     assert m.utilization[0].gaps_window == WindowKind.SPAN

@@ -97,7 +97,7 @@ def test_queued_long_gap_is_a_dependency_not_short():
     _launch(b, 0, 1, 5, 10)
     _launch(b, 1, 2, 200, 210)  # launched long before; waited on something else
     (gap,) = device_utilization(TraceView(b.build()), 0).top_gaps
-    assert gap.cause == GapCause.OTHER and "dependency" in gap.detail
+    assert gap.cause == GapCause.DEPENDENCY and "dependency" in gap.detail
     b = TimelineBuilder()
     _launch(b, 0, 1, 5, 10)
     _launch(b, 1, 2, 10 + SHORT_GAP_NS // US - 1, 30)

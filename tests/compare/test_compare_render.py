@@ -82,7 +82,7 @@ def test_terminal_shows_the_verdict_numbers_findings_and_settings() -> None:
     assert f"{c.step_time.speedup:.2f}×" in text
     assert "waiting for data" in text and "−" in text and " pp" in text
     assert "GPU idle (ProfilerStep windows)" in text and "40.0%" in text and "8.0%" in text
-    assert "data loading" in text  # the breakdown
+    assert "waiting for the DataLoader" in text  # the breakdown
     for word in ("fixed", "remaining", "new"):
         assert re.search(rf"^\s+{word}\s+GD", text, re.M), word
     assert "DataLoader(Images).num_workers" in text and "/work/train.py:31" in text

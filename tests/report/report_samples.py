@@ -1,9 +1,11 @@
 """Hand-built reports for the renderer tests: one canonical, one empty, one hostile.
 
-The canonical report exercises every part a renderer shows (findings of every
-severity, evidence with settings and call sites, snippets, every checklist status,
-summary, environment, steps, NVML and psutil samples, two traces with breakdowns,
-utilization, gap histogram, kernels, ops, ranks, errors, the rule catalogue).
+The canonical report exercises every part a renderer shows (the account: where
+the step goes and the top actions; findings of every severity with their claims on
+the ledger, one included in another's, GD101 as the headline after its causes,
+evidence with settings and call sites, snippets, every checklist status, summary,
+environment, steps, NVML and psutil samples, two traces with ledgers, utilization,
+gap histogram, kernels, ops, ranks, errors, the rule catalogue).
 Its numbers are made up but consistent; the renderers must show them as they are.
 """
 
@@ -11,8 +13,11 @@ from __future__ import annotations
 
 from gpudoctor.model import (
     REPORT_SCHEMA_VERSION,
+    Account,
+    Action,
     ChecklistItem,
     ChecklistStatus,
+    Claim,
     Collected,
     Confidence,
     CpuSummary,
@@ -29,6 +34,8 @@ from gpudoctor.model import (
     HistogramBin,
     IdleGap,
     KernelStats,
+    Ledger,
+    LedgerSlice,
     Location,
     Manifest,
     MemoryStats,
@@ -81,7 +88,60 @@ def _rules() -> tuple[RuleInfo, ...]:
         RuleInfo("GD104", "host-sync", "Host synchronizations stall the GPU queue.", "GD104 host-sync.\n\nWhat it detects\n---------------\nCalls such as .item() inside the step."),
         RuleInfo("GD201", "dataloader-stall", "The training loop waits for the next batch.", RULE_DOC_GD201),
         RuleInfo("GD301", "pageable-h2d", "Host-to-device copies from pageable memory.", "GD301 pageable-h2d.\n\nWhat it detects\n---------------\nMemcpy HtoD (Pageable -> Device)."),
+        RuleInfo("GD302", "blocking-copy", "Synchronous copies block the host.", "GD302 blocking-copy.\n\nWhat it detects\n---------------\nSynchronous copies."),
         RuleInfo("GD401", "fp32-matmul", "Matrix math runs in FP32 where AMP would use tensor cores.", "GD401 fp32-matmul.\n\nWhat it detects\n---------------\nFP32 GEMMs."),
+    )
+
+
+# rank 0's ledger: 5 steps of 83 ms (see _metrics), in ms over the 5 steps
+PARTS_MS = {
+    "gpu_fp32_matmul": 60, "gpu_compute": 85, "h2d": 30, "data_loading": 160, "sync_wait": 35,
+    "launch_overhead": 10, "optimizer": 20, "other_cpu": 15,
+}
+LEDGER_KEY = f"trace:{RUN_DIR}/rank0.pt.trace.json.gz"
+TOTAL_MS = 415
+
+
+def _claim(part: str, ms: float, granted_ms: float | None = None) -> Claim:
+    g = ms if granted_ms is None else granted_ms
+    return Claim(part, LEDGER_KEY, int(ms * MS), int(g * MS), PARTS_MS[part] * MS, TOTAL_MS * MS)
+
+
+def _ledger(rank: int) -> Ledger:
+    device = ("gpu_fp32_matmul", "gpu_compute", "h2d")
+    return Ledger(
+        key=f"trace:{RUN_DIR}/rank{rank}.pt.trace.json.gz",
+        basis="gpu",
+        label=f"rank {rank}",
+        window="5 ProfilerStep windows",
+        windows=5,
+        total_ns=TOTAL_MS * MS,
+        slices=tuple(
+            LedgerSlice(k, v * MS, round(100.0 * v / TOTAL_MS, 4), "device" if k in device else "host",
+                        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" if k == "data_loading" else "",
+                        "trace")
+            for k, v in PARTS_MS.items()
+        ),
+        device=0,
+        rank=rank,
+    )
+
+
+def _account() -> Account:
+    return Account(
+        headline="GPU idle 57.8% of step time: waiting for the DataLoader 38.6%, host synchronizations 8.4%, "
+        "the optimizer on the host 4.8%, other host work (Python, CPU ops) 3.6%, launch and dispatch overhead 2.4%; "
+        "busy with other kernels 20.5%, FP32 matmuls 14.5%, host→device copies 7.2%",
+        ledger=_ledger(0),
+        step_ns=83 * MS,
+        step_source="median of 23 steady steps",
+        actions=(
+            Action("GD201", "dataloader-stall", 38.5542, 51_000_000, None, ("data_loading",)),
+            Action("GD301", "pageable-h2d", 7.2289, 45_000_000, None, ("h2d",)),
+            Action("GD401", "fp32-matmul", 4.1928, 41_520_000, None, ("gpu_fp32_matmul",)),
+        ),
+        claimed_pct=49.9759,
+        notes=("each action removes its exclusive share of the step, after the ones before it: an upper bound",),
     )
 
 
@@ -109,7 +169,7 @@ def _findings() -> tuple[Finding, ...]:
                 settings=(SettingRef("DataLoader.num_workers", 0, loader),),
                 notes=("All 120 steps were timed; 5 were profiled.",),
             ),
-            gain=Gain(38.0, 1.61, "if the wait were hidden entirely"),
+            gain=Gain(38.5542, 1.627, "if the wait were hidden entirely", (_claim("data_loading", 160),)),
             location=loader,
         ),
         Finding(
@@ -131,19 +191,18 @@ def _findings() -> tuple[Finding, ...]:
                 ),
                 settings=(SettingRef("DataLoader.pin_memory", False, loader),),
             ),
-            gain=Gain(8.1, 1.09),
+            gain=Gain(7.2289, 1.078, "", (_claim("h2d", 30),)),
             location=Location(f"{CWD}/train.py", 44, 9, "train_step"),
         ),
         Finding(
-            code="GD101",
-            name="gpu-idle",
-            severity=Severity.WARNING,
+            code="GD302",
+            name="blocking-copy",
+            severity=Severity.INFO,
             confidence=Confidence.MEASURED,
-            message="The GPU was idle 64.4% of the span from its first to its last activity (81 gaps over 1 ms).",
-            fix=Fix(instruction="Fix the causes below (data loading, synchronizations) first; the idle share follows."),
-            evidence=Evidence(metrics=(Metric("idle_pct_span", 64.4, "%", "span"), Metric("gaps_over_1ms", 81, "count"))),
-            gain=Gain(None, None, "the sum of the other findings"),
-            rank=0,
+            message="61 copies block the host for 630 ms; GPU idle after syncs 8.4% of step time.",
+            fix=Fix(instruction="Copy from pinned memory with non_blocking=True."),
+            gain=Gain(0.0, 1.0, "included in GD102 (its fix wins that time first)",
+                      (_claim("sync_wait", 35, 0),), ("GD102",)),
         ),
         Finding(
             code="GD401",
@@ -157,8 +216,20 @@ def _findings() -> tuple[Finding, ...]:
                 after="with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16):\n    out = model(x)",
             ),
             evidence=Evidence(metrics=(Metric("fp32_eligible_pct_of_gpu", 41.0, "%", "kernel time"),)),
-            gain=Gain(4.2, 1.04, "estimated at 2x on eligible kernels"),
+            gain=Gain(4.1928, 1.044, "estimated at 2x on eligible kernels", (_claim("gpu_fp32_matmul", 17.4),)),
             location=Location(f"{CWD}/train.py", 52),
+        ),
+        Finding(
+            code="GD101",
+            name="gpu-idle",
+            severity=Severity.ERROR,
+            confidence=Confidence.MEASURED,
+            message="GPU 0 idle 57.8% of the 5 step windows; of step time: waiting for the DataLoader 38.6%; "
+            "the causes are findings GD201 (38.6% of step time)",
+            fix=Fix(instruction="Fix its causes, largest first: GD201."),
+            evidence=Evidence(metrics=(Metric("gpu_idle_pct", 57.8, "%", "steps"), Metric("idle_gaps_over_1ms", 81, "count"))),
+            gain=Gain(None, None, "the GPU idle time is the sum of its causes: each cause finding gains its own part"),
+            rank=0,
         ),
     )
 
@@ -177,6 +248,9 @@ def _checklist() -> tuple[ChecklistItem, ...]:
                       "one process, one GPU", ("GD601",)),
         ChecklistItem("amp", "Mixed precision (autocast) and TF32", ChecklistStatus.RECOMMENDED,
                       "FP32 matrix math is 41.0% of kernel time", ("GD401",), Gain(4.2, 1.04), 10),
+        ChecklistItem("batch-size", "A batch size that fills the GPU", ChecklistStatus.NO_PROBLEM_SEEN,
+                      "GD103: launch and dispatch overhead idles the GPU 2.4% of step time (threshold 5%)",
+                      ("GD104", "GD103"), None, 3),
         ChecklistItem("torch-compile", "torch.compile", ChecklistStatus.NOT_MEASURABLE,
                       "needs a CUDA run with stacks to judge the launch overhead", ("GD403",), None, 9),
     )
@@ -191,13 +265,14 @@ def _metrics(rank: int, busy_shift: float) -> TraceMetrics:
             s.start_ns,
             83 * MS,
             {
+                "gpu_fp32_matmul": 12 * MS,
+                "gpu_compute": (19 - i) * MS,
+                "h2d": 6 * MS,
                 "data_loading": (30 + i) * MS,
                 "sync_wait": 7 * MS,
-                "h2d": 6 * MS,
-                "gpu_compute": (31 - i) * MS,
+                "launch_overhead": 2 * MS,
                 "optimizer": 4 * MS,
                 "other_cpu": 3 * MS,
-                "idle": 2 * MS,
             },
         )
         for i, s in enumerate(steps)
@@ -249,15 +324,8 @@ def _metrics(rank: int, busy_shift: float) -> TraceMetrics:
         windows=(span, steps_window),
         utilization=(util,),
         breakdown=breakdown,
-        breakdown_mean_pct={
-            "data_loading": 38.6,
-            "sync_wait": 8.4,
-            "h2d": 7.2,
-            "gpu_compute": 34.9,
-            "optimizer": 4.8,
-            "other_cpu": 3.6,
-            "idle": 2.4,
-        },
+        breakdown_mean_pct={k: round(100.0 * v / TOTAL_MS, 3) for k, v in PARTS_MS.items()},
+        ledger=_ledger(rank),
         transfers=(
             TransferStat("HtoD", "pageable", 61, 2_469_606_195, 630 * MS, 3.92, 61, 40_000_000, 12.2),
             TransferStat("DtoH", "pageable", 5, 20, 50_000, 0.0004, 5, 4, 1.0),
@@ -384,7 +452,7 @@ def canonical_report() -> Report:
             SummaryStat("steps", "steps", 120),
             SummaryStat("step_time_median", "step time (median)", 83.0, "ms", "steps"),
             SummaryStat("data_wait_share", "waiting for data", 38.0, "%", "steps"),
-            SummaryStat("gpu_idle", "GPU idle", 64.4, "%", "span"),
+            SummaryStat("gpu_idle", "GPU idle", 57.8, "%", "steps"),
             SummaryStat("peak_memory", "peak GPU memory", 6_442_450_944, "bytes"),
         ),
         environment={
@@ -414,8 +482,9 @@ def canonical_report() -> Report:
             work_imbalance=1.2, slowest_rank=1, slowest_excess_ns=27 * MS, slowest_excess_pct=32.5,
             slowest_in_steps=5, straggler_rank=1, notes=("2 of 2 ranks <all> compared",),
         ),
+        account=_account(),
         errors=("GD502 memory-headroom crashed: KeyError('peak') (please report it)",),
-        rules_run=("GD101", "GD104", "GD201", "GD301", "GD401"),
+        rules_run=("GD101", "GD104", "GD201", "GD301", "GD302", "GD401"),
         rules=_rules(),
     )
 
@@ -476,4 +545,13 @@ def hostile_report() -> Report:
         run=replace(base.run, source=NASTY_PATH, metrics=(metrics,)),
         errors=(XSS,),
         rules=(RuleInfo("GD201", "dataloader-stall", f"title {XSS}", f"doc {XSS} & {NASTY_PATH}"),),
+        account=replace(
+            base.account,
+            headline=f"GPU idle {XSS} & | `x`",
+            ledger=replace(base.account.ledger, label=NASTY_PATH, window=XSS,
+                           slices=(*base.account.ledger.slices, LedgerSlice(XSS, MS, 0.2, "host", XSS, XSS))),
+            step_source=XSS,
+            actions=(Action("GD201", XSS, 12.0, 10 * MS, None, (XSS,)),),
+            notes=(f"@everyone {XSS}",),
+        ),
     )

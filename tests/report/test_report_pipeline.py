@@ -65,8 +65,10 @@ def test_every_format_from_a_public_gpu_trace(shared_traces: Path) -> None:
     ids = re.findall(r'<svg class="plot" id="([^"]+)"', out["html"])
     assert {"breakdown-0", "gaps-0-0", "kernels-0"} <= set(ids)
     assert any(i.startswith("busy-") for i in ids) == any(u.busy_timeline for u in report.run.metrics[0].utilization)
-    assert "Step breakdown" in out["terminal"]
-    assert "### Step breakdown" in out["md"]
+    # one trace: its ledger is the account every format opens with
+    assert out["terminal"].index("Where the step goes") < out["terminal"].index("Findings")
+    assert "### Where the step goes" in out["md"] and 'id="account"' in out["html"]
+    assert "GD201 dataloader-stall" in out["terminal"].split("Summary")[0]
 
 
 @pytest.mark.slow

@@ -102,22 +102,38 @@ def test_render_rejects_unknown_format() -> None:
 def test_terminal_shows_findings_in_report_order_with_fix_and_location() -> None:
     rep = canonical_report()
     text = render(rep, "terminal")
-    positions = [text.index(f"{fd.code} {fd.name}") for fd in rep.findings]
+    findings = text[text.index("Findings:"):]
+    positions = [findings.index(f"{fd.code} {fd.name}") for fd in rep.findings]
     assert positions == sorted(positions)
     first = rep.findings[0]
     assert first.fix.instruction in text
     assert str(first.location) in text
-    assert "38.0% of step time at stake, up to 1.61× faster" in text
+    assert "38.6% of step time at stake, up to 1.63× faster" in text
+    # a finding whose time another finding wins first says so, not "0.0% at stake"
+    assert "none of its own: its time is included in GD102" in text
+
+
+def test_terminal_opens_with_where_the_step_goes_and_the_top_actions() -> None:
+    rep = canonical_report()
+    text = render(rep, "terminal")
+    assert text.index("Where the step goes") < text.index("Summary") < text.index("Findings:")
+    assert rep.account.headline in text
+    assert "Top actions  (now 83.0 ms per step (median of 23 steady steps))" in text
+    assert "  1. GD201 dataloader-stall: −38.6% of step time → ≤ 51.0 ms per step" in text
+    assert "  2. GD301 pageable-h2d: −7.2% of step time → ≤ 45.0 ms per step" in text
+    # rank 0's ledger is the account; the other trace keeps its own bar
+    assert "Step breakdown of the other traces" in text and "rank 1 (rank1.pt.trace.json.gz)" in text
 
 
 def test_terminal_bar_follows_the_mean_breakdown() -> None:
     rep = canonical_report()
     text = render(rep, "terminal")
     bars = re.findall(r"^  \|(.+)\|$", text, flags=re.M)
-    assert len(bars) == 2 and all(len(b) == BAR_WIDTH for b in bars)
-    # 50 cells by largest remainder: 38.6% → 19.3 → 19, 34.9% → 17.45 → 18 (one of the 3 cells left),
-    # 7.2% → 3.6 → 4, 3.6% → 1.8 → 2, 2.4% → 1.2 → 1.
-    assert bars[0] == "D" * 19 + "S" * 4 + "H" * 4 + "G" * 18 + "O" * 2 + "C" * 2 + "." * 1
+    assert len(bars) == 2 and all(len(b) == BAR_WIDTH for b in bars)  # the account's, then rank 1's
+    # 50 cells by largest remainder: FP32 matmul 14.46% → 7.23 → 7, other kernels 20.48% → 10.24 → 10,
+    # h2d 7.23% → 3.61 → 4, data 38.55% → 19.28 → 19, sync 8.43% → 4.22 → 4, launch 2.41% → 1.2 → 1,
+    # optimizer 4.82% → 2.41 → 3, other CPU 3.61% → 1.81 → 2 (the 3 cells left by the largest remainders)
+    assert bars[0] == "M" * 7 + "G" * 10 + "H" * 4 + "D" * 19 + "S" * 4 + "L" + "O" * 3 + "C" * 2
 
 
 def test_terminal_colour_only_when_asked() -> None:
@@ -130,8 +146,8 @@ def test_terminal_colour_only_when_asked() -> None:
 
 def test_terminal_quiet_is_findings_only() -> None:
     text = render(canonical_report(), "terminal", quiet=True)
-    assert text.startswith("Findings: 4 findings")
-    for absent in ("Checklist", "Summary", "Step breakdown", "Ranks", "Notes"):
+    assert text.startswith("Findings: 5 findings")
+    for absent in ("Checklist", "Summary", "Step breakdown", "Where the step goes", "Ranks", "Notes"):
         assert absent not in text
     assert render(empty_report(), "terminal", quiet=True) == "Findings: none\n"
 
@@ -139,7 +155,7 @@ def test_terminal_quiet_is_findings_only() -> None:
 def test_terminal_checklist_groups_by_status() -> None:
     text = render(canonical_report(), "terminal")
     checklist = text[text.index("Checklist") :]
-    order = [checklist.index(s) for s in ("[x]", "[ ]", " - ", " ? ")]
+    order = [checklist.index(s) for s in ("[x]", "[ ]", " ok ", " - ", " ? ")]
     assert order == sorted(order)
 
 
@@ -155,16 +171,22 @@ def test_markdown_checklist_is_task_list_in_status_order() -> None:
     assert len(applied) == sum(1 for c in rep.checklist if c.status == ChecklistStatus.APPLIED)
     assert len(recommended) == sum(1 for c in rep.checklist if c.status == ChecklistStatus.RECOMMENDED)
     assert all("**gain:**" in ln for ln in recommended)
-    kinds = [ln[:6] for ln in lines if ln.startswith(("- [x]", "- [ ]", "- *not"))]
-    assert kinds == sorted(kinds, key=["- [x] ", "- [ ] ", "- *not"].index)
+    kinds = [ln[:6] for ln in lines if ln.startswith(("- [x]", "- [ ]", "- *no "))]
+    assert kinds == sorted(kinds, key=["- [x] ", "- [ ] ", "- *no "].index)
+    # "no problem seen" is not "applied": it reads differently from a ticked box
+    assert "- *no problem seen:* **A batch size that fills the GPU**: GD103" in md
     assert "- *not applicable:* **torch.no_grad() in evaluation**: the script has no evaluation loop" in md
     assert "- *not measurable here:* **torch.compile**" in md
 
 
 def test_markdown_has_breakdown_table_and_environment() -> None:
     md = render(canonical_report(), "md")
-    assert "### Step breakdown" in md
-    assert "| data loading | 38.6% | 38.6% |" in md
+    assert md.index("### Where the step goes") < md.index("| summary |") < md.index("### Checklist")
+    assert "| waiting for the DataLoader | 38.6% | 32.0 ms | host side |" in md
+    assert "| FP32 matmuls | 14.5% | 12.0 ms | GPU busy |" in md
+    assert "1. GD201 dataloader-stall: −38.6% of step time → ≤ 51.0 ms per step" in md
+    assert "### Step breakdown of the other traces" in md
+    assert "| waiting for the DataLoader | 38.6% |" in md  # rank 1's, in its own table
     assert "### Environment" in md
     assert "| torch | `2.5.1+cu124` |" in md
 
@@ -216,7 +238,18 @@ def test_html_has_every_plot_of_the_canonical_report() -> None:
     # one stacked bar per profiled step, one segment per component
     seg = re.search(r'<svg class="plot" id="breakdown-0".*?</svg>', html, flags=re.S).group(0)
     assert seg.count('<g class="bar">') == 5
-    assert seg.count("<rect") == 5 * 7 + 7  # segments + legend swatches
+    assert seg.count("<rect") == 5 * 8 + 8  # segments + legend swatches
+
+
+def test_html_opens_with_where_the_step_goes() -> None:
+    rep = canonical_report()
+    html = render(rep, "html")
+    assert html.index('id="account"') < html.index('id="findings"')
+    bar = re.search(r'<div class="ledger">(.*?)</div>', html, flags=re.S).group(1)
+    assert bar.count("<span ") == len(rep.account.ledger.slices)
+    assert "width:38.554%" in bar
+    assert "GD201 dataloader-stall: −38.6% of step time → ≤ 51.0 ms per step" in html
+    assert 'class="badge no_problem_seen"' in html
 
 
 def test_html_falls_back_to_the_trace_busy_timeline_without_nvml() -> None:

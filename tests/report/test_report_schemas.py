@@ -121,7 +121,7 @@ def test_sarif_results_are_the_located_findings() -> None:
     assert first["relatedLocations"][0]["message"]["text"] == "DataLoader.num_workers = 0"
     # the finding without a location is kept in the run's properties
     unlocated = run["properties"]["findingsWithoutLocation"]
-    assert [u["ruleId"] for u in unlocated] == ["GD101"]
+    assert [u["ruleId"] for u in unlocated] == ["GD302", "GD101"]
     assert run["results"][2]["level"] == "note"
 
 

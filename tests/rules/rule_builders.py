@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpudoctor.analysis.ledger import GAP_COMPONENT, ORDER
 from gpudoctor.config import Thresholds
 from gpudoctor.model import (
     AutocastUse,
@@ -43,6 +44,7 @@ from gpudoctor.model import (
     WindowKind,
     WrapSetting,
 )
+from gpudoctor.model.metrics import Component, Ledger, LedgerSlice
 from gpudoctor.rules.context import RuleContext, RuleResult
 from gpudoctor.rules.registry import get
 
@@ -127,7 +129,84 @@ def trace(**kw) -> TraceMetrics:
         has_shapes=True,
     )
     base.update(kw)
+    if "ledger" not in kw:
+        base["ledger"] = ledger_for(base)
     return TraceMetrics(**base)
+
+
+def ledger_for(m: dict) -> Ledger | None:
+    """A ledger consistent with a hand-built trace (as ``analysis.ledger`` would split it):
+    ``breakdown_mean_pct`` when the test gives one (the parts, in %, the rest GPU compute or
+    unexplained); else the GPU-idle causes of the utilization as the host-side parts, the FP32
+    and convolution kernel shares of ``kernels`` as device-side parts, the rest GPU compute; on a
+    CPU trace its ``cpu`` summary (DataLoader, op work, Python)."""
+    gpu = m.get("has_gpu_activity")
+    utils = m.get("utilization") or ()
+    u = max(utils, key=lambda x: x.busy_ns_span) if utils else None
+    cpu = m.get("cpu")
+    steps_ = m.get("steps") or ()
+    if steps_:
+        total = sum(s.end_ns - s.start_ns for s in steps_)
+    elif gpu and u is not None:
+        total = (u.steps_window if u.steps_window is not None else u.span).dur_ns
+    elif cpu is not None:
+        total = cpu.window.dur_ns
+    else:
+        return None
+    if total <= 0:
+        return None
+    parts: dict[Component, int] = {}
+    given = m.get("breakdown_mean_pct") or {}
+    if given:
+        for k, v in given.items():
+            parts[Component(k)] = int(total * v / 100)
+    elif gpu and u is not None:
+        window = (u.steps_window if u.steps_window is not None else u.span).dur_ns
+        for c in u.gap_causes:
+            comp = GAP_COMPONENT[c.cause]
+            parts[comp] = parts.get(comp, 0) + int(c.total_ns * total / window)
+        k = m.get("kernels")
+        busy = total - sum(parts.values())
+        if k is not None and k.total_ns:
+            conv = min(busy, k.conv_kernel_ns or 0)
+            fp32 = min(busy, int(k.total_ns * (k.fp32_eligible_pct_of_gpu or 0) / 100))
+            fp32_conv = min(conv, fp32)
+            parts[Component.GPU_FP32_CONV] = fp32_conv
+            parts[Component.GPU_FP32_MATMUL] = max(0, min(busy - conv, fp32 - fp32_conv))
+            parts[Component.GPU_CONV] = conv - fp32_conv
+        busy = total - sum(parts.values())
+        for direction, comp in (("HtoD", Component.H2D), ("DtoH", Component.D2H)):
+            ns = min(busy, sum(x.dur_ns for x in m.get("transfers") or () if x.direction == direction))
+            if ns:
+                parts[comp] = ns
+                busy -= ns
+    else:
+        parts[Component.DATA_LOADING] = cpu.dataloader_ns
+        parts[Component.CPU_COMPUTE] = cpu.op_ns
+        parts[Component.OTHER_CPU] = cpu.python_ns
+    exposed = sum(c.exposed_ns for c in m.get("comm") or ())
+    if exposed and not given:
+        # exposed communication: the GPU busy with it alone, or the host in a collective no op hides
+        take_from = Component.GPU_COMPUTE if gpu else Component.CPU_COMPUTE
+        parts[Component.COMM_EXPOSED] = exposed
+        if not gpu:
+            parts[take_from] = max(0, parts.get(take_from, 0) - max(0, sum(parts.values()) - total))
+    rest = total - sum(parts.values())
+    rest_comp = Component.GPU_COMPUTE if gpu else Component.UNEXPLAINED
+    parts[rest_comp] = parts.get(rest_comp, 0) + max(rest, 0)
+    device = {Component.GPU_FP32_CONV, Component.GPU_FP32_MATMUL, Component.GPU_CONV, Component.GPU_OPTIMIZER,
+              Component.GPU_COMPUTE, Component.H2D, Component.D2H, Component.COMM_EXPOSED}
+    slices = tuple(
+        LedgerSlice(c.value, parts[c], round(100.0 * parts[c] / total, 4),
+                    "device" if gpu and c in device else "host", "", "trace")
+        for c in ORDER if parts.get(c, 0) > 0
+    )
+    n = len(m.get("steps") or ()) or 1
+    return Ledger(
+        key=f"trace:{m['path']}", basis="gpu" if gpu else "cpu", label=m["path"], window=f"{n} windows",
+        windows=n, total_ns=sum(sl.ns for sl in slices), slices=slices, device=0 if gpu else None,
+        rank=m.get("rank"),
+    )
 
 
 def cpu_trace(**kw) -> TraceMetrics:
@@ -142,6 +221,8 @@ def cpu_trace(**kw) -> TraceMetrics:
                        python_ns=5 * MS, python_pct=10.0),
     )
     base.update(kw)
+    if "ledger" not in kw:
+        base["ledger"] = ledger_for(base)
     return TraceMetrics(**base)
 
 
@@ -238,5 +319,6 @@ __all__ = [
     "AutocastUse", "CallSite", "FlagSetting", "GapCause", "HostSync", "MemoryStats", "NameStat",
     "OptimizerSetting", "PstatsEntry", "Samples", "SyncSummary", "WrapSetting",
     "GB", "MS", "SITE", "cpu_manifest", "cpu_trace", "dataloader", "gpu_samples", "judge", "kernels",
-    "manifest", "proc_samples", "run", "settings", "step_windows", "steps", "trace", "transfer", "utilization",
+    "ledger_for", "manifest", "proc_samples", "run", "settings", "step_windows", "steps", "trace", "transfer",
+    "utilization",
 ]

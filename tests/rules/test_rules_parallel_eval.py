@@ -104,5 +104,11 @@ def test_gd702_quiet_when_the_loss_runs_on_the_gpu():
     from gpudoctor.model import CpuSummary, Window, WindowKind
 
     w = Window(WindowKind.STEPS, 0, 50 * MS)
-    m = trace(cpu=CpuSummary(w, 0, 0.0, 10 * MS, 20.0, 0, None))
-    assert judge("GD702", run(metrics=(m,))).verdict == Verdict.FINE
+    m = trace(cpu=CpuSummary(w, 0, 0.0, 10 * MS, 20.0, 0, None), loss_ops=5)
+    res = judge("GD702", run(metrics=(m,)))
+    assert res.verdict == Verdict.FINE and res.applied  # the trace shows the loss on the GPU: "applied"
+    # no loss op at all: nothing to see (a custom loss), or nothing to judge (inference)
+    res = judge("GD702", run(metrics=(trace(cpu=m.cpu, loss_ops=0, backward_ops=3),)))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "custom loss" in res.reason
+    res = judge("GD702", run(metrics=(trace(cpu=m.cpu, loss_ops=0, backward_ops=0, optimizer_steps=0),)))
+    assert res.verdict == Verdict.NOT_APPLICABLE

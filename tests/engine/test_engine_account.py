@@ -1,0 +1,152 @@
+"""The account (docs/account.md): exclusive gains, the owner order, GD101 as the headline, the
+projection, on hand-built runs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rule_builders import (
+    MS,
+    GapCause,
+    HostSync,
+    NameStat,
+    SyncSummary,
+    cpu_manifest,
+    cpu_trace,
+    dataloader,
+    manifest,
+    run,
+    settings,
+    steps,
+    trace,
+    transfer,
+    utilization,
+)
+
+from gpudoctor import engine
+from gpudoctor.config import Config
+from gpudoctor.model import Claim, Confidence, Finding, Fix, Gain, Severity
+from gpudoctor.rules.account import OWNERS, assign_gains
+from gpudoctor.rules.context import RuleContext
+
+
+def _finding(code: str, *claims: tuple[str, int, int], share: float = 0.0) -> Finding:
+    """A finding claiming (part, requested ns, part ns) of one 100 ms ledger."""
+    cs = tuple(Claim(p, "L", req, req, part, 100 * MS) for p, req, part in claims)
+    return Finding(code, code.lower(), Severity.INFO, Confidence.MEASURED, "m", Fix("f"),
+                   gain=Gain(share, None, "", cs))
+
+
+def test_a_part_is_granted_once_owner_first():
+    ctx = RuleContext(run())
+    sync = 30 * MS
+    out = assign_gains(ctx, [_finding("GD302", ("sync_wait", 20 * MS, sync)), _finding("GD102", ("sync_wait", sync, sync))])
+    blocking, host_sync = out
+    assert OWNERS[next(c for c in OWNERS if c.value == "sync_wait")][0] == "GD102"
+    assert host_sync.gain.share_pct == 30.0 and host_sync.severity == Severity.ERROR
+    assert blocking.gain.share_pct == 0.0 and blocking.gain.included_in == ("GD102",)
+    assert blocking.severity == Severity.INFO and "included in GD102" in blocking.gain.note
+
+
+def test_a_partial_claimant_keeps_what_the_owner_left():
+    ctx = RuleContext(run())
+    other = 40 * MS
+    out = assign_gains(ctx, [_finding("GD702", ("other_cpu", 10 * MS, other), ("d2h", 2 * MS, 2 * MS)),
+                             _finding("GD502", ("other_cpu", 5 * MS, other))])
+    loss, alloc = out
+    assert loss.gain.share_pct == 12.0 and alloc.gain.share_pct == 5.0  # 10 + 5 of 40 ms: both fit
+    out = assign_gains(ctx, [_finding("GD203", ("other_cpu", other, other)), *out])
+    python, loss, alloc = out
+    assert python.gain.share_pct == 40.0
+    assert loss.gain.share_pct == 2.0 and loss.gain.included_in == ("GD203",)  # only its own d2h is left
+    assert alloc.gain.share_pct == 0.0
+
+
+def _gpu_run():
+    m = trace(
+        utilization=(utilization(60.0, causes={GapCause.DATALOADER: 0.5, GapCause.SYNC: 0.5}),),
+        syncs=SyncSummary(count=50, total_ns=20 * MS, share_of_steps_pct=40.0,
+                          by_name=(NameStat("aten::item", 50, 20 * MS),),
+                          top=(HostSync("cudaStreamSynchronize", 0, MS),)),
+        transfers=(transfer("DtoH", "pageable", count=50, nbytes=50, dur_ns=2 * MS, blocking_count=50,
+                            blocking_dur_ns=15 * MS, steps_with=5),),
+    )
+    return run(manifest=manifest(), settings=settings(), metrics=(m,))
+
+
+def test_the_findings_of_a_run_claim_at_most_its_step_and_gd101_heads_the_causes():
+    rep = engine.diagnose(_gpu_run(), Config(), "analyze")
+    by = {f.code: f for f in rep.findings}
+    assert {"GD101", "GD201", "GD102", "GD302"} <= set(by)
+    assert sum(f.gain.share_pct or 0.0 for f in rep.findings) <= 100.0
+    assert by["GD201"].gain.share_pct == 30.0 and by["GD102"].gain.share_pct == 30.0
+    assert by["GD302"].gain.share_pct == 0.0 and by["GD302"].gain.included_in == ("GD102",)
+    assert [f.code for f in rep.findings][-1] == "GD101"
+    head = by["GD101"]
+    assert head.gain.share_pct is None and head.severity == Severity.ERROR
+    assert "the causes are findings GD102 (30.0% of step time), GD201 (30.0% of step time)" in head.message
+    assert head.fix.instruction == "Fix its causes, largest first: GD102, GD201."
+    a = rep.account
+    assert a is not None and a.ledger.basis == "gpu"
+    assert a.headline.startswith("GPU idle 60.0% of step time: waiting for the DataLoader 30.0%, host synchronizations 30.0%")
+    # the device→host copies while the GPU did nothing else are GD303's own part
+    assert [(x.code, x.gain_pct) for x in a.actions] == [("GD102", 30.0), ("GD201", 30.0), ("GD303", 4.0)]
+    assert a.step_ns == 10 * MS and "mean of" in a.step_source  # no steps.jsonl: the windows' mean
+    assert [x.step_ns_after for x in a.actions] == [7 * MS, 4 * MS, 3_600_000]
+    assert a.claimed_pct == 64.0
+
+
+def test_a_gpu_run_with_steps_claims_the_gpu_idle_data_wait_not_the_host_wait():
+    """The loop waits 40% of every step for data (steps.jsonl), but the GPU sat idle for it only 10% of
+    the profiled steps (it ran queued work meanwhile): what workers can win is the 10%."""
+    m = trace(utilization=(utilization(20.0, causes={GapCause.DATALOADER: 0.5, GapCause.OTHER: 0.5}),))
+    data = run(manifest=manifest(), settings=settings(), metrics=(m,), steps=steps(20, 100.0, 40.0))
+    rep = engine.diagnose(data, Config(), "profile")
+    (f,) = [x for x in rep.findings if x.code == "GD201"]
+    assert "waits 40.0% of step time" in f.message and "idle waiting for it 10.0%" in f.message
+    assert f.gain.share_pct == 10.0 and f.severity == Severity.WARNING
+    a = rep.account
+    assert a.step_ns == 100 * MS and a.step_source == "median of 19 steady steps"
+    assert a.actions[0].step_ns_after == 90 * MS
+
+
+def test_a_cpu_run_with_steps_takes_the_wait_from_every_step():
+    m = cpu_trace(breakdown_mean_pct={"data_loading": 5.0, "cpu_compute": 70.0, "other_cpu": 25.0})
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", dataloaders=(dataloader(),)),
+               metrics=(m,), steps=steps(20, 100.0, 60.0))
+    rep = engine.diagnose(data, Config(), "profile")
+    (f,) = [x for x in rep.findings if x.code == "GD201"]
+    assert f.gain.share_pct == 60.0
+    a = rep.account
+    assert a.ledger.basis == "steps" and a.headline.startswith("host-bound (no GPU activity): waiting for the DataLoader 60.0%")
+    assert a.ledger.window == "19 steady steps (steps.jsonl; the rest split as the trace splits it)"
+    parts = {s.component: s.pct for s in a.ledger.slices}
+    assert parts["data_loading"] == 60.0 and round(parts["cpu_compute"], 1) == round(40 * 70 / 95, 1)
+
+
+def test_without_a_trace_the_account_is_the_steps():
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=steps(20, 100.0, 30.0))
+    rep = engine.diagnose(data, Config(), "profile")
+    a = rep.account
+    assert a is not None and {s.component for s in a.ledger.slices} == {"data_loading", "unexplained"}
+    assert [x.code for x in a.actions] == ["GD201"] and a.actions[0].step_ns_after == 70 * MS
+
+
+def test_no_measurement_no_account():
+    rep = engine.diagnose(dataclasses.replace(run(), metrics=()), Config(), "analyze")
+    assert rep.account is None
+
+
+def test_the_traces_of_one_process_are_one_ledger():
+    """A repeating profiler schedule writes one trace per cycle: the claims and the account are of
+    the process's traces together, so they meet and no step is granted twice."""
+    a = trace(path="p.00000011.pt.trace.json.gz", utilization=(utilization(40.0, causes={GapCause.DATALOADER: 1.0}),))
+    b = trace(path="p.00000311.pt.trace.json.gz", utilization=(utilization(20.0, causes={GapCause.DATALOADER: 1.0}),))
+    rep = engine.diagnose(run(manifest=manifest(), settings=settings(), metrics=(a, b)), Config(), "analyze")
+    (f,) = [x for x in rep.findings if x.code == "GD201"]
+    (claim,) = f.gain.claims
+    assert claim.ledger.startswith("traces(2):") and f.gain.share_pct == 30.0  # (20 + 10) ms of 100 ms
+    assert rep.account.ledger.key == claim.ledger and rep.account.actions[0].code == "GD201"
+    assert rep.account.ledger.window == "10 windows of 2 traces"
+    (idle,) = [x for x in rep.findings if x.code == "GD101"]
+    assert idle.message.startswith("GPU 0 idle 30.0% of 10 windows of 2 traces")
