@@ -26,6 +26,7 @@ from gpudoctor import __version__
 from gpudoctor.errors import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_SCRIPT_FAILED,
     EXIT_USAGE,
@@ -230,6 +231,38 @@ def _parallel_options(f):
     return f
 
 
+VERIFY_HELP = (
+    "After the diagnosis, apply each finding's fix that gpudoctor can apply without editing the "
+    "script in trial runs (with and without the fix, interleaved) and report the measured speed-up "
+    "with its interval. Trials are real runs of your script: its side effects (files, checkpoints, "
+    "network) happen again. They run under RUN/verify/."
+)
+
+
+# gpudoctor.verify's DEFAULT_STEPS, DEFAULT_TRIALS and DEFAULT_BUDGET_S (a test keeps them in step):
+# importing it here would load scipy for every command
+DEFAULT_STEPS, DEFAULT_TRIALS, DEFAULT_BUDGET_S = 30, 3, 300.0
+
+
+def _verify_options(f):
+    f = click.option("--verify-steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
+                     help="Steps per trial run (the first 5 of each are left out as warm-up).")(f)
+    f = click.option("--verify-trials", type=click.IntRange(min=1), default=DEFAULT_TRIALS, show_default=True,
+                     help="Trial runs with each fix, each paired with a baseline run without it.")(f)
+    f = click.option("--verify-budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_BUDGET_S,
+                     show_default=True, metavar="SECONDS", help="Time for all trial runs together; Ctrl-C stops early.")(f)
+    return f
+
+
+def _verify(report, config, steps, trials, budget):
+    """Trial runs for ``report``'s findings; returns (report with verifications, interrupted)."""
+    from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_report
+
+    opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, progress=progress_to_stderr)
+    result = verify_report(report, config, opts)
+    return result.report, result.interrupted
+
+
 def _report_options(f):
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Report format.")(f)
     f = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report to FILE.")(f)
@@ -251,6 +284,7 @@ def cli() -> None:
       gpudoctor report RUN -o review.md          render terminal | md | json | html | sarif
       gpudoctor check train.py                   review a script without running it
       gpudoctor compare RUN_A RUN_B              before/after: what changed, by how much
+      gpudoctor verify RUN                       apply the fixes in trial runs, measure the speed-up
       gpudoctor view RUN                         open the run in TensorBoard
       gpudoctor rules / explain GD201            the rule catalogue
     """
@@ -286,14 +320,20 @@ def cli() -> None:
 @click.option("--rdzv-endpoint", default=None, help="torchrun --rdzv-endpoint HOST:PORT.")
 @click.option("--master-port", type=int, default=None, help="torchrun --master-port.")
 @click.option("--no-report", is_flag=True, help="Collect only; do not diagnose.")
+@click.option("--verify", "verify", is_flag=True, help=VERIFY_HELP)
+@_verify_options
 @_rule_options
 @_report_options
 def profile(script, script_args, module, out, steps, skip_first, wait, warmup, active, repeat, shapes, stack,
             memory, cprofile, sample_interval_ms, time_window, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
-            master_port, no_report, select, ignore, sets, fail_on, fmt, output, quiet):
+            master_port, no_report, verify, verify_steps, verify_trials, verify_budget, select, ignore, sets,
+            fail_on, fmt, output, quiet):
     """Run SCRIPT under the profilers and diagnose it.
 
     Arguments after `--` go to the script: gpudoctor profile train.py -- --epochs 1
+
+    With --verify, each fix gpudoctor can apply itself is then measured in trial runs
+    of the script (see `gpudoctor verify --help`).
     """
     from gpudoctor.collect import ProfileOptions, profile_run
     from gpudoctor.collect.options import parse_time_window
@@ -303,6 +343,12 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         script = None
     if not module and not script:
         _fail("give a script to profile: gpudoctor profile train.py -- ARGS (or -m module)")
+    if verify and no_report:
+        _fail("--verify needs the diagnosis: drop --no-report")
+    if verify:
+        from gpudoctor.verify import VerifyOptions
+
+        VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget).check()
     opts = ProfileOptions(
         script=script,
         module=module,
@@ -341,6 +387,13 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             from gpudoctor.engine import diagnose
 
             report = diagnose(run, config, kind="profile")
+            interrupted = False
+            if verify:
+                if result.exit_code != 0:
+                    say(f"gpudoctor: --verify skipped: the script ended with exit code {result.exit_code} "
+                        f"({result.manifest.status_detail or result.manifest.status.value})")
+                else:
+                    report, interrupted = _verify(report, config, verify_steps, verify_trials, verify_budget)
             write_run_report(report, result.run_dir)
         except GpudoctorError as err:
             say(f"gpudoctor: could not diagnose the run: {err}")
@@ -351,6 +404,8 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
                 _fail(f"{err}; the report is in {result.run_dir / 'report.json'}", EXIT_USAGE)
             if fail_on:
                 code = EXIT_SCRIPT_FAILED if result.exit_code != 0 else fail_on_exit_code(report, fail_on)
+            if interrupted:
+                code = EXIT_INTERRUPTED
     sys.exit(code)
 
 
@@ -372,9 +427,52 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
     report = diagnose(run, config, kind="analyze")
     first = Path(paths[0])
     if len(paths) == 1 and (first / "manifest.json").is_file():
+        from gpudoctor.verify import carry_over, read_previous
+
+        report = carry_over(report, read_previous(first))  # what `verify` measured stays
         write_run_report(report, first)
     _emit(report, fmt, output, quiet)
     sys.exit(fail_on_exit_code(report, fail_on))
+
+
+@cli.command(name="verify")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@_verify_options
+@_rule_options
+@_report_options
+def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, ignore, sets, fail_on, fmt, output, quiet):
+    """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
+
+    RUN_DIR is a run directory of `gpudoctor profile`; its script is run again as the
+    manifest recorded it (same folder and arguments). For each finding whose fix
+    gpudoctor can apply without editing the source (DataLoader arguments at the call
+    site, cudnn.benchmark, TF32, thread counts, allocator environment, fused
+    optimizers, non-blocking copies of DataLoader batches), trial runs with the fix
+    alternate with baseline runs without it; each is stopped after --verify-steps
+    steps and times its steps only (no torch.profiler, no cProfile). Each finding gets
+    confirmed, refuted, inconclusive or not_tried, with the speed-up (baseline median
+    step / trial median step) and its 95% interval. Fixes that change numerics or need
+    a code change (AMP, batch size, torch.compile, no_grad) are not tried.
+
+    Trials are real runs of your script: its side effects (files it writes,
+    checkpoints, network) happen again. They run under RUN_DIR/verify/ (replaced by
+    the next verify), their output in each run's output.log. Ctrl-C stops the trials
+    and reports what was measured. report.json is rewritten with the verifications.
+    """
+    from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_run
+
+    path = Path(run_dir)
+    if not (path / "manifest.json").is_file():
+        _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no manifest.json); verify runs its script again")
+    opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, progress=progress_to_stderr)
+    opts.check()
+    config = _config(select, ignore, sets, path.resolve().parent)
+    result = verify_run(path, config, opts)
+    write_run_report(result.report, path)
+    _emit(result.report, fmt, output, quiet)
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(fail_on_exit_code(result.report, fail_on))
 
 
 @cli.command()
@@ -392,6 +490,10 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
     run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = diagnose(run, config, kind="analyze")
+    if len(paths) == 1 and (Path(paths[0]) / "manifest.json").is_file():
+        from gpudoctor.verify import carry_over, read_previous
+
+        rep = carry_over(rep, read_previous(Path(paths[0])))  # what `verify` measured is shown too
     _emit(rep, fmt, output, quiet)
     sys.exit(fail_on_exit_code(rep, fail_on))
 

@@ -194,6 +194,14 @@ class Thresholds:
     # ---- GD702 loss-on-cpu
     loss_cpu_min_bytes_per_step: int = 1024  # D2H bytes per step above a scalar's: outputs, not a logged loss
 
+    # ---- --verify (gpudoctor.verify): a fix measured in trial runs
+    # A fix is "confirmed" only when the bootstrap interval of its speed-up lies above 1 and the
+    # speed-up is at least this; "refuted" when the whole interval lies below it. 1.05 is the
+    # severity scale's warning level (a cause worth 5% of step time is worth a warning: its
+    # removal gives 1/(1-0.05) ≈ 1.05×), and it sits above the 1-2% by which two runs of one
+    # unchanged script commonly differ (compare's margin). gpudoctor's choice.
+    verify_min_speedup_ratio: float = 1.05
+
 
 _SEVERITIES = ("error", "warning", "info")
 

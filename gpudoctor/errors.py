@@ -12,6 +12,7 @@ EXIT_FINDINGS = 1  # --fail-on: findings at or above the level
 EXIT_USAGE = 2  # bad arguments, missing files, unreadable input
 EXIT_SCRIPT_FAILED = 3  # reserved for --fail-on gates when the profiled script failed
 EXIT_INTERNAL = 4  # a bug in gpudoctor
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as the shell reports it
 
 
 class GpudoctorError(Exception):

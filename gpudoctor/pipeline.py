@@ -101,8 +101,15 @@ def _analyze_remote(job: TraceJob, run: RunData, display: str) -> TraceOutcome:
         err = out.error
         return TraceOutcome((out.order[0], display), error=TraceFormatError(display, err.where, err.hint))
     assert out.metrics is not None
-    return TraceOutcome((out.order[0], display), metrics=dataclasses.replace(out.metrics, path=display),
-                        dropped=out.dropped)
+    return TraceOutcome((out.order[0], display), metrics=_renamed(out.metrics, display), dropped=out.dropped)
+
+
+def _renamed(metrics: TraceMetrics, display: str) -> TraceMetrics:
+    """The metrics of a trace read by another name: the path, and the ledger's key that names it."""
+    ledger = metrics.ledger
+    if ledger is not None and ledger.key == f"trace:{metrics.path}":
+        ledger = dataclasses.replace(ledger, key=f"trace:{display}")
+    return dataclasses.replace(metrics, path=display, ledger=ledger)
 
 
 def _worker_version() -> str:

@@ -17,7 +17,8 @@ a two-sided Mann–Whitney U test on the two sets of step times (exact distribut
 small samples without ties, else the normal approximation with tie and continuity
 corrections), and a bootstrap confidence interval of the speed-up (ratio of medians,
 ``resamples`` resamples with a fixed seed, so the output is deterministic; a run of more
-than ``BOOTSTRAP_MAX_STEPS`` steps is resampled from that many spread over it). B is faster
+than ``BOOTSTRAP_MAX_STEPS`` steps is resampled from that many spread over it), both from
+``scipy.stats`` through ``analysis.stats``, which ``--verify`` shares. B is faster
 (or slower) only when the test rejects "same distribution" at ``1 - confidence``, the
 interval excludes 1, and the change is at least ``min_change_pct``: two runs of one
 unchanged script on one machine commonly differ by a percent or two in median step
@@ -48,10 +49,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from gpudoctor import __version__
 from gpudoctor.analysis.ranks import steady_of
+from gpudoctor.analysis.stats import (
+    CONFIDENCE_PCT,
+    RESAMPLES,
+    bootstrap_speedup_ci,
+    mann_whitney_p,
+    speedup_stats,
+)
 from gpudoctor.model.compare import (
     COMPARISON_SCHEMA_VERSION,
     BreakdownChange,
@@ -78,107 +84,9 @@ __all__ = [
 
 MIN_STEPS = 5  # fewer steps on a side: the test and the interval mean little (gpudoctor's choice)
 MIN_CHANGE_PCT = 2.0  # margin for the run-to-run variation of two runs of one unchanged script (gpudoctor's choice)
-CONFIDENCE_PCT = 95.0
-RESAMPLES = 2000  # bootstrap resamples, drawn with a fixed seed: the same runs give the same interval
-SEED = 0
-EXACT_MAX_PAIRS = 1600  # m * n up to which the exact U distribution is used (no ties)
-BOOTSTRAP_CELLS = 4_000_000  # resampled values held at once (32 MB of indices)
-BOOTSTRAP_MAX_STEPS = 5_000  # longer runs are resampled from this many steps spread evenly over the run:
-# the interval is then already far narrower than MIN_CHANGE_PCT, and it stays under a second
 PCT_TOLERANCE_PP = 0.5  # a share that moved less than this is "no change" (percentage points)
 
 GD000 = "GD000"  # the engine's "rule crashed" finding: not a finding about the script
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> tuple[float, str]:
-    """Two-sided p-value of the Mann–Whitney U test of ``a`` against ``b`` and the method used."""
-    m, n = len(a), len(b)
-    if m == 0 or n == 0:
-        raise ValueError("both samples need at least one value")
-    values = np.concatenate([np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)])
-    uniq, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    avg_rank = ends - (counts - 1) / 2.0
-    ranks = avg_rank[inverse]
-    u = float(ranks[:m].sum() - m * (m + 1) / 2.0)
-    ties = bool((counts > 1).any())
-    if not ties and m * n <= EXACT_MAX_PAIRS:
-        dist = _u_distribution(m, n)
-        total = dist.sum()
-        k = int(round(u))
-        lower = dist[: k + 1].sum() / total
-        upper = dist[k:].sum() / total
-        return float(min(1.0, 2.0 * min(lower, upper))), "Mann–Whitney U (exact)"
-    big_n = m + n
-    tie_term = float(((counts.astype(np.float64) ** 3) - counts).sum()) / (big_n * (big_n - 1))
-    var = m * n / 12.0 * ((big_n + 1) - tie_term)
-    method = "Mann–Whitney U (normal approximation" + (", ties corrected)" if ties else ")")
-    if var <= 0:
-        return 1.0, method
-    z = max(0.0, abs(u - m * n / 2.0) - 0.5) / math.sqrt(var)
-    return float(min(1.0, math.erfc(z / math.sqrt(2.0)))), method
-
-
-def _u_distribution(m: int, n: int) -> np.ndarray:
-    """Number of orderings of m + n distinct values giving each U (0..m*n) of the first sample.
-
-    f(i, j) = f(i - 1, j) shifted by j  +  f(i, j - 1): the largest value belongs to the
-    first sample (it beats all j of the second) or to the second.
-    """
-    prev = [np.ones(1) for _ in range(n + 1)]  # i = 0: U is 0 whatever j
-    for i in range(1, m + 1):
-        row = [np.ones(1)]  # j = 0
-        for j in range(1, n + 1):
-            out = np.zeros(i * j + 1)
-            left = prev[j]  # f(i - 1, j), shifted by j
-            out[j : j + len(left)] += left
-            down = row[j - 1]  # f(i, j - 1)
-            out[: len(down)] += down
-            row.append(out)
-        prev = row
-    return prev[n]
-
-
-def bootstrap_speedup_ci(
-    a: Sequence[float],
-    b: Sequence[float],
-    confidence_pct: float = CONFIDENCE_PCT,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(a) / median(b), deterministic for a seed."""
-    xa = _thin(np.asarray(a, dtype=np.float64))
-    xb = _thin(np.asarray(b, dtype=np.float64))
-    if len(xa) == 0 or len(xb) == 0:
-        raise ValueError("both samples need at least one value")
-    rng = np.random.default_rng(seed)
-    ratios = []
-    done = 0
-    chunk = max(1, BOOTSTRAP_CELLS // max(len(xa), len(xb)))
-    while done < resamples:
-        k = min(chunk, resamples - done)
-        ma = np.median(xa[rng.integers(0, len(xa), size=(k, len(xa)))], axis=1)
-        mb = np.median(xb[rng.integers(0, len(xb), size=(k, len(xb)))], axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.append(ma / mb)
-        done += k
-    r = np.concatenate(ratios)
-    r = r[np.isfinite(r)]
-    if len(r) == 0:
-        return math.nan, math.nan
-    tail = (100.0 - confidence_pct) / 2.0
-    lo, hi = np.percentile(r, [tail, 100.0 - tail])
-    return float(lo), float(hi)
-
-
-def _thin(x: np.ndarray) -> np.ndarray:
-    """At most ``BOOTSTRAP_MAX_STEPS`` values, evenly spaced over the run (all of them when fewer)."""
-    if len(x) <= BOOTSTRAP_MAX_STEPS:
-        return x
-    return x[np.linspace(0, len(x) - 1, BOOTSTRAP_MAX_STEPS).round().astype(np.int64)]
 
 
 def _p90(values: Sequence[int]) -> int:
@@ -453,12 +361,11 @@ def _step_change(
     per_sample = bool(batch_a and batch_b and batch_a != batch_b)
     xa = [v / batch_a for v in basis.a] if per_sample and batch_a else [float(v) for v in basis.a]
     xb = [v / batch_b for v in basis.b] if per_sample and batch_b else [float(v) for v in basis.b]
-    med_a, med_b = statistics.median(xa), statistics.median(xb)
-    speedup = med_a / med_b if med_b > 0 else None
-    change = 100.0 * (med_b - med_a) / med_a if med_a > 0 else None
-    p, test = mann_whitney_p(xa, xb)
-    lo, hi = bootstrap_speedup_ci(xa, xb, confidence_pct, resamples)
-    ci_ok = math.isfinite(lo) and math.isfinite(hi)
+    st = speedup_stats(xa, xb, confidence_pct, resamples)
+    med_a, med_b = st.median_a, st.median_b
+    speedup, change, p, test = st.speedup, st.change_pct, st.p_value, st.test
+    lo, hi = st.ci_low, st.ci_high
+    ci_ok = lo is not None and hi is not None
     what = "median time per sample" if per_sample else "median step"
     moved = f"{what} {_ms(med_a)} → {_ms(med_b)}"
     stats = f"{confidence_pct:g}% CI {_x(lo)}–{_x(hi)}, {_p(p)}" if ci_ok else _p(p)
@@ -473,7 +380,7 @@ def _step_change(
         verdict = StepTimeVerdict.NOT_MEASURED
         text = "Step times not compared: a median step time is zero."
     else:
-        significant = p < alpha and ci_ok and (lo > 1.0 or hi < 1.0)
+        significant = st.significant
         if significant and abs(change) >= min_change_pct:
             if speedup > 1:
                 verdict = StepTimeVerdict.FASTER
@@ -507,8 +414,8 @@ def _step_change(
         b=tb,
         speedup=round(speedup, 4) if speedup is not None else None,
         change_pct=round(change, 3) if change is not None else None,
-        ci_low=round(lo, 4) if ci_ok else None,
-        ci_high=round(hi, 4) if ci_ok else None,
+        ci_low=round(lo, 4) if lo is not None else None,
+        ci_high=round(hi, 4) if hi is not None else None,
         confidence_pct=confidence_pct,
         p_value=p,
         test=test,

@@ -245,8 +245,24 @@ class Child:
         patcher = Patcher(torch, self.capture, self.tracker, frames)
         for err in patcher.install():
             self.notes.append(err)
+        if cfg.get("injections"):  # a --verify trial: over the patches, so they still see every call
+            self._inject(torch, frames, cfg["injections"])
         if self.driver is not None:
             self.driver.install()
+
+    def _inject(self, torch: Any, frames: FrameClassifier, raw: list[dict[str, Any]]) -> None:
+        from gpudoctor.collect.inject import Injector  # noqa: PLC0415
+        from gpudoctor.model import Injection  # noqa: PLC0415
+
+        capture = self.capture
+
+        def changed() -> None:
+            capture.dirty = True
+
+        injector = Injector(torch, frames, [Injection.from_dict(d) for d in raw], on_change=changed)
+        for err in injector.install():
+            self.notes.append(f"--verify injection {err}")
+        capture.injector = injector
 
     def _settings_path(self) -> Path:
         return self.run_dir / rundir.rank_tagged(rundir.SETTINGS, self.rank)

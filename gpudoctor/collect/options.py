@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.errors import UsageError
 
 if TYPE_CHECKING:  # gpudoctor.model takes ~0.1 s to import: the parent loads it after the launch
-    from gpudoctor.model import Manifest, ProfilerSchedule
+    from gpudoctor.model import Injection, Manifest, ProfilerSchedule
 
 # Defaults shared by the CLI and the API (measured in benchmarks/overhead.py; see
 # docs/run-directory.md "Overhead").
@@ -58,6 +58,13 @@ class ProfileOptions:
     time_window_s: tuple[float, float] | None = DEFAULT_TIME_WINDOW_S
     command: tuple[str, ...] | None = None  # what the user typed (manifest.command); None: derived
     summary: bool = True  # print the closing summary to stderr
+    # --verify trials (gpudoctor.verify): step timing only, a fix injected, the script's output to a file
+    torch_profiler: bool = True  # False: no torch.profiler window at all (the schedule is not used)
+    injections: tuple[Injection, ...] = ()  # changes applied to the run without editing the script
+    run_dir: Path | None = None  # create exactly this run directory instead of one under out_dir
+    output_log: bool = False  # the script's stdout and stderr go to output.log in the run directory
+    cwd: str | None = None  # the folder the script runs in (default: the current one)
+    timeout_s: float | None = None  # SIGTERM the script after this long (then SIGKILL 10 s later)
 
     def schedule_fields(self) -> dict[str, Any]:
         """The ``ProfilerSchedule`` fields, as the child receives them."""

@@ -29,6 +29,8 @@ SETTINGS = "settings.json"
 STEPS = "steps.jsonl"
 SAMPLES = "samples.jsonl"
 PSTATS = "profile.pstats"
+OUTPUT_LOG = "output.log"  # a --verify trial: the script's stdout and stderr
+VERIFY_DIR = "verify"  # a run's --verify trials, one run directory each (gpudoctor.verify)
 TRACE_SUFFIX = ".pt.trace.json.gz"
 # The child's account of the run (status, exception, traces …), merged into the
 # manifest by the parent and then removed. Hidden so that nothing else lists it.

@@ -212,12 +212,13 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
         "script_path": target.script_path,
         "module": target.module,
         "argv": list(target.argv),
-        "schedule": opts.schedule_fields(),
+        "schedule": opts.schedule_fields() if opts.torch_profiler else None,
         "max_steps": opts.max_steps,
         "cprofile": opts.cprofile,
         "cprofile_steps": opts.cprofile_steps,
         "time_window_s": list(opts.time_window_s) if opts.time_window_s else None,
         "launcher": "torchrun" if opts.nproc_per_node is not None else "",
+        "injections": [i.to_dict() for i in opts.injections],
     }
 
 
@@ -249,14 +250,14 @@ def _start_manifest(opts: ProfileOptions, target: Target, run_dir: Path, cwd: st
         versions={"python": platform.python_version(), "gpudoctor": __version__, "platform": platform.platform()},
         hostname=socket.gethostname(),
         cpu_count=os.cpu_count(),
-        schedule=opts.schedule(),
+        schedule=opts.schedule() if opts.torch_profiler else None,
         max_steps=opts.max_steps,
     )
 
 
 def profile_run(opts: ProfileOptions) -> ProfileResult:
     """Run the script under the instruments; see the module docstring."""
-    cwd = os.getcwd()
+    cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
     target = validate(opts, cwd)
     t0_unix_ns = time.time_ns()
     t0_mono_ns = time.monotonic_ns()
@@ -265,9 +266,14 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
     run_dir: Path | None = None
     try:
         try:
-            run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(target.script_path, target.module))
+            if opts.run_dir is not None:  # a --verify trial: the directory its orchestration named
+                run_dir = Path(opts.run_dir)
+                run_dir.mkdir(parents=True)
+            else:
+                run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(target.script_path, target.module))
         except OSError as err:
-            raise CollectError(f"cannot create the run directory under {opts.out_dir}: {rundir.os_reason(err)}; pass --out DIR") from err
+            where = opts.run_dir or opts.out_dir
+            raise CollectError(f"cannot create the run directory {where}: {rundir.os_reason(err)}; pass --out DIR") from err
         return _run(opts, target, run_dir, cwd, t0_unix_ns, t0_mono_ns, signals)
     except KeyboardInterrupt:
         if run_dir is not None and signals.proc is None:
@@ -312,6 +318,10 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
         fds = [sig_w, state_w]
         config.update(signal_fd=sig_w, state_fd=state_w)
     env = os.environ.copy()
+    if opts.injections:
+        from gpudoctor.collect.inject import child_env  # noqa: PLC0415
+
+        child_env(opts.injections, env)
     env[CONFIG_ENV] = json.dumps(config)
     env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
     # SIGINT stays blocked from here until the parent knows its child: a Ctrl-C now is handled
@@ -326,7 +336,12 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
             argv, preexec = distributed.launch_argv(opts, CHILD_MODULE, flags), _launcher_preexec
         else:
             argv, preexec = [sys.executable, *flags, "-m", CHILD_MODULE], None
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec, pass_fds=fds)
+        log = open(run_dir / rundir.OUTPUT_LOG, "wb") if opts.output_log else None  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec, pass_fds=fds, stdout=log, stderr=log)
+        finally:
+            if log is not None:
+                log.close()  # the child holds its own descriptor
         signals.proc = proc
     except OSError as err:
         from gpudoctor.model import RunStatus
@@ -351,12 +366,17 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
     compressor = _TraceCompressor(run_dir)
     compressor.start()
+    deadline = time.monotonic() + opts.timeout_s if opts.timeout_s is not None else None
+    timed_out = False
     while True:
         try:
             rc = proc.wait(timeout=0.1)
             break
         except subprocess.TimeoutExpired:
             signals.tick()
+            if deadline is not None and not timed_out and time.monotonic() >= deadline:
+                timed_out = True  # --verify's budget: SIGTERM lets the script flush its steps
+                _end(proc)
         except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
             signals.sigints += 1
     t_end_unix_ns = time.time_ns()
@@ -375,6 +395,9 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     )
     if job:
         manifest = _replace(manifest, **job)
+    if timed_out:
+        manifest = _replace(manifest, status_detail=f"stopped by gpudoctor after its time limit of {opts.timeout_s:g} s; "
+                            + manifest.status_detail)
     if nvml is not None:
         nvml.close()
     if _write_manifest(run_dir, manifest):
@@ -459,6 +482,17 @@ class _StatePipe:
         except OSError:
             pass
         self._fd = -1
+
+
+def _end(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM (the child unwinds and writes what it has), SIGKILL when it does not end in ``grace_s``."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    except OSError:  # it has just ended
+        pass
 
 
 def _replace(m: Manifest, **kw: Any) -> Manifest:

@@ -113,6 +113,7 @@ class SettingsCapture:
         self._fused_support: dict[type, bool] = {}
         self._flags_snapshot: tuple[FlagSetting, ...] | None = None
         self._device_type = "cpu"
+        self.injector: Any = None  # a --verify trial's collect.inject.Injector: its account goes into `injected`
 
     def error(self, what: str, err: BaseException) -> None:
         msg = f"{what}: {type(err).__name__}: {err}"
@@ -333,4 +334,5 @@ class SettingsCapture:
             interop_threads=interop,
             cpu_count=cpu_count,
             env=capture_env(os.environ),
+            injected=self.injector.applied() if self.injector is not None else (),
         )

@@ -72,6 +72,7 @@ from gpudoctor.model.metrics import (
 )
 from gpudoctor.model.run import (
     SCHEMA_VERSION,
+    AppliedInjection,
     AutocastUse,
     CallSite,
     Collected,
@@ -80,6 +81,7 @@ from gpudoctor.model.run import (
     ExceptionInfo,
     FlagSetting,
     GpuSample,
+    Injection,
     Manifest,
     OptimizerSetting,
     ProcessSample,
@@ -95,5 +97,6 @@ from gpudoctor.model.run import (
     WrapSetting,
     WriteError,
 )
+from gpudoctor.model.verify import Verification, VerifyStatus
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -9,6 +9,7 @@ from typing import Any
 from gpudoctor.model._serde import Serde
 from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
+from gpudoctor.model.verify import Verification
 
 REPORT_SCHEMA_VERSION = 2  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger
 
@@ -119,6 +120,7 @@ class Finding(Serde):
     gain: Gain = field(default_factory=lambda: Gain(None, None))
     location: Location | None = None
     rank: int | None = None  # distributed: which rank it concerns
+    verification: Verification | None = None  # --verify: the fix measured in trial runs; None: not verified
 
 
 class ChecklistStatus(str, Enum):

@@ -237,6 +237,32 @@ class WrapSetting(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class Injection(Serde):
+    """One change ``--verify`` makes to a trial run of the script without editing its source.
+
+    The child applies it through the same hooks that read the settings: DataLoader
+    arguments at the named call site, flags after the script sets them, the environment
+    before the script starts, the optimizer's constructor arguments.
+    """
+
+    kind: str  # "dataloader", "flag", "threads", "worker_threads", "optimizer", "env", "non_blocking", "skip_call"
+    key: str  # "num_workers", "torch.backends.cudnn.benchmark", "OMP_NUM_THREADS", "fused", "torch.cuda.empty_cache"
+    value: Any  # the value set: 4, True, "high", "4294967296"
+    call_site: CallSite | None = None  # the DataLoader / optimizer / call it applies to; None: the whole run
+    target: str = ""  # the optimizer class it applies to ("torch.optim.AdamW"); "" otherwise
+    text: str = ""  # in words: "num_workers=1 at train.py:31"
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedInjection(Serde):
+    """A ``--verify`` trial's account of one injection: how often it took effect."""
+
+    injection: Injection
+    applied: int  # times it took effect: DataLoaders built with it, flag writes overridden, copies made non-blocking …
+    note: str = ""  # why it never took effect (no DataLoader at that call site, …), or a caveat
+
+
+@dataclass(frozen=True, slots=True)
 class Settings(Serde):
     """The configuration the script actually used, read at run time."""
 
@@ -253,6 +279,7 @@ class Settings(Serde):
     interop_threads: int | None = None
     cpu_count: int | None = None  # cores available to the process
     env: dict[str, str] = field(default_factory=dict)  # OMP_NUM_THREADS, PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD …
+    injected: tuple[AppliedInjection, ...] = ()  # a --verify trial: the changes gpudoctor made to this run
 
     def flag(self, name: str) -> FlagSetting | None:
         for f in self.flags:

@@ -73,6 +73,9 @@ nav a { color: var(--info); text-decoration: none; }
 .ledger span { display: block; height: 100%; }
 .account .headline { font-size: 16px; margin: 4px 0; }
 ol.actions li { margin: 2px 0; }
+
+.verify { font-weight: 600; } .verify.confirmed { color: var(--ok); } .verify.refuted { color: var(--err); }
+.verify.inconclusive { color: var(--warn); } .verify.not_tried { color: #8a9099; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margin: 8px 0; }
 dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; }
 .snippets { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
@@ -154,6 +157,12 @@ def _finding(n: int, fd: Finding) -> str:
     gain = f.gain_text(fd.gain)
     if gain:
         kv.append(f"<dt>Gain</dt><dd>{e1(gain)}</dd>")
+    if fd.verification is not None:  # --verify
+        v = fd.verification
+        kv.append(f'<dt>Verified</dt><dd><span class="verify {e1(v.status.value)}">{e1(f.VERIFY_LABELS[v.status])}</span>'
+                  f"{e1(f.verification_text(v)[len(f.VERIFY_LABELS[v.status]):])}</dd>")
+        if v.changes:
+            kv.append(f"<dt>Trial change</dt><dd>{e1(f.verification_changes(v))}</dd>")
     ev = [e1(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         item = f"<code>{e1(s.name)}</code> = <code>{e1(f.with_unit(s.value))}</code>"

@@ -98,6 +98,10 @@ def _finding_block(n: int, fd: Finding) -> str:
     gain = f.gain_text(fd.gain)
     if gain:
         lines.append(f"- **Gain:** {esc(gain)}")
+    if fd.verification is not None:  # --verify
+        lines.append(f"- **Verified:** {esc(f.verification_text(fd.verification))}")
+        if fd.verification.changes:
+            lines.append(f"- **Trial change:** {esc(f.verification_changes(fd.verification))}")
     ev = [esc(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         item = f"{code(s.name)} = {code(f.with_unit(s.value))}"

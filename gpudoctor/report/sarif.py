@@ -120,6 +120,13 @@ def _properties(fd: Finding) -> dict[str, Any]:
         props["gainNote"] = fd.gain.note
     if fd.rank is not None:
         props["rank"] = fd.rank
+    if fd.verification is not None:  # --verify: the fix measured in trial runs
+        v = fd.verification
+        props["verification"] = {"status": v.status.value, "reason": v.reason}
+        if v.speedup is not None:
+            props["verification"]["speedup"] = v.speedup
+        if v.ci is not None:
+            props["verification"]["ci"] = list(v.ci)
     evidence = [f.metric_text(m) for m in fd.evidence.metrics] + list(fd.evidence.notes)
     if evidence:
         props["evidence"] = evidence

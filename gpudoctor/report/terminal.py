@@ -9,13 +9,15 @@ as escapes, so a trace cannot move the cursor or recolour the terminal.
 
 from __future__ import annotations
 
-from gpudoctor.model import ChecklistStatus, Finding, Report, Severity, TraceMetrics
+from gpudoctor.model import ChecklistStatus, Finding, Report, Severity, TraceMetrics, VerifyStatus
 from gpudoctor.report import _fmt as f
 
 BAR_WIDTH = 50
 MAX_BARS = 4  # traces shown as a bar; the rest are counted
 
 _SEVERITY_COLOR = {Severity.ERROR: "1;31", Severity.WARNING: "1;33", Severity.INFO: "1;36"}
+_VERIFY_COLOR = {VerifyStatus.CONFIRMED: "32", VerifyStatus.REFUTED: "31", VerifyStatus.INCONCLUSIVE: "33",
+                 VerifyStatus.NOT_TRIED: "2"}
 _STATUS_MARK = {
     ChecklistStatus.APPLIED: ("[x]", "32"),
     ChecklistStatus.RECOMMENDED: ("[ ]", "1;33"),
@@ -156,6 +158,11 @@ def _finding(n: int, fd: Finding, st: _Style) -> list[str]:
     gain = f.gain_text(fd.gain)
     if gain:
         field("gain", [clean_line(gain)])
+    if fd.verification is not None:  # --verify
+        v = fd.verification
+        field("verified", [st(clean_line(f.verification_text(v)), _VERIFY_COLOR[v.status])])
+        if v.changes:
+            field("trial", [clean_line(f.verification_changes(v))])
     ev: list[str] = [clean_line(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         text = f"{s.name} = {f.with_unit(s.value)}"

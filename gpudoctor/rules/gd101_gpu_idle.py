@@ -165,4 +165,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),
+    not_injectable="GPU idle is the headline the other findings explain: their fixes are the ones to verify",
 )

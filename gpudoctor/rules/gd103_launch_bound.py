@@ -464,4 +464,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("trace",),
+    not_injectable="fewer, larger ops (a larger batch, CUDA graphs, torch.compile) change numerics or need a code change",
 )

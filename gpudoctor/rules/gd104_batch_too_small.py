@@ -158,4 +158,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "memory"),
+    not_injectable="a larger batch changes the optimization (learning rate, convergence): a code change to make deliberately",
 )

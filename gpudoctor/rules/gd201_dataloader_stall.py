@@ -87,9 +87,9 @@ from __future__ import annotations
 
 import math
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
-from gpudoctor.model.run import DataLoaderSetting
+from gpudoctor.model.run import DataLoaderSetting, Injection
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -98,7 +98,14 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.helpers import dataloader_call, dataloader_settings, runnable_demand
+from gpudoctor.rules.helpers import (
+    dataloader_call,
+    dataloader_injections,
+    dataloader_of,
+    dataloader_settings,
+    no_dataloader_reason,
+    runnable_demand,
+)
 from gpudoctor.rules.registry import Rule
 
 
@@ -135,6 +142,20 @@ def suggest_num_workers(
         else:
             how += f", within {cores} cores"
     return needed, load_ns, compute_ns, how
+
+
+def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
+    """The DataLoader arguments the fix sets, for ``n`` suggested workers."""
+    workers = dl.num_workers if dl is not None else None
+    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
+    if workers and workers >= n:
+        # already as many workers as cores allow: deepen the queue instead
+        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, "persistent_workers": True}
+    elif workers:
+        changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
+    if ctx.has_gpu() and dl is not None and not dl.pin_memory:
+        changes["pin_memory"] = True
+    return changes
 
 
 def _from_steps(ctx: RuleContext) -> RuleResult:
@@ -187,17 +208,11 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         + gpu_wait
         + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
     )
-    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
+    changes = _changes(ctx, dl, n)
     extra = ""
     if workers and workers >= n:
-        # already as many workers as cores allow: deepen the queue instead
-        pf = (dl.prefetch_factor or 2) * 2
-        changes = {"prefetch_factor": pf, "persistent_workers": True}
+        pf = changes["prefetch_factor"]
         extra = f"; the cores allow no more workers than {workers}: raise prefetch_factor to {pf} and make loading cheaper"
-    elif workers:
-        changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
-    if ctx.has_gpu() and dl is not None and not dl.pin_memory:
-        changes["pin_memory"] = True
     args = ", ".join(f"{k}={v}" for k, v in changes.items())
     instruction = f"Set {args} on the DataLoader{where} ({how}){extra}."
     if cores is not None and math.ceil(load_ns / compute_ns) > max(1, cores - t.dataloader_reserved_cores):
@@ -325,6 +340,18 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: the DataLoader arguments of the fix, at the DataLoader the finding names."""
+    dl = dataloader_of(ctx, finding)
+    why = no_dataloader_reason(ctx, dl)
+    if why:
+        return why
+    n = next((m.value for m in finding.evidence.metrics if m.name == "suggested_num_workers"), None)
+    if not isinstance(n, int):
+        return "the finding comes from a trace without per-step records: no num_workers was derived"
+    return dataloader_injections(dl, _changes(ctx, dl, n))
+
+
 def check(ctx: RuleContext) -> RuleResult:
     if ctx.steps():
         return _from_steps(ctx)
@@ -340,4 +367,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("steps",),
+    inject=inject,
 )

@@ -65,8 +65,8 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.model.run import StepRecord
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
+from gpudoctor.model.run import Injection, StepRecord
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -75,7 +75,13 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.helpers import dataloader_call, dataloader_settings
+from gpudoctor.rules.helpers import (
+    dataloader_call,
+    dataloader_injections,
+    dataloader_of,
+    dataloader_settings,
+    no_dataloader_reason,
+)
 from gpudoctor.rules.registry import Rule
 
 
@@ -155,6 +161,15 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: persistent_workers=True at the DataLoader the finding names."""
+    dl = dataloader_of(ctx, finding)
+    why = no_dataloader_reason(ctx, dl)
+    if why:
+        return why
+    return dataloader_injections(dl, {"persistent_workers": True})
+
+
 RULE = Rule(
     code="GD202",
     name="worker-restart",
@@ -162,4 +177,6 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("steps", "settings"),
+    inject=inject,
+    verify_statistic="epoch",  # the restarts cost the first step of each epoch: a median never sees them
 )

@@ -374,4 +374,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("samples",),
+    not_injectable="moving work out of the training process (into DataLoader workers or onto the GPU) is a code change",
 )

@@ -78,13 +78,63 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.config import Thresholds
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
-from gpudoctor.rules.helpers import dataloader_call, runnable_demand
+from gpudoctor.rules.helpers import (
+    Demand,
+    dataloader_call,
+    dataloader_injections,
+    dataloader_of,
+    no_dataloader_reason,
+    runnable_demand,
+)
 from gpudoctor.rules.registry import Rule
 
 # a worker whose threads want more than this many cores runs a thread pool of its own
 _POOL_PER_WORKER = 1.25
+
+def _remedy(t: Thresholds, d: Demand, cores: int, workers: int) -> tuple[bool, int | None, int]:
+    """(workers run thread pools, training-process threads to set or None, num_workers to keep)."""
+    pools = d.per_worker > _POOL_PER_WORKER
+    # After one thread per worker, a worker wants about the CPU it gets now (its threads are
+    # spinning or waiting otherwise); what remains over the cores comes out of the training
+    # process's threads, and then out of the workers.
+    worker_need = min(d.workers_cpu, float(workers)) if pools else d.workers
+    main_cores = max(1, round(cores - worker_need))
+    over_after = d.main + worker_need > cores * t.oversubscription_ratio
+    new_threads = main_cores if over_after and d.main > main_cores + 0.5 else None
+    new_workers = workers
+    if over_after and worker_need > cores - 1 and workers > 1:
+        per = worker_need / workers
+        new_workers = max(1, min(workers - 1, int((cores - 1) / per) if per > 0 else workers - 1))
+    return pools, new_threads, new_workers
+
+
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: one thread per DataLoader worker, and the training-process threads and
+    num_workers the finding gives (the same derivation as ``check``)."""
+    dl = dataloader_of(ctx, finding)
+    why = no_dataloader_reason(ctx, dl)
+    if why:
+        return why
+    cores = ctx.cpu_count()
+    d = runnable_demand(ctx)
+    if cores is None or d is None:
+        return "the run-queue figures behind the finding are missing"
+    pools, new_threads, new_workers = _remedy(ctx.thresholds, d, cores, dl.num_workers)
+    out: list[Injection] = []
+    if pools or not dl.has_worker_init_fn:
+        out.append(Injection("worker_threads", "torch.set_num_threads", 1, dl.call_site,
+                             text=f"torch.set_num_threads(1) in each worker of the DataLoader at {dl.call_site}"))
+    if new_threads is not None:
+        out.append(Injection("threads", "torch.set_num_threads", new_threads,
+                             text=f"torch.set_num_threads({new_threads}) in the training process"))
+    if new_workers != dl.num_workers:
+        out.extend(dataloader_injections(dl, {"num_workers": new_workers}))
+    return tuple(out) or "the finding suggests no change gpudoctor can make"
+
 
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
@@ -115,18 +165,7 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.fine(f"{how}; threshold {t.oversubscription_ratio:g}×")
     excess_pct = 100.0 * (d.tree - cores) / d.tree
     loc = location_of(dl.call_site) if dl is not None else None
-    pools = d.per_worker > _POOL_PER_WORKER
-    # After one thread per worker, a worker wants about the CPU it gets now (its threads are
-    # spinning or waiting otherwise); what remains over the cores comes out of the training
-    # process's threads, and then out of the workers.
-    worker_need = min(d.workers_cpu, float(workers)) if pools else d.workers
-    main_cores = max(1, round(cores - worker_need))
-    over_after = d.main + worker_need > cores * t.oversubscription_ratio
-    new_threads = main_cores if over_after and d.main > main_cores + 0.5 else None
-    new_workers = workers
-    if over_after and worker_need > cores - 1 and workers > 1:
-        per = worker_need / workers
-        new_workers = max(1, min(workers - 1, int((cores - 1) / per) if per > 0 else workers - 1))
+    pools, new_threads, new_workers = _remedy(t, d, cores, workers)
     omp = s.env.get("OMP_NUM_THREADS")
     message = (
         f"CPU oversubscribed: {how}; on average {d.main_wait:.1f} of the training process's threads "
@@ -194,4 +233,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("settings", "samples"),
+    inject=inject,
 )

@@ -65,10 +65,11 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call
+from gpudoctor.rules.helpers import dataloader_call, dataloader_of, pinned_copy_injections
 from gpudoctor.rules.registry import Rule
 
 
@@ -169,6 +170,17 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: pinned batches from the DataLoader, copied with non_blocking=True."""
+    dl = dataloader_of(ctx, finding)
+    if dl is not None and dl.pin_memory:
+        return (
+            "the DataLoader already pins its batches: the pageable copies come from tensors made elsewhere "
+            "(a dataset held in memory, torch.tensor(...) in the loop); pinning those is a code change"
+        )
+    return pinned_copy_injections(ctx, finding)
+
+
 RULE = Rule(
     code="GD301",
     name="pageable-h2d",
@@ -176,4 +188,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),
+    inject=inject,
 )

@@ -63,9 +63,11 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.helpers import pinned_copy_injections
 from gpudoctor.rules.registry import Rule
 
 _ARROWS = {"HtoD": "host→device", "DtoH": "device→host", "DtoD": "device→device", "HtoH": "host→host"}
@@ -162,6 +164,12 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: pinned batches from the DataLoader, copied with non_blocking=True (the host→device
+    part of the fix; reading device results less often, GD303, is a code change)."""
+    return pinned_copy_injections(ctx, finding)
+
+
 RULE = Rule(
     code="GD302",
     name="blocking-copy",
@@ -169,4 +177,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),
+    inject=inject,
 )

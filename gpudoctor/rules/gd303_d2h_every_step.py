@@ -155,4 +155,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace", "steps"),
+    not_injectable="reading device results on the host every N steps instead of every step is a code change",
 )

@@ -63,8 +63,9 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Rule
@@ -165,6 +166,13 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m, refs, name, cc))
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: torch.set_float32_matmul_precision("high") before the script, kept when it writes the
+    TF32 flags (TF32 changes float32 matmul rounding, which is this fix's purpose, not a side effect)."""
+    return (Injection("flag", "torch.float32_matmul_precision", "high",
+                      text='torch.set_float32_matmul_precision("high"), kept when the script changes the TF32 flags'),)
+
+
 RULE = Rule(
     code="GD402",
     name="tf32-off",
@@ -172,4 +180,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "settings"),
+    inject=inject,
 )

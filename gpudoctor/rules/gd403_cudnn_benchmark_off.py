@@ -60,8 +60,9 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Rule
@@ -146,6 +147,12 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m, bench))
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: torch.backends.cudnn.benchmark = True before the script, kept when it writes the flag."""
+    return (Injection("flag", "torch.backends.cudnn.benchmark", True,
+                      text="torch.backends.cudnn.benchmark = True, kept when the script sets it"),)
+
+
 RULE = Rule(
     code="GD403",
     name="cudnn-benchmark-off",
@@ -153,4 +160,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "settings"),
+    inject=inject,
 )

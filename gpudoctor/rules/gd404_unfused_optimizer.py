@@ -64,8 +64,9 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -148,6 +149,22 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: fused=True (foreach=True where the class has no fused kernel) passed to the optimizer's
+    constructor at its call site; torch checks the parameters as it would for the edited line."""
+    opts = ctx.settings.optimizers if ctx.settings is not None else ()
+    if not opts:
+        return "the optimizer's settings were not recorded (a bare trace): verify a run of `gpudoctor profile`"
+    opt = opts[0]
+    if not opt.cls.startswith("torch.optim."):
+        return f"{opt.cls} is not a torch.optim class: its constructor may take no fused or foreach argument"
+    if opt.call_site is None:
+        return "the optimizer's call site is unknown"
+    knob = "fused" if opt.supports_fused else "foreach"
+    return (Injection("optimizer", knob, True, opt.call_site, target=opt.cls,
+                      text=f"{opt.cls}({knob}=True) at {opt.call_site}"),)
+
+
 RULE = Rule(
     code="GD404",
     name="unfused-optimizer",
@@ -155,4 +172,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),
+    inject=inject,
 )

@@ -123,4 +123,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "memory"),
+    not_injectable="memory headroom is not a speed fix to time",
 )

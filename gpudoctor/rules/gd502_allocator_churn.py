@@ -63,8 +63,9 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -190,6 +191,22 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.cannot_judge("no trace with allocator calls and no empty_cache() count")
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: torch.cuda.empty_cache() skipped where the script calls it; without such calls,
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Neither changes what is computed."""
+    s = ctx.settings
+    if s is not None and s.empty_cache_calls:
+        return tuple(
+            Injection("skip_call", "torch.cuda.empty_cache", None, site, text=f"torch.cuda.empty_cache() at {site} skipped")
+            for site in s.empty_cache_calls
+        )
+    conf = s.env.get("PYTORCH_CUDA_ALLOC_CONF") if s is not None else None
+    if conf is not None:
+        return f"the allocator is already configured (PYTORCH_CUDA_ALLOC_CONF={conf}): which setting to change is your call"
+    return (Injection("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+                      text="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),)
+
+
 RULE = Rule(
     code="GD502",
     name="allocator-churn",
@@ -197,4 +214,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu",),
+    inject=inject,
 )

@@ -71,7 +71,8 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, median_int
 from gpudoctor.rules.registry import Rule
 
@@ -79,6 +80,7 @@ _ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _MIN_STEPS_FOR_HALF = 10  # with fewer steady steps, all of them are judged
 _PROFILER_WINDOWS = ("warmup", "active")
 _MIN_UNPROFILED_STEPS = 5  # with fewer steps outside torch.profiler's windows, those are kept too
+_KEEP_BYTES = "4294967296"  # the fix's value for glibc's thresholds: 4 GiB, larger than any one block
 _GLIBC_KNOBS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
 
 
@@ -160,6 +162,25 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
+    """--verify: glibc told to keep large blocks (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, as the
+    fix gives them) when nothing is tuned yet; jemalloc told to keep memory when it is preloaded."""
+    env = ctx.settings.env if ctx.settings is not None else {}
+    preload = env.get("LD_PRELOAD", "")
+    allocator = next((a for a in _ALLOCATORS if a in preload), None)
+    if allocator == "jemalloc":
+        conf = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+        return (Injection("env", "MALLOC_CONF", conf, text=f"MALLOC_CONF={conf} (jemalloc keeps freed memory)"),)
+    if allocator:
+        return f"{allocator} is preloaded: tuning it is left to you"
+    if any(k in env for k in _GLIBC_KNOBS):
+        return "glibc's knobs are set already: preloading jemalloc or tcmalloc is left to you (gpudoctor picks no library)"
+    return tuple(
+        Injection("env", k, _KEEP_BYTES, text=f"{k}={_KEEP_BYTES}")
+        for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    )
+
+
 RULE = Rule(
     code="GD503",
     name="host-allocator-churn",
@@ -167,4 +188,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("steps",),
+    inject=inject,
 )

@@ -129,4 +129,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("settings",),
+    not_injectable="moving to DistributedDataParallel needs a launcher and code changes",
 )

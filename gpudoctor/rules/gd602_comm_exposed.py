@@ -249,4 +249,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("trace",),
+    not_injectable="trials of distributed jobs are not supported",
 )

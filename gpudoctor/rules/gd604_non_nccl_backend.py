@@ -166,4 +166,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "settings"),
+    not_injectable="trials of distributed jobs are not supported",
 )

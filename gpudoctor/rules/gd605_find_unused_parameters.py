@@ -141,4 +141,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("settings",),
+    not_injectable="trials of distributed jobs are not supported",
 )

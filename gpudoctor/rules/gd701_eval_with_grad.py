@@ -202,4 +202,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("trace",),
+    not_injectable="torch.no_grad() / inference_mode() around evaluation is a code change",
 )

@@ -151,4 +151,5 @@ RULE = Rule(
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),
+    not_injectable="computing the loss on the GPU is a code change",
 )

@@ -7,9 +7,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gpudoctor.model.findings import Location, Metric, SettingRef
+from gpudoctor.model.findings import Finding, Location, Metric, SettingRef
 from gpudoctor.model.metrics import TraceMetrics
-from gpudoctor.model.run import DataLoaderSetting, FlagSetting, PstatsEntry
+from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry
 from gpudoctor.rules.context import RuleContext, location_of
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
@@ -59,6 +59,53 @@ def dataloader_call(dl: DataLoaderSetting | None, **changes: object) -> str:
     dataset = "dataset"
     inner = ", ".join([dataset, *(f"{k}={v!r}" for k, v in args.items())])
     return f"loader = DataLoader({inner})"
+
+
+def dataloader_of(ctx: RuleContext, finding: Finding) -> DataLoaderSetting | None:
+    """The DataLoader a finding names (its location is the DataLoader's call site), else the main one."""
+    s = ctx.settings
+    if s is None or not s.dataloaders:
+        return None
+    loc = finding.location
+    if loc is not None:
+        for d in s.dataloaders:
+            if d.call_site is not None and d.call_site.file == loc.file and d.call_site.line == loc.line:
+                return d
+    return ctx.main_dataloader()
+
+
+def dataloader_injections(dl: DataLoaderSetting, changes: dict[str, object]) -> tuple[Injection, ...]:
+    """--verify: DataLoader arguments set at the DataLoader's call site."""
+    return tuple(
+        Injection("dataloader", k, v, dl.call_site, text=f"DataLoader {k}={v!r} at {dl.call_site}")
+        for k, v in changes.items()
+    )
+
+
+def no_dataloader_reason(ctx: RuleContext, dl: DataLoaderSetting | None) -> str | None:
+    """Why DataLoader arguments cannot be injected, or None when they can."""
+    if dl is None:
+        if ctx.settings is None:
+            return "the DataLoader's settings were not recorded (a bare trace): verify a run of `gpudoctor profile`"
+        return "no DataLoader in this run"
+    if dl.call_site is None:
+        return "the DataLoader's call site is unknown: gpudoctor cannot tell which DataLoader to change"
+    return None
+
+
+def pinned_copy_injections(ctx: RuleContext, finding: Finding) -> tuple[Injection, ...] | str:
+    """--verify for host→device copies: pin_memory=True at the DataLoader the finding names (when it
+    does not pin yet) and non_blocking=True on the host→device copies of the batches it returns."""
+    dl = dataloader_of(ctx, finding)
+    if dl is None and ctx.settings is not None:
+        return "no DataLoader: the copied tensors are made in the script; pinning them is a code change"
+    why = no_dataloader_reason(ctx, dl)
+    if why:
+        return why
+    out = [] if dl.pin_memory else list(dataloader_injections(dl, {"pin_memory": True}))
+    out.append(Injection("non_blocking", "non_blocking", True, dl.call_site,
+                         text=f"non_blocking=True on host→device copies of the batches of the DataLoader at {dl.call_site}"))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

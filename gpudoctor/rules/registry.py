@@ -12,7 +12,8 @@ A rule module looks like::
 
     def check(ctx: RuleContext) -> RuleResult: ...
 
-    RULE = Rule(code="GD201", name="dataloader-stall", title="...", doc=__doc__, check=check)
+    RULE = Rule(code="GD201", name="dataloader-stall", title="...", doc=__doc__, check=check,
+                inject=inject)  # or not_injectable="why --verify cannot apply the fix"
 
 Discovery imports every ``gd*.py`` module of this package once; codes and names
 must be unique (a code is never reused).
@@ -40,6 +41,15 @@ class Rule:
     doc: str  # the module docstring (What it detects / Why it matters / How to fix / …)
     check: Callable[[Any], Any] | None = None  # (RuleContext) -> RuleResult; None for static-only codes
     needs: tuple[str, ...] = ()  # what it must have to judge: "gpu", "trace", "steps", "settings", "stacks", "shapes", "samples"
+    # --verify: (Finding, RuleContext) -> the changes that apply the finding's fix to a trial run of the
+    # unmodified script (tuple of model.Injection), or a string saying why this finding's fix cannot be
+    # applied that way. None: no fix of this rule can be (``not_injectable`` says why).
+    inject: Callable[[Any, Any], Any] | None = None
+    not_injectable: str = ""  # why --verify does not try this rule's fixes (a source edit, changed numerics …)
+    # --verify compares the "median" of steady steps, or by "epoch": every step after the warm-up, epoch
+    # starts and the other steps each by their median, weighted by how often they occur (a fix whose gain
+    # falls on a few steps, which no median sees: GD202's worker start-up)
+    verify_statistic: str = "median"
 
     @property
     def group(self) -> int:

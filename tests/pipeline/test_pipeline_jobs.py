@@ -59,8 +59,11 @@ def test_one_large_trace_read_in_parts_gives_the_same_report(tmp_path, monkeypat
         assert analyze_paths([path], jobs=jobs).to_dict() == one.to_dict()
     gz = write_trace(tmp_path / "big.pt.trace.json.gz", rank_trace(0, 1, steps=40, layers=30), "lines")
     assert parallel.split_count(gz, 2) == 2
+    # The same figures; only the file's name differs (the metrics and the ledger's key name it).
+    expected = {**one.metrics[0].to_dict(), "path": str(gz)}
+    expected["ledger"] = {**expected["ledger"], "key": f"trace:{gz}"}
     for jobs in (2, 3):
-        assert analyze_paths([gz], jobs=jobs).metrics[0].to_dict() == {**one.metrics[0].to_dict(), "path": str(gz)}
+        assert analyze_paths([gz], jobs=jobs).metrics[0].to_dict() == expected
 
 
 def test_an_unreadable_trace_fails_the_same_way(tmp_path):

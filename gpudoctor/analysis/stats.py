@@ -1,0 +1,237 @@
+"""Is B faster than A? The statistics shared by ``compare`` and ``--verify``, on ``scipy.stats``.
+
+Two sets of step times (before and after a change) are judged by
+
+- a two-sided Mann–Whitney U test (``scipy.stats.mannwhitneyu``): the exact
+  distribution for small samples without ties, else the normal approximation with
+  tie and continuity corrections;
+- a percentile bootstrap confidence interval of the speed-up, the ratio of the
+  medians A / B (``scipy.stats.bootstrap``, the two samples resampled
+  independently, ``resamples`` resamples from a fixed seed, so the same steps
+  always give the same interval; a sample of more than ``BOOTSTRAP_MAX_STEPS`` steps
+  is resampled from that many spread evenly over it).
+
+A change whose effect falls on a few steps (a worker start-up at the first step of
+each epoch) is invisible to a median, and a mean of all steps follows whatever else
+slows a shared machine down. ``stratified_speedup_stats`` splits each side's steps
+into strata (epoch starts, the other steps) and compares
+Σ share × median(stratum): each stratum by its median, weighted by how often it
+occurs; its bootstrap resamples within each stratum, and its verdict rests on the
+interval alone (there is no rank test of that statistic).
+
+``speedup_stats`` computes both once; ``gpudoctor compare`` (``analysis.compare``)
+and ``gpudoctor verify`` (``gpudoctor.verify``) each turn them into their verdict, so
+the two commands never disagree on the same steps. Step times of one run are not
+independent draws (a slow phase lasts several steps), so the p-value is optimistic;
+the callers' minimum effect and the interval are the guard.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+__all__ = [
+    "BOOTSTRAP_MAX_STEPS",
+    "CONFIDENCE_PCT",
+    "EXACT_MAX_PAIRS",
+    "RESAMPLES",
+    "SEED",
+    "SpeedupStats",
+    "bootstrap_speedup_ci",
+    "mann_whitney_p",
+    "speedup_stats",
+    "stratified_speedup_stats",
+]
+
+CONFIDENCE_PCT = 95.0
+RESAMPLES = 2000  # bootstrap resamples, drawn with a fixed seed: the same steps give the same interval
+SEED = 0
+EXACT_MAX_PAIRS = 1600  # m * n up to which the exact U distribution is used (no ties)
+BOOTSTRAP_BATCH_CELLS = 4_000_000  # resampled values held at once (32 MB of float64)
+BOOTSTRAP_MAX_STEPS = 5_000  # longer samples are resampled from this many steps spread evenly over them:
+# the interval is then already far narrower than any minimum effect, and it stays under a second
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> tuple[float, str]:
+    """Two-sided p-value of the Mann–Whitney U test of ``a`` against ``b``, and the method used."""
+    xa = np.asarray(a, dtype=np.float64)
+    xb = np.asarray(b, dtype=np.float64)
+    if len(xa) == 0 or len(xb) == 0:
+        raise ValueError("both samples need at least one value")
+    both = np.concatenate([xa, xb])
+    ties = len(np.unique(both)) < len(both)
+    if not ties and len(xa) * len(xb) <= EXACT_MAX_PAIRS:
+        p = sps.mannwhitneyu(xa, xb, alternative="two-sided", method="exact").pvalue
+        return float(min(1.0, p)), "Mann–Whitney U (exact)"
+    method = "Mann–Whitney U (normal approximation" + (", ties corrected)" if ties else ")")
+    if np.all(both == both[0]):  # every value equal: no evidence of a difference
+        return 1.0, method
+    p = sps.mannwhitneyu(xa, xb, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
+    return float(min(1.0, p)) if math.isfinite(p) else 1.0, method
+
+
+def _thin(x: np.ndarray) -> np.ndarray:
+    """At most ``BOOTSTRAP_MAX_STEPS`` values, evenly spaced over the sample (all of them when fewer)."""
+    if len(x) <= BOOTSTRAP_MAX_STEPS:
+        return x
+    return x[np.linspace(0, len(x) - 1, BOOTSTRAP_MAX_STEPS).round().astype(np.int64)]
+
+
+def _ratio_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    mb = np.median(b, axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.median(a, axis=axis) / mb
+
+
+def bootstrap_speedup_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence_pct: float = CONFIDENCE_PCT,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(a) / median(b), deterministic for a seed.
+
+    (nan, nan) when the interval cannot be formed (a sample whose median is 0 in every resample).
+    """
+    xa = _thin(np.asarray(a, dtype=np.float64))
+    xb = _thin(np.asarray(b, dtype=np.float64))
+    if len(xa) == 0 or len(xb) == 0:
+        raise ValueError("both samples need at least one value")
+    if len(xa) == 1 and len(xb) == 1:  # nothing to resample: the interval is the point
+        r = float(_ratio_of_medians(xa, xb))
+        return (r, r) if math.isfinite(r) else (math.nan, math.nan)
+    batch = max(1, BOOTSTRAP_BATCH_CELLS // max(len(xa), len(xb)))
+    # a sample whose resampled medians are 0 gives inf / nan ratios: scipy warns, the caller gets (nan, nan)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        res = sps.bootstrap(
+            (xa, xb),
+            _ratio_of_medians,
+            n_resamples=resamples,
+            batch=batch,
+            vectorized=True,
+            paired=False,
+            axis=-1,
+            confidence_level=confidence_pct / 100.0,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return math.nan, math.nan
+    return lo, hi
+
+
+def _weighted_median_ratio(weights_a: Sequence[float], weights_b: Sequence[float]):
+    """statistic(*a_strata, *b_strata) = Σ w·median(a stratum) / Σ w·median(b stratum), vectorized."""
+    na = len(weights_a)
+
+    def stat(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        ta = sum(w * np.median(x, axis=axis) for w, x in zip(weights_a, samples[:na], strict=True))
+        tb = sum(w * np.median(x, axis=axis) for w, x in zip(weights_b, samples[na:], strict=True))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return ta / tb
+
+    return stat
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedupStats:
+    """A's step times against B's: the speed-up (median A / median B) and whether it is beyond noise."""
+
+    median_a: float
+    median_b: float
+    speedup: float | None  # None when B's median is 0
+    change_pct: float | None  # (B - A) / A of the medians, in %; None when A's median is 0
+    ci_low: float | None  # bootstrap interval of ``speedup`` (None when it cannot be formed)
+    ci_high: float | None
+    p_value: float | None  # None: no test of this statistic (stratified): the interval alone decides
+    test: str
+    confidence_pct: float
+
+    @property
+    def significant(self) -> bool:
+        """The test rejects "same distribution" (when there is one) and the interval excludes 1."""
+        alpha = 1.0 - self.confidence_pct / 100.0
+        return (
+            (self.p_value is None or self.p_value < alpha)
+            and self.ci_low is not None
+            and self.ci_high is not None
+            and (self.ci_low > 1.0 or self.ci_high < 1.0)
+        )
+
+
+def speedup_stats(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence_pct: float = CONFIDENCE_PCT,
+    resamples: int = RESAMPLES,
+) -> SpeedupStats:
+    """The test and the interval of median(a) / median(b) (``a``: before, ``b``: after)."""
+    med_a, med_b = float(statistics.median(a)), float(statistics.median(b))
+    p, test = mann_whitney_p(a, b)
+    lo, hi = bootstrap_speedup_ci(a, b, confidence_pct, resamples)
+    ok = math.isfinite(lo) and math.isfinite(hi)
+    return SpeedupStats(
+        median_a=med_a,
+        median_b=med_b,
+        speedup=med_a / med_b if med_b > 0 else None,
+        change_pct=100.0 * (med_b - med_a) / med_a if med_a > 0 else None,
+        ci_low=lo if ok else None,
+        ci_high=hi if ok else None,
+        p_value=p,
+        test=test,
+        confidence_pct=confidence_pct,
+    )
+
+
+def stratified_speedup_stats(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    confidence_pct: float = CONFIDENCE_PCT,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> SpeedupStats:
+    """A's strata of step times against B's (say: epoch starts, other steps): the speed-up of
+    Σ share × median(stratum), share = the stratum's count / the side's count; empty strata are
+    left out. Bootstrapped within each stratum (percentile interval); no test (``p_value`` None)."""
+    sa = [np.asarray(x, dtype=np.float64) for x in a if len(x)]
+    sb = [np.asarray(x, dtype=np.float64) for x in b if len(x)]
+    if not sa or not sb:
+        raise ValueError("both sides need at least one step")
+    wa = [len(x) / sum(len(y) for y in sa) for x in sa]
+    wb = [len(x) / sum(len(y) for y in sb) for x in sb]
+    stat = _weighted_median_ratio(wa, wb)
+    ta = float(sum(w * np.median(x) for w, x in zip(wa, sa, strict=True)))
+    tb = float(sum(w * np.median(x) for w, x in zip(wb, sb, strict=True)))
+    lo = hi = math.nan
+    if any(len(x) > 1 for x in (*sa, *sb)):
+        batch = max(1, BOOTSTRAP_BATCH_CELLS // max(len(x) for x in (*sa, *sb)))
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+            res = sps.bootstrap(
+                tuple(_thin(x) for x in (*sa, *sb)), stat, n_resamples=resamples, batch=batch, vectorized=True,
+                paired=False, axis=-1, confidence_level=confidence_pct / 100.0, method="percentile",
+                rng=np.random.default_rng(seed),
+            )
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    ok = math.isfinite(lo) and math.isfinite(hi)
+    return SpeedupStats(
+        median_a=ta,
+        median_b=tb,
+        speedup=ta / tb if tb > 0 else None,
+        change_pct=100.0 * (tb - ta) / ta if ta > 0 else None,
+        ci_low=lo if ok else None,
+        ci_high=hi if ok else None,
+        p_value=None,
+        test="stratified bootstrap (no rank test)",
+        confidence_pct=confidence_pct,
+    )
