@@ -81,7 +81,12 @@ It is an upper bound of what moving the work can win. Without a trace (only
 NVML samples, or only cProfile on a CPU run) the figure is not a part of the
 step and the finding puts no share on it. On CPU runs the CPU % alone misleads: OpenMP threads spinning
 at the end of each op lift a Python-bound process above one core (the planted
-sample reads 133%), which is why a trace, when there is one, decides.
+sample reads 133%), which is why a trace, when there is one, decides. Where
+torch runs one intra-op thread on a machine of several cores (it counts
+physical cores: two vCPUs that are hyperthreads of one core give one thread),
+the CPU % cannot tell Python from op work at all: the trace or the phase times
+decide, and without them the rule says it cannot judge. Only a one-core
+machine leaves nowhere to move the work.
 
 References
 ----------
@@ -269,11 +274,14 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     threads = s.num_threads if s is not None else None
     if threads is None or cores is None:
         return RuleResult.cannot_judge("no GPU in this run, and torch's thread count or the core count is unknown")
-    capacity = 100.0 * min(threads, cores)
-    if capacity <= 100.0:
+    if cores <= 1:
         return RuleResult.not_applicable(
-            f"no GPU, and torch runs {threads} intra-op thread(s) on {cores} core(s): one core is the ceiling anyway"
+            f"no GPU, and {cores} core: no other core for the loop's work to move to (DataLoader workers share it)"
         )
+    # torch's intra-op threads bound what the process can use; with one of them (a machine whose
+    # cores are hyperthreads of one physical core: torch counts physical cores) the other cores are
+    # still there for DataLoader workers, which is where the fix moves the work
+    capacity = 100.0 * min(threads, cores)
     # The trace says it most directly: the share of a typical step spent in Python between torch
     # ops (gaps of 1 ms or more), where OpenMP threads spinning in the ops cannot inflate it.
     python_pct, dm = _python_share(ctx)
@@ -283,13 +291,20 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     use_pct = 100.0 * wants / capacity
     waiting = f", {wants - cpu:.0f}% more waiting for a core" if wants - cpu >= 25.0 else ""
     n_threads = min(threads, cores)
+    idle = (f"torch's {n_threads} intra-op threads wait" if n_threads > 1
+            else f"the other {cores - 1} core{'s' if cores > 2 else ''} could run it in DataLoader workers")
     if python_pct is not None:
         if python_pct < t.cpu_run_python_share_pct:
             return RuleResult.fine(
                 f"no GPU; {fmt_pct(python_pct)} of a typical step runs Python between torch ops (threshold "
                 f"{t.cpu_run_python_share_pct:g}%; the process at {cpu:.0f}% CPU{waiting})"
             )
-    elif use_pct >= t.cpu_run_thread_use_max_pct:
+    elif capacity <= 100.0 and loop_pct is None:
+        return RuleResult.cannot_judge(
+            f"no GPU and torch runs {threads} intra-op thread: the process's CPU ({cpu:.0f}%) cannot tell Python "
+            "in the loop from op work, and no trace or phase times split the step"
+        )
+    elif capacity > 100.0 and use_pct >= t.cpu_run_thread_use_max_pct:
         return RuleResult.fine(
             f"no GPU; the training process uses {use_pct:.0f}% of its {n_threads} threads' capacity "
             f"({cpu:.0f}% CPU{waiting})"
@@ -309,7 +324,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         metrics.append(Metric("typical_step_ns", dm.typical_step_ns, "ns"))
         message = (
             f"CPU run bound by Python in the loop: {fmt_pct(python_pct)} of a typical step runs Python between "
-            f"torch ops, on one thread while torch's {n_threads} intra-op threads wait"
+            f"torch ops, on one thread while {idle}"
             + (f" ({fmt_pct(at_stake)} of the measured step time)" if ledger is not None else "")
         )
     elif loop_pct is not None:
@@ -322,8 +337,8 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         gain_note = "host time outside the DataLoader wait and the model's calls (forward, backward, optimizer), every step"
         message = (
             f"CPU run bound by one Python thread: {fmt_pct(loop_pct)} of step time is the loop's own work outside "
-            f"the model's calls, while the training process runs at {cpu:.0f}% CPU{waiting}, "
-            f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
+            f"the model's calls, while the training process runs at {cpu:.0f}% CPU{waiting}"
+            + (f", {use_pct:.0f}% of what its {n_threads} intra-op threads could use" if n_threads > 1 else f"; {idle}")
         )
     elif user_share is not None:
         at_stake = None

@@ -8,6 +8,7 @@ it skips them (and gets a one-line error naming the extra, tested below).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -23,9 +24,17 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def scheduler():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address="127.0.0.1:0") as cluster:
-        yield cluster.scheduler_address
+    # Dask's nanny writes its workers' environment (MALLOC_TRIM_THRESHOLD_, thread counts) into
+    # os.environ of the process that starts them, this one: put it back for the tests after these,
+    # whose training children would inherit it (GD503 reads MALLOC_* from the recorded settings)
+    saved = dict(os.environ)
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address="127.0.0.1:0") as cluster:
+            yield cluster.scheduler_address
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def report(args: list[str]) -> dict:

@@ -203,6 +203,24 @@ def test_gd203_cpu_run_with_python_between_ops_fires_from_the_trace_whatever_the
     assert judge("GD203", low_cpu).verdict == Verdict.FINE
 
 
+def test_gd203_cpu_run_with_one_intra_op_thread_on_two_cores_still_judged():
+    """torch counts physical cores: two vCPUs that share one core give one intra-op thread. The other
+    core is still there for DataLoader workers, where the fix moves the work."""
+    base = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=1, cpu_count=2),
+               steps=steps(), samples=Samples(process=proc_samples(100.0)), metrics=(_python_trace(147.0),))
+    (f,) = judge("GD203", base).findings
+    assert "81.7% of a typical step runs Python between torch ops" in f.message
+    assert "the other 1 core could run it in DataLoader workers" in f.message
+    assert judge("GD203", dataclasses.replace(base, metrics=(_python_trace(0.0, 25.0),))).verdict == Verdict.FINE
+    # no trace, no phase times: at one thread the CPU % cannot tell Python from op work
+    res = judge("GD203", dataclasses.replace(base, metrics=()))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "cannot tell Python" in res.reason
+    # one core: nowhere to move the work
+    one = dataclasses.replace(base, settings=settings(device_type="cpu", num_threads=1, cpu_count=1),
+                              manifest=cpu_manifest(cpu_count=1))
+    assert judge("GD203", one).verdict == Verdict.NOT_APPLICABLE
+
+
 def test_gd203_cpu_run_using_its_threads_is_fine():
     data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=8, cpu_count=8),
                steps=steps(), samples=Samples(process=proc_samples(700.0)))
