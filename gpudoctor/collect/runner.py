@@ -578,11 +578,15 @@ def _trace_notes(outcomes: dict[str, Any]) -> list[str]:
     for r in results:
         b = r.stack_bound
         if isinstance(b, dict) and {"first_step", "steps_recorded", "steps_scheduled", "python_calls_per_step", "budget"} <= b.keys():
-            notes.append(
-                f"the window from step {b['first_step']} recorded {b['steps_recorded']} of {b['steps_scheduled']} steps: "
-                f"its steps make {b['python_calls_per_step']:,} Python calls each, and a window records at most "
-                f"{b['budget']:,} with stacks"
+            text = (
+                f"the window from step {b['first_step']} recorded {b['steps_recorded']} of {b['steps_scheduled']} steps "
+                f"with stacks: its steps make {b['python_calls_per_step']:,} Python calls each, and a window records "
+                f"at most {b['budget']:,} with stacks"
             )
+            if b.get("rest_recorded"):
+                text += (f"; {b['rest_recorded']} more from step {b['rest_first_step']} without stacks "
+                         "(a second trace, after one warm-up step)")
+            notes.append(text)
     dropped = [r for r in results if r.dropped_events]
     if dropped:
         n = sum(r.dropped_events for r in dropped)

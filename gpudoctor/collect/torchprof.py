@@ -143,6 +143,9 @@ class ProfilerDriver:
         self._probe: Any = None  # cProfile counting the Python calls of the last warm-up step
         self._probe_step = -1
         self._cut_at: int | None = None  # last recorded step of a window cut short by the Python-call budget
+        # the warm-up step of the plain window (no stacks) that records the rest of a window cut short
+        self._rest_warm: int | None = None
+        self._trace_first = 0  # first recorded step of the window being recorded (names its trace)
         self._stacks_on = False  # the window being recorded has stacks
         self._bound: dict[str, int] | None = None  # the bound applied to the window being recorded
         self.stack_bounds: list[dict[str, int]] = []  # every window cut short, in order
@@ -245,6 +248,8 @@ class ProfilerDriver:
         if ph == sched.WARMUP:
             return PA.WARMUP
         if ph == sched.ACTIVE:
+            if step == self._rest_warm:
+                return PA.WARMUP
             cut = self._cut_at
             if cut is not None and self._window_start(step) == self._window_start(cut):
                 return PA.RECORD_AND_SAVE if step == cut else PA.RECORD if step < cut else PA.NONE
@@ -265,6 +270,7 @@ class ProfilerDriver:
         self.rebased_at.append(origin)
         self._quiet_until = 0
         self._cut_at = None
+        self._rest_warm = None
         self._bound = None
         self.windows_started = 0  # the first window of the new marker records shapes and stacks
 
@@ -292,9 +298,11 @@ class ProfilerDriver:
         if self._time_prof is not None:  # the time window still records: the steps wait for it
             return ""
         self._window_first_active = self._window_start(step)
+        if step == self._rest_warm:
+            ph = sched.WARMUP  # the plain window's warm-up: not recorded
         try:
             if self._prof is None:
-                self._start_window(step)
+                self._start_window(step, plain=step == self._rest_warm)
             if step == self._window_first_active and self._bound is not None:
                 self._note_bound()
             name = f"ProfilerStep#{step}"
@@ -355,6 +363,14 @@ class ProfilerDriver:
             "steps_scheduled": active,
             "first_step": first,
         }
+        # The budget bounds the stacks, not the timings: the rest of the window, after one warm-up
+        # step, is recorded by a plain window (no stacks), so that a short run (--steps 40, one
+        # window) still measures several steps.
+        rest = first + active - 1 - (self._cut_at + 1)
+        if rest >= 1:
+            self._rest_warm = self._cut_at + 1
+            self._bound["rest_recorded"] = rest
+            self._bound["rest_first_step"] = self._rest_warm + 1
         self.stack_bounds.append(self._bound)
 
     def _note_bound(self) -> None:
@@ -367,7 +383,9 @@ class ProfilerDriver:
         finally:
             self._own_depth -= 1
 
-    def _start_window(self, step: int) -> None:
+    def _start_window(self, step: int, plain: bool = False) -> None:
+        """Open a window at ``step``. ``plain``: the rest of a window cut short by the Python-call
+        budget, without stacks (its shapes and memory as the window it continues)."""
         torch = self.torch
         activities = [torch.profiler.ProfilerActivity.CPU]
         try:
@@ -380,10 +398,11 @@ class ProfilerDriver:
         s = self.schedule
         # shapes, stacks and memory cost 3-4x a plain window (stop + export): the first
         # detail_windows windows record them, later ones record timings only
-        detail = not s.detail_windows or self.windows_started < s.detail_windows
-        if detail:
+        detail = plain or not s.detail_windows or self.windows_started < s.detail_windows
+        if detail and not plain:
             self.detail_windows_recorded += 1
-        self._stacks_on = bool(s.with_stack and detail)
+        self._stacks_on = bool(s.with_stack and detail and not plain)
+        self._trace_first = step + 1 if plain else self._window_start(step)
         self._cut_at = None
         self._bound = None
         self._own_depth += 1
@@ -393,7 +412,7 @@ class ProfilerDriver:
                 schedule=lambda n: self._action(base + n),
                 on_trace_ready=self._trace_ready,
                 record_shapes=s.record_shapes and detail,
-                with_stack=s.with_stack and detail,
+                with_stack=self._stacks_on,
                 profile_memory=s.profile_memory and detail,
             )
             prof.record_steps = False  # gpudoctor writes ProfilerStep#N itself (run step indices)
@@ -403,7 +422,8 @@ class ProfilerDriver:
             self._own_depth -= 1
         self._prof = prof
         self._base = base
-        self.windows_started += 1
+        if not plain:
+            self.windows_started += 1
 
     def on_step_end(self, step: int) -> None:
         if self._annotation is not None:
@@ -425,11 +445,14 @@ class ProfilerDriver:
             with no_lazy_inductor(self.torch):
                 self._prof.step()
             if self._window_over_after(step):
-                if step == self._cut_at:  # the rest of the window runs unprofiled
+                if step == self._cut_at and self._rest_warm is None:  # the rest of the window runs unprofiled
                     self._quiet_until = self._window_first_active + self.schedule.active
+                elif self._rest_warm is not None and step > self._rest_warm:
+                    self._rest_warm = None  # the plain window that recorded the rest is over
                 # the window is over (its trace was exported by step()): let it go
                 self._prof.stop()
                 self._prof = None
+                self._cut_at = None
         except Exception as err:
             self._fail(err)
         finally:
@@ -448,14 +471,14 @@ class ProfilerDriver:
         """Export the window: plain JSON under its final name less ".gz" (the name Kineto
         writes into the trace as ``traceName``). The parent gzips it once it is listed,
         so the compression costs the training process nothing."""
-        name = trace_name(self.worker, self._window_first_active)
+        name = trace_name(self.worker, self._trace_first)
         plain = self.run_dir / plain_trace(name)
         prof.export_chrome_trace(str(plain))
         # Kineto reports a failed write or rename only in its log: look at what it left
         problem = settle_trace_export(plain)
         if problem:
             kept = self.run_dir / (plain.name + INCOMPLETE_SUFFIX)
-            what = f"the trace of the window from step {self._window_first_active}"
+            what = f"the trace of the window from step {self._trace_first}"
             if kept.is_file():
                 what += f" ({kept.stat().st_size:,} bytes written, kept incomplete)"
             self.write_errors.append(

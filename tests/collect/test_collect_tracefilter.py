@@ -245,9 +245,13 @@ def test_manifest_notes_say_what_was_left_out():
     r = tracefilter.TraceFilterResult(360829, 360569, 28636.3, 10, 5, stack_bound=bound)
     notes = _trace_notes({"a.gz": r, "b.gz": "the last events do not decode"})
     assert notes[0] == (
-        "the window from step 3 recorded 3 of 5 steps: its steps make 120,214 Python calls each, "
+        "the window from step 3 recorded 3 of 5 steps with stacks: its steps make 120,214 Python calls each, "
         "and a window records at most 400,000 with stacks"
     )
+    rest = tracefilter.TraceFilterResult(360829, 360569, 28636.3, 10, 5,
+                                         stack_bound={**bound, "rest_recorded": 1, "rest_first_step": 7})
+    assert _trace_notes({"a.gz": rest})[0].endswith(
+        "with stacks; 1 more from step 7 without stacks (a second trace, after one warm-up step)")
     assert "360,569 of 360,829" in notes[1] and "under 10 µs" in notes[1]
     assert notes[2] == "b.gz kept as recorded: the Python-call filter failed (the last events do not decode)"
     out = _with_trace_notes([Collected("torch.profiler", True, detail="1 window(s) recorded (CPU)")], notes)
@@ -257,8 +261,8 @@ def test_manifest_notes_say_what_was_left_out():
 @pytest.mark.slow
 def test_python_heavy_steps_give_a_bounded_trace(tmp_path):
     """~120 000 Python calls a step: the window records 3 of its 5 steps with stacks (the
-    budget), the parent leaves the short calls out, and the trace still serves the analysis
-    and torch-tb-profiler."""
+    budget) and, after one warm-up step, the rest in a plain window; the parent leaves the
+    short calls out, and the trace still serves the analysis and torch-tb-profiler."""
     from gpudoctor.analysis import analyze_trace
     from gpudoctor.parse import load_inputs
 
@@ -268,8 +272,8 @@ def test_python_heavy_steps_give_a_bounded_trace(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path / "runs")
     m = manifest(run_dir)
-    assert len(m["traces"]) == 1
-    trace = run_dir / m["traces"][0]
+    assert len(m["traces"]) == 2
+    trace, rest_trace = (run_dir / t for t in sorted(m["traces"]))
     assert not list(run_dir.glob("*.pt.trace.json"))  # no plain trace left behind
     with gzip.open(trace, "rt", encoding="utf-8") as f:
         out = json.load(f)
@@ -278,10 +282,18 @@ def test_python_heavy_steps_give_a_bounded_trace(tmp_path):
     assert 100_000 < calls < 150_000, bound
     recorded = max(1, PYTHON_CALLS_BUDGET // calls)
     assert bound["steps_recorded"] == recorded < bound["steps_scheduled"] == 5 and bound["first_step"] == 3
-    # the recorded steps, the same in the trace and in steps.jsonl
+    assert recorded <= 3, "the rest needs a warm-up step and one to record"
+    rest = 5 - recorded - 1
+    assert bound["rest_recorded"] == rest and bound["rest_first_step"] == 3 + recorded + 1
+    # the recorded steps, the same in the traces and in steps.jsonl
     assert profiler_steps(trace) == list(range(3, 3 + recorded))
-    assert [s["index"] for s in steps(run_dir) if s["profiled"]] == list(range(3, 3 + recorded))
-    assert [s["window"] for s in steps(run_dir)][2 : 3 + 5] == ["warmup"] + ["active"] * recorded + [""] * (5 - recorded)
+    assert profiler_steps(rest_trace) == list(range(4 + recorded, 8))
+    assert rest_trace.name.endswith(f".{4 + recorded:08d}.pt.trace.json.gz")
+    assert [s["index"] for s in steps(run_dir) if s["profiled"]] == [*range(3, 3 + recorded), *range(4 + recorded, 8)]
+    assert [s["window"] for s in steps(run_dir)][2 : 3 + 5] == ["warmup"] + ["active"] * recorded + ["warmup"] + ["active"] * rest
+    # the rest has no stacks: no Python frames
+    with gzip.open(rest_trace, "rt", encoding="utf-8") as f:
+        assert not any(e.get("cat") == "python_function" for e in json.load(f)["traceEvents"])
     # the short calls were left out: a few hundred Python frames stay of ~360 000
     note = out[rundir.TRACE_FILTER_KEY]
     assert note["dropped_events"] > 0.95 * calls * recorded
