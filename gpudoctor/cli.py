@@ -303,7 +303,7 @@ def cli() -> None:
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Stop the script cleanly after N steps.")
 @click.option("--skip-first", type=click.IntRange(min=0), default=10, show_default=True, help="Steps run before the first profiled window (it starts right after).")
-@click.option("--wait", type=click.IntRange(min=0), default=294, show_default=True, help="Steps between profiled windows (default: a window every 300 steps).")
+@click.option("--wait", type=click.IntRange(min=0), default=294, show_default=True, help="Steps between profiled windows (default: a window every 300 steps; with --steps N, fewer, so that a second window fits).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Warm-up steps of each window (profiled, not recorded).")
 @click.option("--active", type=click.IntRange(min=1), default=5, show_default=True, help="Recorded steps of each window.")
 @click.option("--repeat", type=click.IntRange(min=0), default=3, show_default=True, help="Windows at most (0: until the end).")
@@ -336,7 +336,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
     of the script (see `gpudoctor verify --help`).
     """
     from gpudoctor.collect import ProfileOptions, profile_run
-    from gpudoctor.collect.options import parse_time_window
+    from gpudoctor.collect.options import parse_time_window, short_run_wait
 
     if module and script:
         script_args = (script, *script_args)
@@ -349,6 +349,9 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         from gpudoctor.verify import VerifyOptions
 
         VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget).check()
+    if click.get_current_context().get_parameter_source("wait") == click.core.ParameterSource.DEFAULT:
+        # --steps N: a second, timings-only window fits before the run stops
+        wait = short_run_wait(steps, skip_first, warmup, active, repeat, wait)
     opts = ProfileOptions(
         script=script,
         module=module,

@@ -107,6 +107,24 @@ class Target:
 _PY_SUFFIXES = (".py", ".pyw")
 
 
+def short_run_wait(max_steps: int | None, skip_first: int, warmup: int, active: int, repeat: int,
+                   wait: int = DEFAULT_WAIT) -> int:
+    """The steps between windows for a run of ``max_steps`` steps (``--steps N`` with ``--wait``
+    left at its default): short enough that a second window, which records timings only, fits
+    before the run stops. The first window records shapes and stacks, which slow its ops
+    (Python-heavy steps ran 4x slower in it, measured on the samples): a short run judged from it
+    alone took per-op overhead for op work. The steps between the windows keep cProfile's
+    window (at least 2 steps); a run too short for that, or one that asked for one window,
+    keeps ``wait``."""
+    if max_steps is None or active <= 0 or repeat == 1:
+        return wait
+    cycle = warmup + active
+    fitted = max_steps - skip_first - 2 * cycle
+    if fitted >= wait or fitted < 2:
+        return wait
+    return fitted
+
+
 def parse_time_window(text: str) -> tuple[float, float] | None:
     """``--time-window`` as typed: ``START:END`` seconds, or ``off``."""
     if text.strip().lower() in ("off", "none", "no"):

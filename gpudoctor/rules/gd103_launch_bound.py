@@ -150,8 +150,8 @@ from dataclasses import replace
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRange
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call
+from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.helpers import dataloader_call, too_few_steps
 from gpudoctor.rules.registry import Rule
 
 
@@ -282,6 +282,12 @@ def _typical_step_range(m: TraceMetrics, typical_ns: int) -> list[TimeRange]:
 
 
 def _judge_cpu(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
+    result = _judge_cpu_steps(ctx, m)
+    few = too_few_steps(m.dispatch) if m.dispatch is not None and result.verdict == Verdict.FINE else None
+    return RuleResult.cannot_judge(f"{few} (one step read: {result.reason})") if few else result
+
+
+def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     t = ctx.thresholds
     d = m.dispatch
     if d is None or d.ops_per_step <= 0 or d.typical_step_ns <= 0:

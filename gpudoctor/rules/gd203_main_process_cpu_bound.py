@@ -102,7 +102,7 @@ import statistics
 from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
-from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, user_functions
+from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, too_few_steps, user_functions
 from gpudoctor.rules.registry import Rule
 
 _BEFORE = """for x, y in loader:
@@ -294,6 +294,9 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     idle = (f"torch's {n_threads} intra-op threads wait" if n_threads > 1
             else f"the other {cores - 1} core{'s' if cores > 2 else ''} could run it in DataLoader workers")
     if python_pct is not None:
+        few = too_few_steps(dm) if dm is not None else None
+        if python_pct < t.cpu_run_python_share_pct and few:
+            return RuleResult.cannot_judge(f"{few} (it ran Python between torch ops {fmt_pct(python_pct)} of the step)")
         if python_pct < t.cpu_run_python_share_pct:
             return RuleResult.fine(
                 f"no GPU; {fmt_pct(python_pct)} of a typical step runs Python between torch ops (threshold "

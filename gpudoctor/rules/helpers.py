@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from gpudoctor.model.findings import Finding, Location, Metric, SettingRef
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
 from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry
 from gpudoctor.rules.context import RuleContext, location_of
 
@@ -246,3 +246,16 @@ def runnable_demand(ctx: RuleContext) -> Demand | None:
         main_wait=statistics.median(v["main_wait"] for v in ticks),
         ticks=len(ticks),
     )
+
+
+MIN_MEASURED_STEPS = 2  # a typical step from fewer is one step's accident, not the run's habit
+
+
+def too_few_steps(d: DispatchStats) -> str | None:
+    """Why a trace's steps are too few to clear the loop of a problem (None when enough): a run
+    stopped inside its only window, or a window cut short, leaves one profiled step."""
+    if d.window == WindowKind.STEPS and d.steps < MIN_MEASURED_STEPS:
+        return (f"not measurable: the trace holds {d.steps} profiled step (at least {MIN_MEASURED_STEPS} make a "
+                "typical one); profile more steps (`gpudoctor profile --steps N`, N of 30 or more)")
+    return None
+

@@ -64,6 +64,27 @@ def test_default_schedule_profiles_a_short_run():
     assert sched.windows(s, 1000) == [(10, 15), (310, 315), (610, 615)]
 
 
+def test_a_short_run_fits_a_second_timings_only_window():
+    """`--steps 40`: the first window records shapes and stacks (slower ops); a second one,
+    timings only, must fit before the run stops, with cProfile between them."""
+    import dataclasses
+
+    from gpudoctor.collect.options import DEFAULT_WAIT, ProfileOptions, short_run_wait
+
+    base = ProfileOptions(script="x.py")
+    wait = short_run_wait(40, base.skip_first, base.warmup, base.active, base.repeat)
+    assert wait == 18
+    s = dataclasses.replace(base, wait=wait, max_steps=40).schedule()
+    assert sched.windows(s, 40) == [(10, 15), (34, 39)]
+    start = sched.cprofile_start(s)
+    assert sched.cprofile_stop_before(s, start, base.cprofile_steps) - start == 18
+    # a long run, one asked-for window, or a run too short for two windows: the wait as given
+    assert short_run_wait(None, 10, 1, 5, 3) == short_run_wait(1000, 10, 1, 5, 3) == DEFAULT_WAIT
+    assert short_run_wait(40, 10, 1, 5, 1) == DEFAULT_WAIT
+    assert short_run_wait(23, 10, 1, 5, 3) == DEFAULT_WAIT  # 1 step between windows: no room for cProfile
+    assert short_run_wait(24, 10, 1, 5, 3) == 2
+
+
 def test_cprofile_window_stops_before_the_next_torch_window():
     s = _sched(skip=2, wait=3, warmup=1, active=2, repeat=3)
     start = sched.cprofile_start(s)

@@ -106,6 +106,16 @@ def test_fine_when_the_step_goes_elsewhere():
     assert "ops of 10.0 µs or more 2.9%, Python gaps over 1.00 ms 83.6%, the DataLoader 0.7%" in res.reason
 
 
+def test_one_profiled_step_clears_nothing_but_can_still_fire():
+    """A run stopped inside its only window: a step read once is an accident, not the loop's habit."""
+    quiet = dict(short_op_time_pct=80.0, dispatch_pct=3.0, op_ns=20 * MS, short_op_ns=16 * MS,
+                 glue_ns=2 * MS, long_gap_ns=117 * MS, dataloader_ns=1 * MS, typical_step_ns=140 * MS)
+    res = judge("GD103", cpu_run(dispatch(steps=1, **quiet)))
+    assert res.verdict == Verdict.CANNOT_JUDGE
+    assert res.reason.startswith("not measurable: the trace holds 1 profiled step") and "3.0% of a typical" in res.reason
+    assert judge("GD103", cpu_run(dispatch(steps=1))).verdict == Verdict.FIRED
+
+
 def test_without_a_batch_size_short_ops_decide_and_the_finding_is_inferred():
     (f,) = judge("GD103", cpu_run(dispatch(), bs=None)).findings
     assert f.confidence == Confidence.INFERRED

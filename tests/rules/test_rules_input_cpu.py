@@ -173,8 +173,8 @@ def test_gd203_cpu_run_bound_by_one_python_thread():
     assert f.gain.share_pct is None and "61.0% of the cProfile time" in f.gain.note
 
 
-def _python_trace(long_gap_ms: float, typical_ms: float = 180.0):
-    d = DispatchStats(window=WindowKind.STEPS, steps=1, ops_per_step=400.0, op_ns=int((typical_ms - long_gap_ms) * MS),
+def _python_trace(long_gap_ms: float, typical_ms: float = 180.0, n_steps: int = 5):
+    d = DispatchStats(window=WindowKind.STEPS, steps=n_steps, ops_per_step=400.0, op_ns=int((typical_ms - long_gap_ms) * MS),
                       long_gap_ns=int(long_gap_ms * MS), typical_step_ns=int(typical_ms * MS),
                       step_median_ns=int(typical_ms * MS))
     pct = 100.0 * long_gap_ms / typical_ms
@@ -198,6 +198,10 @@ def test_gd203_cpu_run_with_python_between_ops_fires_from_the_trace_whatever_the
     fixed = dataclasses.replace(data, metrics=(_python_trace(0.0, 25.0),), pstats=())
     res = judge("GD203", fixed)
     assert res.verdict == Verdict.FINE and "0.0% of a typical step runs Python between torch ops" in res.reason
+    # one profiled step (a run stopped inside its only window) clears nothing: not measurable
+    one = judge("GD203", dataclasses.replace(fixed, metrics=(_python_trace(0.0, 25.0, n_steps=1),)))
+    assert one.verdict == Verdict.CANNOT_JUDGE and "not measurable: the trace holds 1 profiled step" in one.reason
+    assert judge("GD203", dataclasses.replace(data, metrics=(_python_trace(147.0, n_steps=1),))).verdict == Verdict.FIRED
     # a trace says no even when the CPU % alone would have said yes
     low_cpu = dataclasses.replace(fixed, samples=Samples(process=proc_samples(100.0, runq_wait_pct=0.0)))
     assert judge("GD203", low_cpu).verdict == Verdict.FINE
