@@ -23,8 +23,10 @@ Nothing is an error: an error needs a measured share of step time.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from gpudoctor.model.findings import Evidence, Fix, Location, SettingRef, Severity
@@ -905,13 +907,45 @@ def _with_kwargs(source: str, changes: dict[str, str | None]) -> str:
             else:
                 out = pattern.sub(lambda m, v=value: m.group(1) + v, out, count=1)
         elif value is not None:
-            idx = _closing_paren(out)
+            idx = _call_closing_paren(out)
             if idx is None:
                 continue
             head = out[:idx].rstrip()
             sep = "" if head.endswith("(") else (" " if head.endswith(",") else ", ")
             out = head + sep + f"{name}={value}" + out[idx:]
     return out
+
+
+def _call_closing_paren(source: str) -> int | None:
+    """Index of the parenthesis that closes the DataLoader call in ``source`` (a line or a few of
+    the user's code), else its first call; parsed, so that ``for (x, y) in DataLoader(ds):`` gets
+    the call, not the tuple. Source that does not parse falls back to the first bracket."""
+    text = textwrap.dedent(source)
+    indent = next((len(ln) - len(ln.lstrip()) for ln in source.splitlines() if ln.strip()), 0)
+    tree = None
+    for attempt in (text, text + "\n    pass"):  # a for/with/if header without its body
+        try:
+            tree = ast.parse(attempt)
+            break
+        except SyntaxError:
+            continue
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)] if tree is not None else []
+    if not calls:
+        return _closing_paren(source)
+
+    def name(call: ast.Call) -> str:
+        f = call.func
+        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+    loaders = [c for c in calls if "DataLoader" in name(c)]
+    call = min(loaders or calls, key=lambda c: (c.lineno, c.col_offset))
+    lines = source.splitlines(keepends=True)
+    if call.end_lineno is None or call.end_col_offset is None or call.end_lineno > len(lines):
+        return _closing_paren(source)
+    line = lines[call.end_lineno - 1]
+    shift = indent if line.strip() else 0
+    idx = sum(len(ln) for ln in lines[: call.end_lineno - 1]) + shift + call.end_col_offset - 1
+    return idx if 0 <= idx < len(source) and source[idx] == ")" else _closing_paren(source)
 
 
 def _closing_paren(source: str) -> int | None:

@@ -150,3 +150,38 @@ def test_json_report_validates_against_the_report_schema():
     jsonschema.validate(data, report_schema())
     assert data["kind"] == "check" and data["run"] is None
     assert {f["confidence"] for f in data["findings"]} == {"static"}
+
+
+def test_fix_snippets_parse_when_the_loader_is_built_in_the_loop_header(tmp_path):
+    """`for (x, y) in DataLoader(...)`: the keyword goes into the DataLoader call, not the tuple,
+    and every "after" snippet is Python."""
+    import ast
+    import textwrap
+
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = torch.nn.Linear(8, 1).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ds = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+        for epoch in range(2):
+            for (x, y) in DataLoader(ds, batch_size=8):
+                x, y = x.cuda(), y.cuda()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """))
+    report = check_paths([script], Config())
+    codes = {f.code for f in report.findings}
+    assert "GD301" in codes, codes
+    for f in report.findings:
+        if f.fix is None or not f.fix.after:
+            continue
+        after = f.fix.after
+        snippet = after + ("\n    pass" if after.rstrip().endswith(":") else "")
+        ast.parse(textwrap.dedent(snippet))  # raises on a broken snippet
+        if f.code == "GD301":
+            assert "DataLoader(ds, batch_size=8, pin_memory=True)" in after and "(x, y)" in after
