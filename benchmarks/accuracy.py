@@ -51,6 +51,13 @@ can show here. Usage::
     python benchmarks/accuracy.py --only starved_dataloader --keep runs/
     python benchmarks/accuracy.py --json accuracy.json --steps 60
 
+``--verify`` adds a column: each planted run's expected finding goes through
+``gpudoctor.verify`` (the fix injected into trial runs, timed against
+interleaved baseline runs, a bootstrap interval on the speed-up), so the fix is
+measured on the planted script itself where gpudoctor can apply it; a fix the
+trials refute is a missed target. The ``--fixed`` variants still run: they are
+where false alarms show, and they measure fixes no trial can inject.
+
 Timings are only comparable when nothing else loads the machine: ``--jobs``
 above 1 runs variants side by side and makes the speed-ups noisier.
 """
@@ -71,6 +78,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = ROOT / "sample_scripts"
@@ -267,6 +275,49 @@ def run_variant(
 
 
 @dataclass(slots=True)
+class Verified:
+    """``--verify``: what ``gpudoctor.verify`` measured for the expected finding of a planted run."""
+
+    code: str
+    status: str  # confirmed | refuted | inconclusive | not_tried, or "absent" (no expected finding)
+    speedup: float | None = None
+    ci: tuple[float, float] | None = None
+    reason: str = ""
+
+    def text(self) -> str:
+        if self.speedup is None:
+            return self.status
+        ci = f" [{self.ci[0]:.2f}-{self.ci[1]:.2f}]" if self.ci else ""
+        return f"{self.status} {self.speedup:.2f}x{ci}"
+
+
+def verify_planted(scenario: Scenario, variant: Variant, opts: Any, env: dict[str, str]) -> Verified | None:
+    """Run ``gpudoctor.verify`` on a planted run: its trials inject each fix gpudoctor can apply
+    and time it against interleaved baseline runs. The trials inherit this process's environment,
+    so the benchmark's (the malloc thresholds) is put in place for them."""
+    if not variant.run_dir or variant.error:
+        return None
+    from gpudoctor.verify import verify_run  # noqa: PLC0415
+
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        result = verify_run(variant.run_dir, opts=opts)
+    except Exception as err:  # noqa: BLE001 - a benchmark row, not a crash of the whole table
+        return Verified("-", "error", reason=f"{type(err).__name__}: {err}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    finding = next((f for f in result.report.findings if f.code in scenario.expected), None)
+    if finding is None:
+        return Verified("-", "absent", reason="no expected finding to verify")
+    v = finding.verification
+    if v is None:
+        return Verified(finding.code, "not_tried", reason="no verification recorded")
+    return Verified(finding.code, v.status.value, v.speedup, tuple(v.ci) if v.ci else None, v.reason)
+
+
+@dataclass(slots=True)
 class Result:
     name: str
     expected: list[str]
@@ -283,6 +334,7 @@ class Result:
     problems: list[str] = field(default_factory=list)  # targets missed
     runs: int = 1  # runs of each variant
     top_every_run: bool = True  # the expected code on top in every planted run
+    verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
 
     @property
     def diagnosed_right(self) -> bool:
@@ -350,7 +402,10 @@ def evaluate(
     verbose: bool,
     env: dict[str, str] | None = None,
     repeats: int = 1,
+    verify: Any = None,
 ) -> list[Result]:
+    """``verify``: VerifyOptions to measure each planted run's expected fix with ``gpudoctor.verify``
+    (after all profile runs, one at a time); None: no trials."""
     env = dict(os.environ) if env is None else env
     runnable = [s for s in scenarios if not s.needs_gpu or gpus > 0]
     # per scenario: planted, fixed, planted, fixed … so that a slow spell of the machine hits both
@@ -366,7 +421,14 @@ def evaluate(
         if s not in runnable:
             results.append(Result(s.name, list(s.expected), "needs GPU"))
             continue
-        results.append(judge(s, variants[(s.name, False)], variants.get((s.name, True)), gpus))
+        r = judge(s, variants[(s.name, False)], variants.get((s.name, True)), gpus)
+        if verify is not None and s.expected:
+            r.verified = verify_planted(s, variants[(s.name, False)][0], verify, env)
+            if verify.progress and r.verified:
+                verify.progress(f"  {s.name:<28} verify {r.verified.code}: {r.verified.text()}")
+            if r.verified and r.verified.status == "refuted" and r.speedup_measurable:
+                r.problems.append(f"--verify refuted the fix of {r.verified.code}: {r.verified.text()}")
+        results.append(r)
     return results
 
 
@@ -380,21 +442,28 @@ def _fmt_speedup(r: Result) -> str:
 
 
 def table(results: list[Result]) -> str:
+    verified = any(r.verified for r in results)
     header = ("scenario", "expected", "top finding", "rank", "fixed >=warning", "speed-up", "verdict")
+    if verified:
+        header = (*header[:-1], "verified (--verify)", header[-1])
     rows = []
     for r in results:
         expected = ",".join(r.expected) or "none"
         if r.status != "measured":
-            rows.append((r.name, expected, r.status, "", "", "", "not counted"))
+            rows.append((r.name, expected, r.status, "", "", "", *([""] if verified else []), "not counted"))
             continue
         top = f"{r.top} ({r.top_severity})" if r.top else "no finding"
         if not r.expected:  # the baseline: its own alarms are what matters
             alarms = ",".join(r.baseline_alarms) or "none"
-            rows.append((r.name, expected, top, "-", alarms + " (baseline)", "-", "ok" if not r.problems else "MISS"))
+            rows.append((r.name, expected, top, "-", alarms + " (baseline)", "-", *(["-"] if verified else []),
+                         "ok" if not r.problems else "MISS"))
             continue
         rank = str(r.rank) if r.rank else "absent"
         alarms = ",".join(r.fixed_alarms) or "none"
-        rows.append((r.name, expected, top, rank, alarms, _fmt_speedup(r), "ok" if not r.problems else "MISS"))
+        row = (r.name, expected, top, rank, alarms, _fmt_speedup(r))
+        if verified:
+            row = (*row, r.verified.text() if r.verified else "-")
+        rows.append((*row, "ok" if not r.problems else "MISS"))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -414,6 +483,8 @@ def summary(results: list[Result]) -> dict:
         "median_speedup": statistics.median(speedups) if speedups else None,
         "speedups_measured": len(speedups),
         "targets_met": all(not r.problems for r in measured),
+        "verified": {status: sum(1 for r in planted if r.verified and r.verified.status == status)
+                     for status in ("confirmed", "refuted", "inconclusive", "not_tried")},
     }
 
 
@@ -424,6 +495,8 @@ def summary_line(s: dict) -> str:
         f"diagnosed right: {s['diagnosed_right']}/{s['runnable']} scenarios runnable here{gpu}; "
         f"false alarms: {s['false_alarms_fixed']} on fixed variants, {s['false_alarms_baseline']} on the baseline; "
         f"median speed-up of the fixes: {med}; targets {'met' if s['targets_met'] else 'MISSED'}"
+        + (f"; --verify: {', '.join(f'{n} {k}' for k, n in s['verified'].items())}"
+           if any(s.get("verified", {}).values()) else "")
     )
 
 
@@ -450,6 +523,7 @@ def to_json(results: list[Result], s: dict, gpus: int, wall_s: float, malloc: st
                 "speedup": r.speedup,
                 "speedup_measurable": r.speedup_measurable,
                 "problems": r.problems,
+                "verified": asdict(r.verified) if r.verified else None,
                 "planted": variant(r.planted),
                 "fixed": variant(r.fixed),
             }
@@ -470,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-only", action="store_true", help="treat the machine as having no GPU")
     p.add_argument("--native-malloc", action="store_true", help="leave glibc's malloc thresholds at their defaults")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run progress on stderr")
+    p.add_argument("--verify", action="store_true", help="measure each planted run's expected fix with gpudoctor's "
+                   "--verify trials (an injected fix against interleaved baseline runs): a 'verified' column")
+    p.add_argument("--verify-steps", type=int, default=None, help="steps of each trial run (default: gpudoctor's)")
+    p.add_argument("--verify-trials", type=int, default=None, help="trial runs of each side (default: gpudoctor's)")
+    p.add_argument("--verify-budget", type=float, default=None, help="seconds of trials per scenario (default: gpudoctor's)")
     args = p.parse_args(argv)
 
     scenarios = discover(args.only)
@@ -486,7 +565,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"accuracy: {len(scenarios)} scenarios, {gpus} GPU(s), runs under {runs_dir}", file=sys.stderr)
         env = dict(os.environ) if args.native_malloc else {**MALLOC_ENV, **os.environ}
-        results = evaluate(scenarios, runs_dir, gpus, args.steps, args.jobs, not args.quiet, env, max(1, args.repeat))
+        verify = None
+        if args.verify:
+            from gpudoctor.verify import VerifyOptions  # noqa: PLC0415
+
+            given = {"steps": args.verify_steps, "trials": args.verify_trials, "budget_s": args.verify_budget}
+            verify = VerifyOptions(**{k: v for k, v in given.items() if v is not None},
+                                   progress=None if args.quiet else (lambda line: print(line, file=sys.stderr)))
+            verify.check()
+        results = evaluate(scenarios, runs_dir, gpus, args.steps, args.jobs, not args.quiet, env, max(1, args.repeat),
+                           verify)
     finally:
         if tmp is not None:
             tmp.cleanup()

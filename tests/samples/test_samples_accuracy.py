@@ -93,6 +93,21 @@ def test_baseline_alarms_and_gpu_scenarios_in_the_summary():
     assert "diagnosed right: 1/1" in acc.summary_line(s)
 
 
+def test_verified_column_and_summary():
+    ok = acc.judge(_scenario(), [_variant(False, ["GD201"], "error", 300)], [_variant(True, [], per_sample_us=100)], 0)
+    ok.verified = acc.Verified("GD201", "confirmed", 1.72, (1.66, 1.92))
+    tried = acc.judge(_scenario(("GD203",)), [_variant(False, ["GD203"], "error", 300)],
+                      [_variant(True, [], per_sample_us=100)], 0)
+    tried.verified = acc.Verified("GD203", "not_tried", reason="a code change")
+    text = acc.table([ok, tried])
+    assert "verified (--verify)" in text and "confirmed 1.72x [1.66-1.92]" in text and "not_tried" in text
+    s = acc.summary([ok, tried])
+    assert s["verified"] == {"confirmed": 1, "refuted": 0, "inconclusive": 0, "not_tried": 1}
+    assert acc.summary_line(s).endswith("--verify: 1 confirmed, 0 refuted, 0 inconclusive, 1 not_tried")
+    # without --verify: no column, no clause
+    assert "verified" not in acc.table([acc.judge(_scenario(), [_variant(False, ["GD201"])], None, 0)])
+
+
 def test_parse_docstring_reads_codes_gpu_needs_and_speedup_needs(tmp_path):
     script = tmp_path / "x.py"
     script.write_text('"""X.\n\nProblem: p.\nExpected: GD301, GD302\nNeeds: GPU\nSpeedup: needs 2+ GPUs\nFix: f.\n"""\n')
