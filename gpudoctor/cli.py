@@ -92,6 +92,18 @@ def print_stdout(text: str, what: str = "the report") -> None:
         say(f"gpudoctor: stdout cannot be written ({err.strerror or err}): {what} was not printed")
 
 
+def use_color(environ: dict[str, str] | None = None, tty: bool | None = None) -> bool:
+    """Colour for the terminal report on stdout: ``NO_COLOR`` set to anything but the empty
+    string turns it off (no-color.org), then ``FORCE_COLOR`` likewise turns it on even into a
+    pipe (force-color.org), else colour only on a terminal."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR", ""):
+        return False
+    if env.get("FORCE_COLOR", ""):
+        return True
+    return _stdout_is_tty() if tty is None else tty
+
+
 def _stdout_is_tty() -> bool:
     try:
         return sys.stdout is not None and sys.stdout.isatty()
@@ -186,7 +198,7 @@ def _emit(report, fmt: str, output: str | None, quiet: bool) -> None:
     if output and not fmt:
         fmt = format_from_path(output)
     fmt = fmt or "terminal"
-    color = fmt == "terminal" and output is None and _stdout_is_tty() and "NO_COLOR" not in os.environ
+    color = fmt == "terminal" and output is None and use_color()
     text = render(report, fmt, color=color, quiet=quiet)
     if output:
         write_output(output, text)
@@ -273,9 +285,10 @@ def _report_options(f):
 # --------------------------------------------------------------------------- commands
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="gpudoctor")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Why is my GPU waiting, and what should I change?
 
     \b
@@ -288,6 +301,8 @@ def cli() -> None:
       gpudoctor view RUN                         open the run in TensorBoard
       gpudoctor rules / explain GD201            the rule catalogue
     """
+    if ctx.invoked_subcommand is None:  # bare `gpudoctor`: the help, and no error
+        print_stdout(ctx.get_help() + "\n", what="the help")
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -559,7 +574,7 @@ def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output):
     comparison = compare_runs(
         before, after, diagnose(before, config, kind="analyze"), diagnose(after, config, kind="analyze")
     )
-    color = fmt == "terminal" and output is None and _stdout_is_tty() and "NO_COLOR" not in os.environ
+    color = fmt == "terminal" and output is None and use_color()
     text = render_comparison(comparison, fmt, color=color)
     if output:
         write_output(output, text, what="comparison")
@@ -631,7 +646,9 @@ def main() -> None:
         say("gpudoctor: interrupted")
         sys.exit(130)
     except click.UsageError as err:
-        hint = " (see gpudoctor --help)" if err.ctx is None else f" (see gpudoctor {err.ctx.command.name} --help)"
+        hint = " (see gpudoctor --help)"
+        if err.ctx is not None and err.ctx.parent is not None:  # a subcommand's error: its own help
+            hint = f" (see gpudoctor {err.ctx.command.name} --help)"
         _fail(err.format_message() + hint, EXIT_USAGE)
     except click.ClickException as err:
         _fail(err.format_message(), EXIT_USAGE)

@@ -191,10 +191,21 @@ def prepare_logdir(target: ViewTarget, tmp: Path) -> Path:
 # --------------------------------------------------------------------------- TensorBoard
 
 
+VIEW_EXTRA_HINT = 'pip install "gpudoctor[view]"'
+
+
 def check_installed() -> None:
+    """TensorBoard and its PyTorch profiler plugin are the ``view`` extra, not dependencies."""
     for module, package in (("tensorboard", "tensorboard"), ("torch_tb_profiler", "torch-tb-profiler")):
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"{package} is not installed; pip install tensorboard torch-tb-profiler")
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(
+                f"gpudoctor view needs {package}, which is not installed: {VIEW_EXTRA_HINT} "
+                "(TensorBoard and its PyTorch profiler plugin)"
+            )
 
 
 def check_port_free(port: int) -> None:

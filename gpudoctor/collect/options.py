@@ -195,9 +195,24 @@ def _find_module(name: str, cwd: str) -> str | None:
     return spec.origin or ""
 
 
+TORCH_HINT = "install PyTorch for your platform (https://pytorch.org/get-started/locally/), e.g. pip install torch"
+
+
+def check_torch() -> None:
+    """PyTorch is the user's, not a dependency of gpudoctor (a CUDA build must not be replaced):
+    profiling needs it importable by this Python, which the training process runs on."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UsageError(f"gpudoctor profile runs the script with {sys.executable}, which cannot import torch: {TORCH_HINT}")
+
+
 def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
     """Check the options before anything is created; raise ``UsageError`` with what to do."""
     cwd = cwd or os.getcwd()
+    check_torch()
     if any(v is not None for v in (opts.nproc_per_node, opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.master_port)):
         from gpudoctor.collect import distributed  # noqa: PLC0415
 
