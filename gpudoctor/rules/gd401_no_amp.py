@@ -70,7 +70,10 @@ Thresholds
 
 Known limits
 ------------
-Needs input dtypes (`record_shapes`, on by default in `gpudoctor profile`).
+Needs input dtypes (`record_shapes`, on by default in `gpudoctor profile`);
+without them (a bare trace recorded without shapes) the FP32 share is read from
+the heaviest kernels' names (cuBLAS `sgemm`, cuDNN `scudnn` and `<float>`
+convolution kernels), a lower bound, and the finding is inferred.
 Tensor Core use is read from kernel names, which is a heuristic. Some models
 lose accuracy in FP16; BF16 or keeping sensitive layers in FP32 fixes most.
 
@@ -83,8 +86,10 @@ References
 
 from __future__ import annotations
 
+import re
+
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.model.metrics import Component, TraceMetrics
+from gpudoctor.model.metrics import Component, KernelStats, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
 
@@ -105,6 +110,30 @@ for x, y in loader:
     scaler.step(opt); scaler.update(); opt.zero_grad()"""
 
 
+_FP32_KERNEL = re.compile(
+    r"sgemm|scudnn|gemv2?t?_kernel<float|"  # cuBLAS / cuDNN single-precision SIMT kernels
+    r"(winograd|convolve|dgrad|wgrad|conv2d|implicit_gemm)[^<]*<float\b",  # cuDNN convolutions on float
+    re.IGNORECASE,
+)
+
+
+_GEMM_KERNEL = re.compile(r"sgemm|gemv2?t?_kernel<float", re.IGNORECASE)
+
+
+def _named_ns(k: KernelStats, gemm: bool = False) -> int:
+    """GPU time of the heaviest kernels whose names say FP32 GEMM or convolution (GEMM alone)."""
+    pattern = _GEMM_KERNEL if gemm else _FP32_KERNEL
+    return sum(s.total_ns for s in k.top if pattern.search(s.name))
+
+
+def fp32_kernel_name_pct(k: KernelStats) -> float | None:
+    """Share of kernel time, among the heaviest kernels (``KernelStats.top``), in single-precision
+    GEMM and convolution kernels by name: a lower bound when the trace has no input dtypes."""
+    if not k.top or k.total_ns <= 0:
+        return None
+    return 100.0 * _named_ns(k) / k.total_ns
+
+
 def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResult:
     t = ctx.thresholds
     if not m.has_gpu_activity:
@@ -117,11 +146,19 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
             f"Tensor Core kernels run {fmt_pct(k.tensor_core_pct)} of kernel time: reduced precision is in use",
             applied=True,
         )
-    if not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None:
-        return RuleResult.cannot_judge(
-            "no input dtypes in the trace: record shapes (`gpudoctor profile --shapes`, the default) to see FP32 ops"
-        )
-    fp32 = k.fp32_eligible_pct_of_gpu
+    inferred = not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None
+    if inferred:
+        # no input dtypes: the kernels' own names still tell single-precision GEMM and convolution
+        # (cuBLAS *sgemm*, cuDNN *scudnn* and <float> conv kernels) among the heaviest kernels
+        fp32 = fp32_kernel_name_pct(k)
+        if fp32 is None or fp32 < t.amp_fp32_share_pct:
+            seen = f" ({fmt_pct(fp32)} of kernel time in FP32 GEMM/conv kernels by name)" if fp32 else ""
+            return RuleResult.cannot_judge(
+                "no input dtypes in the trace: record shapes (`gpudoctor profile --shapes`, the default) to see "
+                f"FP32 ops{seen}"
+            )
+    else:
+        fp32 = k.fp32_eligible_pct_of_gpu
     if fp32 <= t.amp_fp32_share_pct:
         return RuleResult.fine(
             f"FP32 conv/matmul kernels {fmt_pct(fp32)} of kernel time (threshold {t.amp_fp32_share_pct:g}%)"
@@ -156,13 +193,19 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
         message,
         Fix(instruction, _BEFORE, _AFTER_BF16 if bf16 else _AFTER_FP16),
         share_pct=share,
-        confidence=Confidence.MEASURED,
+        confidence=Confidence.INFERRED if inferred else Confidence.MEASURED,
         metrics=metrics,
         settings=settings,
-        notes=["Tensor Core use is read from kernel names"],
+        notes=["Tensor Core use is read from kernel names"]
+        + (["no input dtypes in the trace: the FP32 conv/matmul time is read from the heaviest kernels' names "
+            "(sgemm, scudnn, <float> convolutions), a lower bound"] if inferred else []),
         gain_note="GPU time of FP32 conv/matmul kernels; Tensor Cores shorten it several-fold (upper bound)",
         rank=m.rank,
-        claims=[(Component.GPU_FP32_CONV, None), (Component.GPU_FP32_MATMUL, None)],
+        claims=[(Component.GPU_FP32_CONV, None), (Component.GPU_FP32_MATMUL, None)]
+        # without dtypes the ledger files these kernels as convolutions of unknown precision and as
+        # other kernels: the former (no Tensor Core kernel runs, so they are FP32) and, of the latter,
+        # at most the GEMM time read from the names
+        + ([(Component.GPU_CONV, None), (Component.GPU_COMPUTE, _named_ns(k, gemm=True))] if inferred else []),
         ledger=ctx.ledger(m),
     )
     return RuleResult.fired(finding)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rule_builders import (
     GB,
     MS,
@@ -65,6 +66,52 @@ def test_gd401_cannot_judge_without_dtypes():
     m = trace(kernels=kernels(eligible_dtypes_known=False))
     res = judge("GD401", run(metrics=(m,)))
     assert res.verdict == Verdict.CANNOT_JUDGE and "shapes" in res.reason
+
+
+TURING = (DeviceInfo(0, "NVIDIA GeForce RTX 2080 Ti", "7.5", 11 * GB),)
+
+
+def _named(*pairs):
+    from gpudoctor.model.metrics import NameStat
+
+    return tuple(NameStat(n, 10, int(ms * MS)) for n, ms in pairs)
+
+
+def test_gd401_reads_fp32_gemm_and_conv_from_kernel_names_without_dtypes():
+    """A bare trace without shapes (the kineto samples'): sgemm and scudnn kernels lead, no Tensor
+    Core kernel runs on a Turing GPU, which has FP16 Tensor Cores: inferred, not 'cannot judge'."""
+    top = _named(("volta_sgemm_64x64_nt", 10.0), ("cudnn_volta_scudnn_winograd_128x128_ldg1_ldg4_relu", 6.0),
+                 ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(...)", 4.0),
+                 ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>", 8.0))
+    m = trace(kernels=kernels(eligible_dtypes_known=False, tensor_core_pct=0.0, top=top), devices=TURING)
+    (f,) = judge("GD401", run(metrics=(m,))).findings
+    assert f.confidence.value == "inferred" and "50.0% of GPU kernel time is FP32 conv/matmul" in f.message
+    assert "torch.float16" in f.fix.after and any("kernels' names" in n for n in f.evidence.notes)
+    # half-precision kernels by name are not FP32; below the threshold it still cannot judge
+    half = _named(("volta_h884gemm_64x64_ldg8_nn", 20.0), ("volta_sgemm_64x64_nt", 2.0))
+    m2 = trace(kernels=kernels(eligible_dtypes_known=False, tensor_core_pct=0.0, top=half), devices=TURING)
+    res = judge("GD401", run(metrics=(m2,)))
+    assert res.verdict == Verdict.CANNOT_JUDGE and "5.0% of kernel time in FP32 GEMM/conv kernels by name" in res.reason
+
+
+@pytest.mark.shared_traces
+def test_gd401_on_the_rtx2080ti_kineto_trace(shared_traces):
+    """The kineto sample's ResNet-50 on an RTX 2080 Ti: torch-tb-profiler recommends the DataLoader,
+    then AMP; so does gpudoctor, AMP inferred from the sgemm/scudnn kernels."""
+    import dataclasses
+
+    from gpudoctor.analysis import analyze_trace
+    from gpudoctor.config import Config
+    from gpudoctor.engine import diagnose
+    from gpudoctor.parse import load_inputs
+
+    loaded = load_inputs([shared_traces / "param" / "rtx2080ti_resnet.json.gz"])
+    metrics = tuple(analyze_trace(t, loaded.run) for t in loaded.timelines)
+    report = diagnose(dataclasses.replace(loaded.run, metrics=metrics), Config(), kind="analyze")
+    codes = [f.code for f in report.findings]
+    assert codes[:2] == ["GD201", "GD401"], codes
+    amp = next(i for i in report.checklist if i.key == "amp")
+    assert amp.status.value == "recommended"
 
 
 # ---------------------------------------------------------------- GD402 tf32-off
