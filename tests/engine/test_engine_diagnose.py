@@ -156,6 +156,21 @@ def test_checklist_on_a_cpu_run_says_why():
     assert rule_items["GD101"].reason == "no GPU in this run"
 
 
+def test_torch_compile_is_applied_only_on_evidence():
+    """A bare trace: GD103 seeing no launch overhead says nothing of torch.compile; Inductor's
+    triton_ kernels in the trace do."""
+    from rule_builders import kernels
+
+    from gpudoctor.model.metrics import NameStat
+
+    bare = run(metrics=(trace(),))
+    item = next(i for i in engine.diagnose(bare, Config(), "analyze").checklist if i.key == "torch-compile")
+    assert item.status == ChecklistStatus.NOT_MEASURABLE and "whether it is used is not recorded" in item.reason
+    compiled = run(metrics=(trace(kernels=kernels(top=(NameStat("triton_poi_fused_add_relu_0", 100, 5 * MS),))),))
+    item = next(i for i in engine.diagnose(compiled, Config(), "analyze").checklist if i.key == "torch-compile")
+    assert item.status == ChecklistStatus.APPLIED and "triton_poi_fused_add_relu_0" in item.reason
+
+
 def test_applied_technique_names_its_setting():
     d = dataloader(num_workers=4, prefetch_factor=4, pin_memory=True, persistent_workers=True)
     data = dataclasses.replace(_gpu_run(), settings=settings(dataloaders=(d,)), steps=steps(20, 100.0, 1.0))
