@@ -177,9 +177,28 @@ def _find_module(name: str, cwd: str) -> str | None:
     return spec.origin or ""
 
 
+TORCH_INSTALL_URL = "https://pytorch.org/get-started/locally/"
+
+
+def require_torch() -> None:
+    """torch is the user's (gpudoctor does not declare it, so that pip never replaces their build):
+    the training process imports it, so it must be importable by this Python. Found without importing
+    it (the parent never imports torch); a one-line ``UsageError`` saying how to install it when not."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked on purpose
+        found = False
+    if not found:
+        raise UsageError(
+            f"PyTorch is not installed in this Python ({sys.executable}): gpudoctor profile runs the script "
+            f"with it; install the build for your machine (pip install torch, or see {TORCH_INSTALL_URL})"
+        )
+
+
 def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
     """Check the options before anything is created; raise ``UsageError`` with what to do."""
     cwd = cwd or os.getcwd()
+    require_torch()
     if any(v is not None for v in (opts.nproc_per_node, opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.master_port)):
         from gpudoctor.collect import distributed  # noqa: PLC0415
 
