@@ -397,6 +397,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         master_port=master_port,
+        progress=not quiet,  # and only when stderr is a terminal (collect/progress.py)
     )
     if not no_report:
         if output and not fmt:
@@ -493,6 +494,9 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, igno
         _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no manifest.json); verify runs its script again")
     opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, progress=progress_to_stderr)
     opts.check()
+    from gpudoctor.collect.options import require_torch
+
+    require_torch()  # the trials run the script: before anything is written
     config = _config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)

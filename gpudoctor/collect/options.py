@@ -58,6 +58,7 @@ class ProfileOptions:
     time_window_s: tuple[float, float] | None = DEFAULT_TIME_WINDOW_S
     command: tuple[str, ...] | None = None  # what the user typed (manifest.command); None: derived
     summary: bool = True  # print the closing summary to stderr
+    progress: bool = False  # the progress line on stderr while the script runs (on a terminal only)
     # --verify trials (gpudoctor.verify): step timing only, a fix injected, the script's output to a file
     torch_profiler: bool = True  # False: no torch.profiler window at all (the schedule is not used)
     injections: tuple[Injection, ...] = ()  # changes applied to the run without editing the script
