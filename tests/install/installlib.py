@@ -2,7 +2,8 @@
 
 ``blocker(folder)`` writes a ``sitecustomize.py`` that makes ``import torch`` (and any
 ``torch.*``) fail exactly as on a machine without PyTorch (``ModuleNotFoundError: No
-module named 'torch'``), and ``importlib.util.find_spec("torch")`` with it. Put first on
+module named 'torch'``), and ``importlib.util.find_spec("torch")`` with it; other
+packages (tensorboard) can be blocked the same way. Put first on
 ``PYTHONPATH`` it applies to gpudoctor and to every process it starts.
 """
 
@@ -18,17 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCKER = '''
 import sys
 
+BLOCKED = {blocked!r}
 
-class _NoTorch:
-    """A machine without PyTorch: every import of torch fails as a missing module does."""
+
+class _NotInstalled:
+    """A machine without these packages: every import of them fails as a missing module does."""
 
     def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
 
-sys.meta_path.insert(0, _NoTorch())
+sys.meta_path.insert(0, _NotInstalled())
 '''
 
 # A small training loop: 10 ms steps, with a knob for how many.
@@ -45,16 +48,17 @@ for i in range(int(os.environ.get("STEPS", "40"))):
 WINDOW = ("--skip-first", "2", "--warmup", "1", "--active", "3", "--repeat", "1")
 
 
-def blocker(folder: Path) -> Path:
+def blocker(folder: Path, modules: tuple[str, ...] = ("torch",)) -> Path:
+    """A folder to put first on PYTHONPATH: ``modules`` (top-level names) cannot be imported."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    (folder / "sitecustomize.py").write_text(BLOCKER.format(blocked=tuple(modules)), encoding="utf-8")
     return folder
 
 
-def env(no_torch: Path | None = None, **extra: str) -> dict[str, str]:
-    """This checkout first on PYTHONPATH (and the torch blocker before it when given)."""
+def env(blocked: Path | None = None, **extra: str) -> dict[str, str]:
+    """This checkout first on PYTHONPATH (and a blocker folder before it when given)."""
     e = os.environ.copy()
-    paths = [str(no_torch)] if no_torch is not None else []
+    paths = [str(blocked)] if blocked is not None else []
     paths.append(str(ROOT))
     if e.get("PYTHONPATH"):
         paths.append(e["PYTHONPATH"])
@@ -70,9 +74,9 @@ def gd_cmd(*args: object) -> list[str]:
     return [sys.executable, "-m", "gpudoctor", *map(str, args)]
 
 
-def gd(*args: object, cwd: Path, no_torch: Path | None = None, timeout: float = 180,
+def gd(*args: object, cwd: Path, blocked: Path | None = None, timeout: float = 180,
        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(gd_cmd(*args), cwd=cwd, env=env(no_torch, **(extra_env or {})), capture_output=True,
+    return subprocess.run(gd_cmd(*args), cwd=cwd, env=env(blocked, **(extra_env or {})), capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

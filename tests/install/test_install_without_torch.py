@@ -41,7 +41,7 @@ def recorded(tmp_path_factory) -> Path:
 
 def test_profile_without_torch_is_one_line_saying_how_to_install_it(tmp_path, no_torch) -> None:
     write_train(tmp_path)
-    res = gd("profile", "train.py", "--out", "runs", cwd=tmp_path, no_torch=no_torch)
+    res = gd("profile", "train.py", "--out", "runs", cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 2
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpudoctor: error: PyTorch is not installed"), res.stderr
@@ -51,7 +51,7 @@ def test_profile_without_torch_is_one_line_saying_how_to_install_it(tmp_path, no
 
 
 def test_verify_without_torch_says_the_same(recorded, no_torch, tmp_path) -> None:
-    res = gd("verify", recorded, "--verify-trials", "1", "--verify-steps", "10", cwd=tmp_path, no_torch=no_torch)
+    res = gd("verify", recorded, "--verify-trials", "1", "--verify-steps", "10", cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 2
     assert "PyTorch is not installed" in res.stderr and "Traceback" not in res.stderr
     assert not (recorded / "verify").exists()
@@ -60,32 +60,32 @@ def test_verify_without_torch_says_the_same(recorded, no_torch, tmp_path) -> Non
 @pytest.mark.parametrize("args", [(), ("--help",), ("--version",), ("rules",), ("explain", "GD201"),
                                   ("profile", "--help"), ("view", "--help")])
 def test_help_and_the_catalogue_need_no_torch(args, no_torch, tmp_path) -> None:
-    res = gd(*args, cwd=tmp_path, no_torch=no_torch)
+    res = gd(*args, cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() and res.stderr == ""
 
 
 def test_check_needs_no_torch(no_torch, tmp_path) -> None:
     script = write_train(tmp_path)
-    res = gd("check", script, "--format", "json", cwd=tmp_path, no_torch=no_torch)
+    res = gd("check", script, "--format", "json", cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["kind"] == "check"
 
 
 def test_analyze_report_and_compare_of_a_recorded_run_need_no_torch(recorded, no_torch, tmp_path) -> None:
-    res = gd("analyze", recorded, "--format", "json", "-j", "2", cwd=tmp_path, no_torch=no_torch)
+    res = gd("analyze", recorded, "--format", "json", "-j", "2", cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["kind"] == "analyze"
     trace = next(recorded.glob("*.pt.trace.json.gz"))
     for args in (("analyze", trace), ("report", recorded, "-o", tmp_path / "review.md"),
                  ("report", recorded, "--format", "html", "-o", tmp_path / "r.html"),
                  ("report", recorded, "--format", "sarif"), ("compare", recorded, recorded, "--format", "json")):
-        res = gd(*args, cwd=tmp_path, no_torch=no_torch)
+        res = gd(*args, cwd=tmp_path, blocked=no_torch)
         assert res.returncode == 0, (args, res.stderr)
         assert "Traceback" not in res.stderr and "torch" not in res.stderr.lower(), (args, res.stderr)
     assert (tmp_path / "review.md").read_text(encoding="utf-8").strip()
     assert json.loads(gd("compare", recorded, recorded, "--format", "json", cwd=tmp_path,
-                         no_torch=no_torch).stdout)["kind"] == "compare"
+                         blocked=no_torch).stdout)["kind"] == "compare"
 
 
 def test_no_module_outside_collect_imports_torch_at_the_top() -> None:
