@@ -142,8 +142,14 @@ def read_pty(master: int, proc: subprocess.Popen, timeout: float = 120) -> str:
             if proc.poll() is not None and not select.select([master], [], [], 0.2)[0]:
                 break
     finally:
-        proc.wait(timeout=timeout)
-        os_close(master)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            os_close(master)
     return b"".join(chunks).decode("utf-8", "replace")
 
 
