@@ -18,6 +18,7 @@ turns the line off for the rest of the run; the run goes on.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -125,10 +126,19 @@ class Progress:
             self._find_rank_files()
         self._count_steps()
         self._count_windows()
-        text = self.line(time.monotonic_ns())
+        text = self.line(time.monotonic_ns())[: self._columns()]  # a wrapped line could not be rewritten in place
         pad = " " * max(0, self._width - len(text))  # a shorter line hides what is left of the longer one
         if self._write(f"\r{text}{pad}"):
             self._width = len(text)
+
+    def _columns(self) -> int:
+        """The terminal's width less one (the cursor stays on the line); 200 when it is not known
+        (a pseudo-terminal nobody sized says 0 columns)."""
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns  # type: ignore[union-attr]
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return 200
+        return max(20, columns - 1) if columns > 0 else 200
 
     def clear(self) -> None:
         """Blank the line and put the cursor back at its start (nothing when nothing was shown)."""

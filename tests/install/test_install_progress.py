@@ -67,6 +67,23 @@ def test_rewrites_one_line_in_place_and_clears_it(tmp_path) -> None:
     assert cleared == " " * len(second.rstrip()) and out.endswith("\r")
 
 
+def test_the_line_fits_a_narrow_terminal(tmp_path) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        os.set_blocking(master, False)
+        subprocess.run(["stty", "cols", "30"], stdin=slave, check=True)
+        with os.fdopen(os.dup(slave), "w") as stream:
+            p = progress(tmp_path, stream)
+            p.tick()
+        shown = os.read(master, 4096).decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert shown.startswith("\rgpudoctor: running: ") and len(shown) == 1 + 29  # one column left for the cursor
+
+
 def test_nothing_shown_nothing_cleared_off_a_terminal(tmp_path) -> None:
     pipe = io.StringIO()  # isatty() is False
     p = for_run(tmp_path, 0, None, launcher=False, stream=pipe)
