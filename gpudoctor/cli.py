@@ -92,23 +92,26 @@ def print_stdout(text: str, what: str = "the report") -> None:
         say(f"gpudoctor: stdout cannot be written ({err.strerror or err}): {what} was not printed")
 
 
-def use_color(environ: dict[str, str] | None = None, tty: bool | None = None) -> bool:
-    """Colour for the terminal report on stdout: ``NO_COLOR`` set to anything but the empty
-    string turns it off (no-color.org), then ``FORCE_COLOR`` likewise turns it on even into a
-    pipe (force-color.org), else colour only on a terminal."""
-    env = os.environ if environ is None else environ
-    if env.get("NO_COLOR", ""):
-        return False
-    if env.get("FORCE_COLOR", ""):
-        return True
-    return _stdout_is_tty() if tty is None else tty
-
-
 def _stdout_is_tty() -> bool:
     try:
         return sys.stdout is not None and sys.stdout.isatty()
     except (OSError, ValueError):
         return False
+
+
+def use_color(flag: bool | None, is_tty: bool, env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Colour or not: ``--color``/``--no-color`` when given, else ``NO_COLOR`` set to anything but the
+    empty string turns it off (https://no-color.org), else ``FORCE_COLOR`` set to anything but the empty
+    string turns it on where stdout is not a terminal (CI logs), else colour on a terminal only.
+
+    NO_COLOR before FORCE_COLOR when both are set: the order CPython's own colouring uses (3.13)."""
+    if flag is not None:
+        return flag
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return is_tty
 
 
 def _os_reason(err: OSError) -> str:
@@ -192,13 +195,13 @@ def fail_on_exit_code(report, level: str | None) -> int:
     return EXIT_FINDINGS if any(f.severity.rank <= limit for f in report.findings) else EXIT_OK
 
 
-def _emit(report, fmt: str, output: str | None, quiet: bool) -> None:
+def _emit(report, fmt: str, output: str | None, quiet: bool, color_flag: bool | None = None) -> None:
     from gpudoctor.report import format_from_path, render
 
     if output and not fmt:
         fmt = format_from_path(output)
     fmt = fmt or "terminal"
-    color = fmt == "terminal" and output is None and use_color()
+    color = fmt == "terminal" and output is None and use_color(color_flag, _stdout_is_tty())
     text = render(report, fmt, color=color, quiet=quiet)
     if output:
         write_output(output, text)
@@ -279,7 +282,15 @@ def _report_options(f):
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Report format.")(f)
     f = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report to FILE.")(f)
     f = click.option("--quiet", is_flag=True, help="Findings only (terminal format).")(f)
+    f = _color_option(f)
     return f
+
+
+def _color_option(f):
+    return click.option(
+        "--color/--no-color", "color", default=None,
+        help="Colour the terminal report (default: on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it).",
+    )(f)
 
 
 # --------------------------------------------------------------------------- commands
@@ -301,8 +312,8 @@ def cli(ctx: click.Context) -> None:
       gpudoctor view RUN                         open the run in TensorBoard
       gpudoctor rules / explain GD201            the rule catalogue
     """
-    if ctx.invoked_subcommand is None:  # bare `gpudoctor`: the help, and no error
-        print_stdout(ctx.get_help() + "\n", what="the help")
+    if ctx.invoked_subcommand is None:  # bare `gpudoctor`: the help, and success
+        print_stdout(ctx.get_help(), what="the help")
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -342,7 +353,7 @@ def cli(ctx: click.Context) -> None:
 def profile(script, script_args, module, out, steps, skip_first, wait, warmup, active, repeat, shapes, stack,
             memory, cprofile, sample_interval_ms, time_window, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
             master_port, no_report, verify, verify_steps, verify_trials, verify_budget, select, ignore, sets,
-            fail_on, fmt, output, quiet):
+            fail_on, fmt, output, quiet, color):
     """Run SCRIPT under the profilers and diagnose it.
 
     Arguments after `--` go to the script: gpudoctor profile train.py -- --epochs 1
@@ -389,6 +400,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         master_port=master_port,
+        progress=not quiet,  # and only when stderr is a terminal (collect/progress.py)
     )
     if not no_report:
         if output and not fmt:
@@ -417,7 +429,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             say(f"gpudoctor: could not diagnose the run: {err}")
         else:
             try:
-                _emit(report, fmt, output, quiet)
+                _emit(report, fmt, output, quiet, color)
             except UsageError as err:  # -o could be written before the run, not now (a disk filled up)
                 _fail(f"{err}; the report is in {result.run_dir / 'report.json'}", EXIT_USAGE)
             if fail_on:
@@ -432,7 +444,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
 @_parallel_options
 @_rule_options
 @_report_options
-def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet):
+def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Diagnose a saved run directory, a Kineto trace, or a folder of traces (one per rank).
 
     Several run directories (one per node) are merged into one job. Traces are read in
@@ -449,7 +461,7 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
 
         report = carry_over(report, read_previous(first))  # what `verify` measured stays
         write_run_report(report, first)
-    _emit(report, fmt, output, quiet)
+    _emit(report, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(report, fail_on))
 
 
@@ -458,7 +470,8 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
 @_verify_options
 @_rule_options
 @_report_options
-def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, ignore, sets, fail_on, fmt, output, quiet):
+def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, ignore, sets, fail_on, fmt, output, quiet,
+               color):
     """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
 
     RUN_DIR is a run directory of `gpudoctor profile`; its script is run again as the
@@ -484,10 +497,13 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, igno
         _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no manifest.json); verify runs its script again")
     opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, progress=progress_to_stderr)
     opts.check()
+    from gpudoctor.collect.options import require_torch
+
+    require_torch()  # the trials run the script: before anything is written
     config = _config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)
-    _emit(result.report, fmt, output, quiet)
+    _emit(result.report, fmt, output, quiet, color)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(fail_on_exit_code(result.report, fail_on))
@@ -498,7 +514,7 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, igno
 @_parallel_options
 @_rule_options
 @_report_options
-def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet):
+def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Render the diagnosis of a run or trace as terminal, md, json, html or sarif.
 
     The format is guessed from -o's extension when --format is not given.
@@ -512,7 +528,7 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
         from gpudoctor.verify import carry_over, read_previous
 
         rep = carry_over(rep, read_previous(Path(paths[0])))  # what `verify` measured is shown too
-    _emit(rep, fmt, output, quiet)
+    _emit(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
 
@@ -520,7 +536,7 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @_rule_options
 @_report_options
-def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
+def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Review training scripts (files or folders) without running them."""
     from gpudoctor.static import check_paths
 
@@ -528,7 +544,7 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
     rep = check_paths([Path(p) for p in paths], config)
     for line in rep.errors:  # files that could not be checked: the rest were
         say(f"gpudoctor: warning: {line}")
-    _emit(rep, fmt, output, quiet)
+    _emit(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
 
@@ -549,7 +565,8 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet):
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help="Override a threshold for both runs.")
 @click.option("--format", "fmt", type=click.Choice(("terminal", "md", "json", "html")), default=None, help="Output format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison to FILE.")
-def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output):
+@_color_option
+def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output, color):
     """Before and after: compare RUN_A (before a fix) with RUN_B (after).
 
     Each is anything `analyze` takes: a run directory, a Kineto trace or a folder of
@@ -574,8 +591,8 @@ def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output):
     comparison = compare_runs(
         before, after, diagnose(before, config, kind="analyze"), diagnose(after, config, kind="analyze")
     )
-    color = fmt == "terminal" and output is None and use_color()
-    text = render_comparison(comparison, fmt, color=color)
+    text = render_comparison(comparison, fmt, color=fmt == "terminal" and output is None
+                             and use_color(color, _stdout_is_tty()))
     if output:
         write_output(output, text, what="comparison")
         say(f"gpudoctor: wrote {fmt} comparison to {output}")
@@ -646,9 +663,9 @@ def main() -> None:
         say("gpudoctor: interrupted")
         sys.exit(130)
     except click.UsageError as err:
-        hint = " (see gpudoctor --help)"
-        if err.ctx is not None and err.ctx.parent is not None:  # a subcommand's error: its own help
-            hint = f" (see gpudoctor {err.ctx.command.name} --help)"
+        # the group's own context is named after its function (`cli`): only a subcommand's path is a command
+        sub = err.ctx is not None and err.ctx.parent is not None
+        hint = f" (see {err.ctx.command_path} --help)" if sub else " (see gpudoctor --help)"
         _fail(err.format_message() + hint, EXIT_USAGE)
     except click.ClickException as err:
         _fail(err.format_message(), EXIT_USAGE)

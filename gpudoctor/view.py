@@ -191,21 +191,22 @@ def prepare_logdir(target: ViewTarget, tmp: Path) -> Path:
 # --------------------------------------------------------------------------- TensorBoard
 
 
-VIEW_EXTRA_HINT = 'pip install "gpudoctor[view]"'
+VIEW_EXTRA = 'pip install "gpudoctor[view]"'
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked on purpose
+        return False
 
 
 def check_installed() -> None:
-    """TensorBoard and its PyTorch profiler plugin are the ``view`` extra, not dependencies."""
-    for module, package in (("tensorboard", "tensorboard"), ("torch_tb_profiler", "torch-tb-profiler")):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise UsageError(
-                f"gpudoctor view needs {package}, which is not installed: {VIEW_EXTRA_HINT} "
-                "(TensorBoard and its PyTorch profiler plugin)"
-            )
+    """TensorBoard and its PyTorch profiler plugin, the ``view`` extra: a one-line error naming it when absent."""
+    missing = [package for module, package in (("tensorboard", "tensorboard"), ("torch_tb_profiler", "torch-tb-profiler"))
+               if not _installed(module)]
+    if missing:
+        raise UsageError(f"`gpudoctor view` needs {' and '.join(missing)}, not installed here: {VIEW_EXTRA}")
 
 
 def check_port_free(port: int) -> None:
@@ -279,7 +280,7 @@ class TensorBoard:
                 if status == 200:
                     return self.url
                 if status == 404:
-                    raise TensorBoardError("TensorBoard runs without the PyTorch profiler plugin: pip install torch-tb-profiler")
+                    raise TensorBoardError(f"TensorBoard runs without the PyTorch profiler plugin: {VIEW_EXTRA}")
             time.sleep(0.2)
         raise TensorBoardError(f"TensorBoard did not answer within {timeout_s:.0f} s: {self._log_tail()}")
 
@@ -378,8 +379,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def serve(run_dir: Path, port: int = 0, echo: Callable[[str], None] = print) -> int:
     """Serve RUN in TensorBoard until Ctrl-C (or SIGTERM/SIGHUP); 0 when stopped that way."""
-    target = find_traces(Path(run_dir))
     check_installed()
+    target = find_traces(Path(run_dir))
     if port:
         check_port_free(port)
     # TensorBoard runs in its own session: stop it on SIGTERM and SIGHUP as on Ctrl-C.

@@ -58,6 +58,7 @@ class ProfileOptions:
     time_window_s: tuple[float, float] | None = DEFAULT_TIME_WINDOW_S
     command: tuple[str, ...] | None = None  # what the user typed (manifest.command); None: derived
     summary: bool = True  # print the closing summary to stderr
+    progress: bool = False  # the progress line on stderr while the script runs (on a terminal only)
     # --verify trials (gpudoctor.verify): step timing only, a fix injected, the script's output to a file
     torch_profiler: bool = True  # False: no torch.profiler window at all (the schedule is not used)
     injections: tuple[Injection, ...] = ()  # changes applied to the run without editing the script
@@ -195,24 +196,28 @@ def _find_module(name: str, cwd: str) -> str | None:
     return spec.origin or ""
 
 
-TORCH_HINT = "install PyTorch for your platform (https://pytorch.org/get-started/locally/), e.g. pip install torch"
+TORCH_INSTALL_URL = "https://pytorch.org/get-started/locally/"
 
 
-def check_torch() -> None:
-    """PyTorch is the user's, not a dependency of gpudoctor (a CUDA build must not be replaced):
-    profiling needs it importable by this Python, which the training process runs on."""
+def require_torch() -> None:
+    """torch is the user's (gpudoctor does not declare it, so that pip never replaces their build):
+    the training process imports it, so it must be importable by this Python. Found without importing
+    it (the parent never imports torch); a one-line ``UsageError`` saying how to install it when not."""
     try:
         found = importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
+    except (ImportError, ValueError):  # a broken install, or one blocked on purpose
         found = False
     if not found:
-        raise UsageError(f"gpudoctor profile runs the script with {sys.executable}, which cannot import torch: {TORCH_HINT}")
+        raise UsageError(
+            f"PyTorch is not installed in this Python ({sys.executable}): gpudoctor profile runs the script "
+            f"with it; install the build for your machine (pip install torch, or see {TORCH_INSTALL_URL})"
+        )
 
 
 def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
     """Check the options before anything is created; raise ``UsageError`` with what to do."""
     cwd = cwd or os.getcwd()
-    check_torch()
+    require_torch()
     if any(v is not None for v in (opts.nproc_per_node, opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.master_port)):
         from gpudoctor.collect import distributed  # noqa: PLC0415
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import __version__
+from gpudoctor.collect import progress as progress_line
 from gpudoctor.collect import rundir
 from gpudoctor.collect.options import ProfileOptions, ProfileResult, Target, validate
 from gpudoctor.errors import CollectError
@@ -368,17 +369,24 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     compressor.start()
     deadline = time.monotonic() + opts.timeout_s if opts.timeout_s is not None else None
     timed_out = False
-    while True:
-        try:
-            rc = proc.wait(timeout=0.1)
-            break
-        except subprocess.TimeoutExpired:
-            signals.tick()
-            if deadline is not None and not timed_out and time.monotonic() >= deadline:
-                timed_out = True  # --verify's budget: SIGTERM lets the script flush its steps
-                _end(proc)
-        except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
-            signals.sigints += 1
+    progress = progress_line.for_run(run_dir, t0_mono_ns, opts.max_steps, launcher) if opts.progress else None
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                signals.tick()
+                if progress is not None:
+                    progress.tick()
+                if deadline is not None and not timed_out and time.monotonic() >= deadline:
+                    timed_out = True  # --verify's budget: SIGTERM lets the script flush its steps
+                    _end(proc)
+            except KeyboardInterrupt:  # a handler could not be installed (not the main thread)
+                signals.sigints += 1
+    finally:
+        if progress is not None:  # before the summary, the report, or a traceback
+            progress.clear()
     t_end_unix_ns = time.time_ns()
     t_end_mono_ns = time.monotonic_ns()
     sampler.stop()

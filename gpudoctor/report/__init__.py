@@ -47,8 +47,8 @@ def format_from_path(path: str) -> str:
 def render(report: Report, fmt: str, *, color: bool = False, quiet: bool = False) -> str:
     """The report as ``fmt`` (terminal | md | json | html | sarif).
 
-    ``color`` (terminal only) adds ANSI colours; the CLI passes it on a TTY without
-    NO_COLOR. ``quiet`` (terminal only) keeps the findings alone.
+    ``color`` (terminal only) adds ANSI colours; the CLI decides (``cli.use_color``: a TTY,
+    NO_COLOR, FORCE_COLOR, --color). ``quiet`` (terminal only) keeps the findings alone.
     """
     if fmt == "terminal":
         from gpudoctor.report.terminal import render_terminal

@@ -1,15 +1,17 @@
-"""The JSON Schema of the JSON report, generated from the model's dataclasses.
+"""The JSON Schemas of the JSON report and of ``compare``'s JSON, generated from the model's dataclasses.
 
-``docs/report-schema.json`` is this module's output::
+``docs/report-schema.json`` and ``docs/compare-schema.json`` are this module's output::
 
     python -m gpudoctor.report.schema > docs/report-schema.json
+    python -m gpudoctor.report.schema compare > docs/compare-schema.json
 
 Every dataclass of the model becomes a ``$defs`` entry whose description is the
 class docstring and whose properties carry the comment written next to the field.
 Every field is required (``to_dict`` always writes it) and no other property is
 allowed, so a report that validates has exactly the documented shape. A test keeps
 the file in step with the model and validates produced reports against it; a change
-that breaks readers of ``schema_version`` N must raise ``REPORT_SCHEMA_VERSION``.
+that breaks readers of ``schema_version`` N must raise ``REPORT_SCHEMA_VERSION`` (for the
+comparison, ``COMPARISON_SCHEMA_VERSION``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import typing
 from functools import cache
 from typing import Any
 
-from gpudoctor.model import REPORT_SCHEMA_VERSION, Report
+from gpudoctor.model import COMPARISON_SCHEMA_VERSION, REPORT_SCHEMA_VERSION, Comparison, Report
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = f"urn:gpudoctor:report-schema:{REPORT_SCHEMA_VERSION}"
+COMPARE_SCHEMA_ID = f"urn:gpudoctor:compare-schema:{COMPARISON_SCHEMA_VERSION}"
+# the documents with a ``schema_version``: its value is a constant of the schema
+_VERSIONS: dict[type, int] = {Report: REPORT_SCHEMA_VERSION, Comparison: COMPARISON_SCHEMA_VERSION}
 
 _SIMPLE: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
 
@@ -107,10 +112,10 @@ def _dataclass_def(cls: type, defs: dict[str, Any]) -> None:
         if fld.name in comments:
             prop = {"description": comments[fld.name], **prop}
         props[fld.name] = prop
-    if cls is Report:
+    if cls in _VERSIONS:
         props["schema_version"] = {
             "description": "version of this schema; raised when a change breaks readers",
-            "const": REPORT_SCHEMA_VERSION,
+            "const": _VERSIONS[cls],
         }
     doc = inspect.cleandoc(cls.__doc__) if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else ""
     entry: dict[str, Any] = {"type": "object"}
@@ -145,9 +150,38 @@ def report_schema() -> dict[str, Any]:
     }
 
 
+def comparison_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``render_comparison(cmp, "json")`` (``gpudoctor compare --format json``)."""
+    defs: dict[str, Any] = {}
+    _dataclass_def(Comparison, defs)
+    return {
+        "$schema": SCHEMA_DIALECT,
+        "$id": COMPARE_SCHEMA_ID,
+        "title": f"gpudoctor comparison, schema_version {COMPARISON_SCHEMA_VERSION}",
+        "description": (
+            "The JSON of `gpudoctor compare RUN_A RUN_B --format json`: both runs, step time before and after "
+            "with the speed-up and the noise verdict, the figures and the step breakdown side by side, the "
+            "findings fixed, remaining and new, and the settings that changed. Durations are integers in "
+            "nanoseconds (*_ns), percentages say which window they are of, deltas are B minus A. Generated "
+            "from gpudoctor/model by `python -m gpudoctor.report.schema compare`."
+        ),
+        "$ref": "#/$defs/Comparison",
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
 def schema_text() -> str:
     return json.dumps(report_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
+def comparison_schema_text() -> str:
+    return json.dumps(comparison_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+SCHEMAS = {"report": schema_text, "compare": comparison_schema_text}
+
 if __name__ == "__main__":
-    sys.stdout.write(schema_text())
+    which = sys.argv[1] if len(sys.argv) > 1 else "report"
+    if which not in SCHEMAS:
+        sys.exit(f"usage: python -m gpudoctor.report.schema [{' | '.join(SCHEMAS)}]")
+    sys.stdout.write(SCHEMAS[which]())

@@ -1,7 +1,7 @@
 """The terminal report: where the step goes and the top actions, then the findings ranked,
 the checklist.
 
-Colour (ANSI) only when asked (the CLI asks on a TTY or with FORCE_COLOR, never with NO_COLOR: ``cli.use_color``); without it
+Colour (ANSI) only when asked (the CLI decides: `cli.use_color`); without it
 the bar uses one letter per component so that it stays readable in a CI log.
 Untrusted text (kernel names, paths, messages) has its control characters shown
 as escapes, so a trace cannot move the cursor or recolour the terminal.

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "slow_loader.py"
@@ -40,6 +41,8 @@ def test_profile_twice_then_compare(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cmp = json.loads(proc.stdout)
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "compare-schema.json").read_text(encoding="utf-8"))
+    assert [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(cmp)] == []
     status = {f["code"]: f["status"] for f in cmp["findings"]}
     assert status.get("GD201") == "fixed", cmp["findings"]
     step = cmp["step_time"]
