@@ -16,7 +16,10 @@ A technique's status comes from, in order:
 4. otherwise its rules' verdicts, the most informative first: looked and saw it
    in use → applied, looked and found nothing → no problem seen, could not judge
    → not measurable, does not apply → not applicable (one rule that could not
-   judge outweighs one to which it does not apply).
+   judge outweighs one to which it does not apply). A technique whose rules judge only
+   its symptom (torch.compile: GD103's launch overhead) is not measurable when neither
+   the settings nor the trace (Inductor's ``triton_``/``cpp_fused_`` kernels) say
+   whether it is used: "no problem seen" there would read as a verdict on it.
 
 A rule outside the 13 techniques gets its own item, from its verdict the same way.
 """
