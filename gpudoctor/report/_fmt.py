@@ -8,6 +8,7 @@ colours and order of the components of a step, severities and checklist statuses
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -305,6 +306,28 @@ STATUS_LABELS = {
     ChecklistStatus.NOT_APPLICABLE: "not applicable",
     ChecklistStatus.NOT_MEASURABLE: "not measurable here",
 }
+
+
+def rel_path(path: str, base: str | None = None) -> str:
+    """``path`` relative to the working directory (``base``) when it lies under it; as given
+    otherwise. Reports name the user's files the way their repository does."""
+    if not path or not os.path.isabs(path):
+        return path
+    base = base or os.getcwd()
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def group_by_reason(items: Iterable[ChecklistItem]) -> list[tuple[str, list[ChecklistItem]]]:
+    """Checklist items that give the same reason, together, in first-seen order: one sentence
+    per distinct reason, not one per item."""
+    groups: dict[str, list[ChecklistItem]] = {}
+    for it in items:
+        groups.setdefault(it.reason, []).append(it)
+    return list(groups.items())
 
 
 def checklist_by_status(items: Iterable[ChecklistItem]) -> list[tuple[ChecklistStatus, list[ChecklistItem]]]:

@@ -16,7 +16,9 @@ longer than any backtick run inside them, and pipes are escaped in table cells.
 
 from __future__ import annotations
 
+import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 from gpudoctor.model import ChecklistStatus, Finding, Report, TraceMetrics
@@ -86,11 +88,23 @@ class _Block:
     kind: str = ""  # "finding", "checklist item", "section": what the note counts
 
 
-def _finding_block(n: int, fd: Finding) -> str:
+def _where(loc, base: str | None = None) -> str:
+    """``[`train.py:31`](train.py#L31)``: the place as a link a pull request resolves, relative to
+    ``base`` (the folder the script ran in) or else the working directory when under it (absolute
+    paths are not links: they name this machine)."""
+    path = f.rel_path(loc.file, base) if base else loc.file
+    path = f.rel_path(path)
+    text = code(f"{path}:{loc.line}")
+    if os.path.isabs(path) or not loc.line:
+        return text
+    return f"[{text}]({urllib.parse.quote(path.replace(os.sep, '/'))}#L{loc.line})"
+
+
+def _finding_block(n: int, fd: Finding, base: str | None = None) -> str:
     sev = fd.severity.value
     head = f"**{n}. {_SEVERITY_MARK.get(sev, '')} {sev} · {esc(fd.code)} {code(fd.name)}**"
     if fd.location is not None:
-        head += f" at {code(str(fd.location))}"
+        head += f" at {_where(fd.location, base)}"
     if fd.rank is not None:
         head += f" · rank {fd.rank}"
     head += f" · {fd.confidence.value}"
@@ -106,7 +120,7 @@ def _finding_block(n: int, fd: Finding) -> str:
     for s in fd.evidence.settings:
         item = f"{code(s.name)} = {code(f.with_unit(s.value))}"
         if s.location is not None:
-            item += f" at {code(str(s.location))}"
+            item += f" at {_where(s.location, base)}"
         ev.append(item)
     ev += [f"{esc(tr.label or 'time range')} ({f.duration(tr.end_ns - tr.start_ns)})" for tr in fd.evidence.time_ranges]
     ev += [rich(note) for note in fd.evidence.notes]
@@ -144,14 +158,40 @@ def _account_block(report: Report) -> str:
         for comp, p, ns, side in f.account_parts(a)
     ]
     lines.append(table(["part of the step", "share", "per step", "side"], rows, ["l", "r", "r", "l"]))
-    if a.actions:
-        now = f.account_now(a)
-        lines += ["", "**Top actions**" + (f" ({esc(now)}):" if now else ":"), ""]
-        lines += [f"{n}. {esc(f.action_text(act))}" for n, act in enumerate(a.actions, 1)]
-    else:
-        lines += ["", "No finding claims a part of this step."]
     if a.notes:
         lines += [""] + [f"*{esc(note)}*" for note in a.notes]
+    return "\n".join(lines)
+
+
+def _actions_block(report: Report, base: str | None = None) -> str:
+    """What to change first: each action, where (a link), and what it wins, before anything else."""
+    a = report.account
+    if a is None:
+        return ""
+    if not a.actions:
+        return "### Top actions\n\nNo finding claims a part of this step: nothing to win by a fix here."
+    now = f.account_now(a)
+    lines = ["### Top actions" + (f" ({esc(now)})" if now else ""), ""]
+    by_code = {fd.code: fd for fd in report.findings}
+    for n, act in enumerate(a.actions, 1):
+        fd = by_code.get(act.code)
+        where = f" at {_where(fd.location, base)}" if fd is not None and fd.location is not None else ""
+        what = f" — {rich(fd.fix.instruction)}" if fd is not None and fd.fix.instruction else ""
+        lines.append(f"{n}. **{esc(f.action_text(act))}**{where}{what}")
+    return "\n".join(lines)
+
+
+def _checklist_rest(groups: list[tuple[ChecklistStatus, list]]) -> str:
+    """The items that ask nothing of the reader, folded: by status, one line per distinct reason."""
+    n = sum(len(items) for _, items in groups)
+    lines = [f"<details><summary>{n} more: {', '.join(f'{len(i)} {f.STATUS_LABELS[s]}' for s, i in groups)}</summary>", ""]
+    for status, items in groups:
+        for reason, same in f.group_by_reason(items):
+            titles = ", ".join(f"**{esc(it.title)}**" for it in same)
+            codes = sorted({c for it in same for c in it.codes})
+            tail = f" ({', '.join(esc(c) for c in codes)})" if codes else ""
+            lines.append(f"- *{f.STATUS_LABELS[status]}:* {titles}: {rich(reason)}{tail}")
+    lines += ["", "</details>"]
     return "\n".join(lines)
 
 
@@ -217,6 +257,17 @@ def _blocks(report: Report) -> list[_Block]:
     if run is not None and run.manifest is not None:
         head += ["", f"Run: {esc(f.run_line(run.manifest))}"]
     blocks.append(_Block("\n".join(head), 0))
+    # a pull request's reader: what to change first, then the evidence, then the rest folded
+    base = run.manifest.cwd if run is not None and run.manifest is not None else None
+    text = _actions_block(report, base)
+    if text:
+        blocks.append(_Block(text, 0))
+    if report.findings:
+        blocks.append(_Block("### Findings", 0))
+        for n, fd in enumerate(report.findings, 1):
+            blocks.append(_Block(_finding_block(n, fd, base), 1, "finding"))
+    else:
+        blocks.append(_Block("### Findings\n\nNone: every rule that could judge this run found nothing to fix.", 0))
     text = _account_block(report)
     if text:
         blocks.append(_Block(text, 0))
@@ -228,16 +279,15 @@ def _blocks(report: Report) -> list[_Block]:
         blocks.append(_Block(table(["summary", "value", "of"], rows, ["l", "r", "l"]), 0))
     if report.checklist:
         blocks.append(_Block("### Checklist", 0))
+        rest = []
         for status, items in f.checklist_by_status(report.checklist):
-            for it in items:
-                prio = 0 if status in (ChecklistStatus.APPLIED, ChecklistStatus.RECOMMENDED) else 2
-                blocks.append(_Block(_checklist_item(status, it), prio, "checklist item"))
-    if report.findings:
-        blocks.append(_Block("### Findings", 0))
-        for n, fd in enumerate(report.findings, 1):
-            blocks.append(_Block(_finding_block(n, fd), 1, "finding"))
-    else:
-        blocks.append(_Block("### Findings\n\nNone: every rule that could judge this run found nothing to fix.", 0))
+            if status in (ChecklistStatus.APPLIED, ChecklistStatus.RECOMMENDED):
+                for it in items:
+                    blocks.append(_Block(_checklist_item(status, it), 0, "checklist item"))
+            else:
+                rest.append((status, items))
+        if rest:
+            blocks.append(_Block(_checklist_rest(rest), 2, "section"))
     if run is not None:
         text = _breakdown_table(run.metrics, report.account.ledger.key if report.account else "")
         if text:

@@ -197,15 +197,20 @@ def _checklist_section(report: Report, st: _Style) -> list[str]:
     out = [st.bold("Checklist")]
     for status, items in f.checklist_by_status(report.checklist):
         mark, code = _STATUS_MARK[status]
-        for it in items:
-            line = f"  {st(mark, code)} {clean_line(it.title)}" + st.dim(f"  {f.STATUS_LABELS[status]}")
-            out.append(line)
-            detail = clean_line(it.reason)
-            gain = f.gain_text(it.gain) if status == ChecklistStatus.RECOMMENDED else ""
+        if status in (ChecklistStatus.APPLIED, ChecklistStatus.RECOMMENDED):
+            groups = [(it.reason, [it]) for it in items]
+        else:  # items that ask nothing: one sentence per distinct reason, not one per item
+            groups = f.group_by_reason(items)
+        for reason, same in groups:
+            for it in same:
+                out.append(f"  {st(mark, code)} {clean_line(it.title)}" + st.dim(f"  {f.STATUS_LABELS[status]}"))
+            detail = clean_line(reason)
+            gain = f.gain_text(same[0].gain) if status == ChecklistStatus.RECOMMENDED else ""
             if gain:
                 detail += f"; {clean_line(gain)}"
-            if it.codes:
-                detail += st.dim(f"  ({', '.join(clean_line(c) for c in it.codes)})")
+            codes = [c for it in same for c in it.codes]
+            if codes:
+                detail += st.dim(f"  ({', '.join(clean_line(c) for c in codes)})")
             out.append(f"      {detail}")
     return out
 

@@ -179,12 +179,25 @@ def test_markdown_checklist_is_task_list_in_status_order() -> None:
     assert "- *not measurable here:* **torch.compile**" in md
 
 
+def test_markdown_leads_with_the_actions_then_findings_and_folds_the_rest() -> None:
+    """A pull request's reader: what to change (where, as a link relative to the run's folder, and
+    the gain) before the evidence; the items that ask nothing folded, one line per reason."""
+    md = render(canonical_report(), "md")
+    assert md.index("### Top actions") < md.index("### Findings") < md.index("### Where the step goes")
+    assert md.index("### Checklist") < md.index("<details><summary>4 more:") < md.index("### Environment")
+    above = md[: md.index("### Where the step goes")]
+    assert above.count("\n") < 100  # the diagnosis fits above the fold
+    assert "/home/ada/proj/" not in md  # the run ran in /home/ada/proj: paths relative to it
+    folded = md[md.index("<details><summary>4 more:"): md.index("</details>", md.index("<details><summary>4 more:"))]
+    assert "- [x]" not in folded and "- [ ]" not in folded
+
+
 def test_markdown_has_breakdown_table_and_environment() -> None:
     md = render(canonical_report(), "md")
     assert md.index("### Where the step goes") < md.index("| summary |") < md.index("### Checklist")
     assert "| waiting for the DataLoader | 38.6% | 32.0 ms | host side |" in md
     assert "| FP32 matmuls | 14.5% | 12.0 ms | GPU busy |" in md
-    assert "1. GD201 dataloader-stall: −38.6% of step time → ≤ 51.0 ms per step" in md
+    assert "1. **GD201 dataloader-stall: −38.6% of step time → ≤ 51.0 ms per step** at [`train.py:31`](train.py#L31)" in md
     assert "### Step breakdown of the other traces" in md
     assert "| waiting for the DataLoader | 38.6% |" in md  # rank 1's, in its own table
     assert "### Environment" in md
