@@ -400,17 +400,21 @@ def _gaps(m: TraceMetrics, idx: int) -> str:
         )
         if u.gap_histogram:
             labels = [_bin_label(b.lo_ns, b.hi_ns) for b in u.gap_histogram]
-            tips = [f"{lab}: {b.count:,} gaps, {f.duration(b.total_ns)} in all" for lab, b in zip(labels, u.gap_histogram, strict=True)]
+            idle = sum(b.total_ns for b in u.gap_histogram) or 1
+            tips = [f"{lab}: {f.duration(b.total_ns)} idle ({f.pct(100.0 * b.total_ns / idle)} of the idle time), "
+                    f"{b.count:,} gaps" for lab, b in zip(labels, u.gap_histogram, strict=True)]
+            # by idle time, not by count: thousands of µs gaps must not tower over the few long
+            # ones that hold the idle time
             out.append(
                 svg.columns(
                     f"gaps-{idx}-{u.device}",
-                    f"Idle-gap distribution, GPU {u.device} (number of gaps by length)",
+                    f"Idle time by gap length, GPU {u.device} (ms of idle time in gaps of each length)",
                     labels,
-                    [b.count for b in u.gap_histogram],
+                    [b.total_ns / 1e6 for b in u.gap_histogram],
                     tips,
                     "#D55E00",
-                    lambda v: f"{v:,.0f}",
-                    "gaps",
+                    lambda v: f"{v:,.1f}",
+                    "ms idle",
                 )
             )
             out.append(

@@ -8,6 +8,7 @@ regenerate them and review the diff:
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import os
 import re
@@ -299,3 +300,20 @@ def test_html_draws_a_bounded_number_of_samples() -> None:
     points = re.search(r'points="([^"]+)"', util).group(1).split()
     assert MAX_POINTS // 2 < len(points) <= MAX_POINTS
     assert "every 6th sample drawn" in util
+
+
+def test_html_idle_gap_chart_is_by_idle_time() -> None:
+    """The tallest bar is the gap length that holds the most idle time, not the most gaps."""
+    rep = canonical_report()
+    u = rep.run.metrics[0].utilization[0]
+    html = render(rep, "html")
+    chart = html[html.index('id="gaps-0-0"'): html.index("</svg>", html.index('id="gaps-0-0"'))]
+    bars = {html_lib.unescape(label): float(h) for h, label in
+            re.findall(r'height="([\d.]+)" fill="[^"]+"><title>([^:<]+):', chart)}
+    bins = u.gap_histogram
+    by_time = max(bins, key=lambda b: b.total_ns)
+    by_count = max(bins, key=lambda b: b.count)
+    assert by_time is not by_count  # the sample has many short gaps and a few long ones
+    tallest = max(bars, key=bars.get)
+    assert f"{by_time.total_ns / 1e6:,.1f} ms" in chart and tallest.startswith("10 ms"), bars
+    assert bars[tallest] > 100 * bars[min(bars, key=bars.get)]
