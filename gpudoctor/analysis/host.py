@@ -74,8 +74,15 @@ def cpu_summary(view: TraceView, windows: Windows | None = None, top: int = TOP_
         python_ns=python_ns,
         python_pct=p(python_ns) if has_stacks else None,
         optimizer_ns=opt_ns,
-        top_ops=name_stats(view.tl.names, view.h_name[op_idx], view.h_dur[op_idx], top),
+        # by self time: a conv2d → convolution → cudnn_convolution chain is one cost, not three rows
+        top_ops=name_stats(view.tl.names, view.h_name[op_idx], _self_times(view, op_idx), top),
     )
+
+
+def _self_times(view: TraceView, idx: np.ndarray) -> np.ndarray:
+    from gpudoctor.analysis.dispatch import self_times  # noqa: PLC0415 (dispatch imports this module)
+
+    return self_times(view, idx)
 
 
 def top_level(view: TraceView, idx: np.ndarray) -> np.ndarray:

@@ -78,7 +78,9 @@ ol.actions li { margin: 2px 0; }
 .verify.inconclusive { color: var(--warn); } .verify.not_tried { color: #8a9099; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margin: 8px 0; }
 dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; }
-.snippets { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
+.snippets { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 10px; }
+.snippets > div { min-width: 0; }
+code.name { overflow-wrap: anywhere; word-break: break-all; white-space: normal; }
 .snippets .label { color: var(--muted); font-size: 12px; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top;
@@ -466,12 +468,21 @@ def _name_rows(stats: Sequence[NameStat]) -> list[tuple[str, float, str]]:
     return [(s.name, s.total_ns, f"{f.duration(s.total_ns)} · {f.pct(s.share_pct)} · {s.count:,}×") for s in stats]
 
 
+def _full_names(what: str, stats: Sequence[NameStat]) -> str:
+    """The chart's rows with their whole names, wrapped (a chart label is cut to fit)."""
+    rows = [[f'<code class="name">{e(s.name)}</code>', e(f.duration(s.total_ns)), e(f.pct(s.share_pct)), f"{s.count:,}"]
+            for s in stats]
+    return f"<details><summary>Full names of the {e(what)} above</summary>" + _table(
+        ["name", "time", "share", "count"], rows, numeric=[1, 2, 3]) + "</details>"
+
+
 def _kernels(m: TraceMetrics, idx: int) -> str:
     out = []
     k = m.kernels
     if k is not None:
         if k.top:
             out.append(svg.hbars(f"kernels-{idx}", "Top kernels by GPU time (time · share of kernel time · count)", _name_rows(k.top), "#009E73"))
+            out.append(_full_names("kernels", k.top))
         facts = [
             ("kernels", f"{k.count:,} ({f.duration(k.total_ns)})"),
             ("median / p90 / max", f"{f.duration(k.p50_ns)} / {f.duration(k.p90_ns)} / {f.duration(k.max_ns)}"),
@@ -490,7 +501,9 @@ def _kernels(m: TraceMetrics, idx: int) -> str:
             facts.append(("optimizer kernels per step", f.number(k.optimizer_kernels_per_step)))
         out.append('<dl class="kv">' + "".join(f"<dt>{e(a)}</dt><dd>{e(b)}</dd>" for a, b in facts) + "</dl>")
     if m.cpu is not None and m.cpu.top_ops:
-        out.append(svg.hbars(f"ops-{idx}", "Top CPU ops by time (time · share · count)", _name_rows(m.cpu.top_ops), "#0072B2"))
+        out.append(svg.hbars(f"ops-{idx}", "Top CPU ops by self time (nested ops not counted twice; time · share · count)",
+                             _name_rows(m.cpu.top_ops), "#0072B2"))
+        out.append(_full_names("CPU ops", m.cpu.top_ops))
     return "\n".join(out)
 
 
@@ -601,16 +614,19 @@ def _account(report: Report) -> str:
         '<section class="account">',
         '<h2 id="account">Where the step goes</h2>',
         f'<p class="headline">{e1(a.headline)}</p>',
+    ]
+    # the diagnosis first: what to change and what it wins, then the parts it comes from
+    if a.actions:
+        now = f.account_now(a)
+        out.append(f'<h3 id="actions">Top actions{e(": " + now) if now else ""}</h3>')
+        out.append('<ol class="actions">' + "".join(f"<li>{e1(f.action_text(x))}</li>" for x in a.actions) + "</ol>")
+    else:
+        out.append('<p class="note">No finding claims a part of this step.</p>')
+    out += [
         f'<p class="muted">{e1(f.account_title(a))}</p>',
         f'<div class="ledger">{bar}</div>',
         _table(["part of the step", "share", "per step", "side"], rows, numeric=[1, 2]),
     ]
-    if a.actions:
-        now = f.account_now(a)
-        out.append(f"<h3>Top actions{e(': ' + now) if now else ''}</h3>")
-        out.append('<ol class="actions">' + "".join(f"<li>{e1(f.action_text(x))}</li>" for x in a.actions) + "</ol>")
-    else:
-        out.append('<p class="note">No finding claims a part of this step.</p>')
     out += [f'<p class="note">{e1(n)}</p>' for n in a.notes]
     out.append("</section>")
     return "\n".join(out)

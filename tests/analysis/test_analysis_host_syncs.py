@@ -82,6 +82,23 @@ def test_cpu_summary_counts_nested_ops_once_and_python_outside_ops():
     assert c.top_ops[0].name == "aten::linear"
 
 
+def test_top_ops_rank_by_self_time_so_a_nested_chain_is_one_cost():
+    """conv2d → convolution → _convolution → cudnn_convolution: by inclusive time all four rows
+    would show the same 900 µs; by self time the op that does the work leads, once."""
+    b = TimelineBuilder()
+    b.add_host(H.USER_ANNOTATION, "ProfilerStep#1", 0, 2000 * US)
+    b.add_host(H.CPU_OP, "aten::conv2d", 100 * US, 900 * US)
+    b.add_host(H.CPU_OP, "aten::convolution", 110 * US, 880 * US)
+    b.add_host(H.CPU_OP, "aten::_convolution", 120 * US, 860 * US)
+    b.add_host(H.CPU_OP, "aten::cudnn_convolution", 130 * US, 840 * US)
+    b.add_host(H.CPU_OP, "aten::relu", 1100 * US, 300 * US)
+    top = cpu_summary(TraceView(b.build())).top_ops
+    assert [t.name for t in top[:2]] == ["aten::cudnn_convolution", "aten::relu"]
+    by_name = {t.name: t.total_ns for t in top}
+    assert by_name["aten::cudnn_convolution"] == 840 * US and by_name["aten::conv2d"] == 20 * US
+    assert sum(by_name.values()) == 1200 * US  # each µs counted once
+
+
 def test_top_level_is_per_thread():
     b = TimelineBuilder()
     b.add_host(H.CPU_OP, "outer", 0, 100)

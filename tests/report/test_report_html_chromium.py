@@ -115,3 +115,33 @@ def test_empty_and_nvml_less_reports_render(browser, tmp_path) -> None:
     assert browser.console_problems() == []
     plots = {p["id"]: p for p in json.loads(browser.evaluate(PLOTS_JS))}
     assert plots["busy-0-0"]["visible"] and plots["busy-0-0"]["marks"] > 0
+
+
+LAYOUT_JS = """
+JSON.stringify({
+  actions: document.getElementById('actions').getBoundingClientRect().top + scrollY,
+  findings: document.getElementById('findings').getBoundingClientRect().top + scrollY,
+  firstPlot: Math.min(...[...document.querySelectorAll('svg.plot')].map(s => s.getBoundingClientRect().top + scrollY)),
+  // a box wider than its card (a <pre> scrolls its own content: its box must stay inside)
+  overflow: [...document.querySelectorAll('article.finding pre, article.finding .snippets > div, table code.name')]
+    .filter(el => {
+      const box = el.parentElement.closest('article, details, table').getBoundingClientRect();
+      return el.getBoundingClientRect().right > box.right + 1;
+    }).map(el => el.textContent.slice(0, 40)),
+  pageWider: document.documentElement.scrollWidth > innerWidth + 1,
+})
+"""
+
+
+def test_html_leads_with_the_diagnosis_and_nothing_overflows(browser, tmp_path) -> None:
+    """The top actions and the findings come before any chart; a long "after" line scrolls inside
+    its box and a long kernel name wraps, so nothing runs out of its card or widens the page."""
+    rep = canonical_report()
+    long_line = "x = model(" + ", ".join(f"argument_{i}=value_{i}" for i in range(30)) + ")"
+    first = rep.findings[0]
+    rep = replace(rep, findings=(replace(first, fix=replace(first.fix, after=long_line)), *rep.findings[1:]))
+    _open(browser, tmp_path, "layout.html", render(rep, "html"))
+    layout = json.loads(browser.evaluate(LAYOUT_JS))
+    assert layout["actions"] < layout["findings"] < layout["firstPlot"], layout
+    assert layout["overflow"] == [] and not layout["pageWider"], layout
+    browser.screenshot(tmp_path / "layout.png")  # kept for a look when it fails
