@@ -132,7 +132,7 @@ class Thresholds:
 
     # ---- GD301 pageable-h2d (Nsight Systems' cuda_memcpy_async expert rule)
     pageable_h2d_share_pct: float = 2.0  # pageable H2D copy time, % of step time. Issue 4
-    pageable_h2d_max_bytes: int = 65536  # a pageable copy larger than this is flagged. nsys cuda_memcpy_async (64 KB)
+    pageable_h2d_max_bytes: int = 65536  # a pageable copy larger than this is flagged. nsys cuda_memcpy_async (64 KiB)
 
     # ---- GD302 blocking-copy (Nsight Systems' cuda_memcpy_sync expert rule)
     blocking_copy_share_pct: float = 2.0  # host blocked in synchronous copies, % of step time. Issue 4

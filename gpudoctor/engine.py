@@ -267,9 +267,11 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
                 out.append(_stat("gpu_idle_hta", f"GPU idle, HTA window{label}", u.idle_pct_hta, "%", "hta"))
         elif not m.has_gpu_activity:
             out.append(_stat("gpu_idle", "GPU idle", f"n/a: {ctx.no_gpu_reason()}"))
-        if m.syncs is not None and m.syncs.share_of_steps_pct is not None:
-            out.append(_stat("host_sync_share", "host blocked in syncs", m.syncs.share_of_steps_pct, "%",
-                             "steps" if m.steps else "trace"))
+        sync_share = ctx.trace_share(m, m.syncs.total_ns) if m.syncs is not None and m.syncs.count else None
+        if sync_share is not None:  # the figure GD102 and GD302 print, of the same window
+            w = ctx.window(m)
+            out.append(_stat("host_sync_share", "host blocked in syncs", sync_share, "%",
+                             w.kind.value if w is not None else "trace"))
         h2d = [x for x in m.transfers if x.direction == "HtoD"]
         if h2d:
             out.append(_stat("h2d_bytes", "host→device copied", sum(x.bytes for x in h2d), "bytes", "trace"))

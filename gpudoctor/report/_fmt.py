@@ -33,6 +33,7 @@ from gpudoctor.model import (
     Verification,
     VerifyStatus,
 )
+from gpudoctor.model.units import size_text
 
 # --------------------------------------------------------------------------- numbers
 
@@ -78,15 +79,8 @@ def duration(ns: float | int | None) -> str:
 
 
 def size(n: float | int | None) -> str:
-    """Bytes in binary units: ``512 B``, ``3.2 MiB``, ``1.50 GiB``."""
-    if n is None:
-        return "n/a"
-    a = abs(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= scale:
-            v = n / scale
-            return f"{v:.2f} {unit}" if abs(v) < 10 else f"{v:.1f} {unit}"
-    return f"{n:.0f} B"
+    """Bytes in binary units: ``512 B``, ``3.20 MiB``, ``1.50 GiB`` (the rules' messages use the same)."""
+    return size_text(n)
 
 
 def pct(value: float | int | None, digits: int = 1) -> str:

@@ -53,6 +53,7 @@ from gpudoctor.model.metrics import (
     WindowKind,
 )
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
+from gpudoctor.model.units import size_text
 
 
 class Verdict(str, Enum):
@@ -113,12 +114,8 @@ def fmt_ns(ns: float | int | None) -> str:
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
+    """Bytes in binary units, as every report prints them (``gpudoctor.model.units``)."""
+    return size_text(n, missing="?")
 
 
 def fmt_pct(p: float | None) -> str:

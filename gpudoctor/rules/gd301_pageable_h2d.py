@@ -4,7 +4,7 @@ What it detects
 ---------------
 `Memcpy HtoD (Pageable -> Device)` copies in the trace: a tensor in ordinary
 (pageable) host memory copied to the GPU. Fires when they take more than a
-small share of step time, or when single copies exceed 64 KB (Nsight Systems'
+small share of step time, or when single copies exceed 64 KiB (Nsight Systems'
 `cuda_memcpy_async` rule).
 
 Why it matters
@@ -117,7 +117,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     message = (
         f"{count} host→device copies from pageable memory move {fmt_bytes(nbytes)} in {fmt_ns(dur)}, "
         f"{fmt_pct(share)} of step time"
-        + (f" at {gbps:.1f} GB/s" if gbps is not None else "")
+        + (f" at {gbps:.2f} GB/s" if gbps is not None else "")
         + f"; largest {fmt_bytes(biggest)}"
         + (f"; pin_memory=False at {loc}" if dl is not None and not dl.pin_memory and loc else "")
     )

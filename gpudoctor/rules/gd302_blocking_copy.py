@@ -4,7 +4,7 @@ What it detects
 ---------------
 Memory copies issued synchronously (`cudaMemcpy`, or `cudaMemcpyAsync`
 followed by a stream synchronization), during which the host can do nothing
-else. Host-to-device copies of 64 KB or less are exempt, as in Nsight
+else. Host-to-device copies of 64 KiB or less are exempt, as in Nsight
 Systems' `cuda_memcpy_sync` rule.
 
 Why it matters

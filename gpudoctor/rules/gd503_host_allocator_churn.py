@@ -9,7 +9,7 @@ blocks to the OS with `munmap`/`madvise` after each step and takes them back
 
 Why it matters
 --------------
-Every freed-and-reallocated large tensor costs one page fault per 4 KB page.
+Every freed-and-reallocated large tensor costs one page fault per 4 KiB page.
 Measured here: the same CPU training loop at ~5,000 minor faults per step ran
 40% slower than at ~1,300. CPU training and CPU-side preprocessing suffer
 most.

@@ -90,7 +90,7 @@ def test_gd702_fires_when_outputs_come_back_for_the_loss():
     m = trace(host_loss_ops=(NameStat("aten::cross_entropy_loss", 5, 2 * MS),),
               transfers=(transfer("DtoH", "pageable", count=5, nbytes=5 * 400_000, dur_ns=MS, steps_with=5),))
     (f,) = judge("GD702", run(metrics=(m,))).findings
-    assert "aten::cross_entropy_loss" in f.message and "400.0 KB per step" in f.message
+    assert "aten::cross_entropy_loss" in f.message and "390.6 KiB per step" in f.message
     assert f.gain.share_pct == 6.0
 
 

@@ -26,7 +26,7 @@ def test_gd301_fires_with_volume_time_and_the_dataloader():
     m = trace(transfers=(transfer("HtoD", "pageable", count=61, nbytes=2_300_000_000, dur_ns=630 * MS // 20),))
     data = run(metrics=(m,), settings=settings(dataloaders=(dataloader(num_workers=4, prefetch_factor=2),)))
     (f,) = judge("GD301", data).findings
-    assert "61 host→device copies" in f.message and "2.3 GB" in f.message
+    assert "61 host→device copies" in f.message and "2.14 GiB" in f.message
     metrics = {x.name: x for x in f.evidence.metrics}
     assert metrics["pageable_h2d_bytes"].value == 2_300_000_000 and metrics["pageable_h2d_bytes"].unit == "bytes"
     assert metrics["pageable_h2d_ns"].value == 630 * MS // 20
