@@ -904,7 +904,7 @@ def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
 
         steps_path = distributed.first_rank_steps(run_dir) or steps_path
     steps = rundir.read_jsonl(steps_path)
-    s = summarize_steps(steps)
+    s = summarize_steps(steps, m.step_source)
     important = ("steps", "torch.profiler")
     missing = [f"{c.name} ({c.reason})" for c in m.collected if not c.ok and c.name in important and c.reason]
     try:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from gpudoctor.model.units import duration_text
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -26,24 +29,50 @@ class StepSummary:
     data_wait_pct: float | None
 
 
-def summarize_steps(steps: list[dict[str, Any]]) -> StepSummary:
-    """Median and p90 step time and the share of step time spent waiting for data.
-
-    Step 0 (the loop's start: worker start-up, first allocations, autotuning) is left
-    out of the figures when there are other steps.
-    """
+def steady_rows(steps: list[dict[str, Any]], step_source: str | None = None) -> list[dict[str, Any]]:
+    """The steps the report's figures are of (``RuleContext.steady_steps``, the same rule on the
+    raw records): those of the marker that defines the run, without the first step (and the first
+    of each epoch when epochs are known)."""
     rows = [s for s in steps if isinstance(s.get("wall_ns"), int)]
-    if len(rows) > 1:
-        rows = [s for s in rows if s.get("index") != 0]
+    if step_source and rows and rows[-1].get("marker"):
+        final = [s for s in rows if s.get("marker") == step_source]
+        if final and len(final) < len(rows):
+            rows = final
+    if len(rows) < 2:
+        return rows
+    if all(s.get("epoch") is None for s in rows):
+        firsts = {id(rows[0])}
+    else:
+        seen: set[Any] = set()
+        firsts = set()
+        for s in rows:
+            if s.get("epoch") not in seen:
+                seen.add(s.get("epoch"))
+                firsts.add(id(s))
+    rest = [s for s in rows if id(s) not in firsts]
+    return rest or rows
+
+
+def nearest_rank(values: list[int], q: float) -> int:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list: the report's p90."""
+    xs = sorted(values)
+    k = max(0, min(len(xs) - 1, int(-(-q * len(xs) // 100)) - 1))
+    return xs[k]
+
+
+def summarize_steps(steps: list[dict[str, Any]], step_source: str | None = None) -> StepSummary:
+    """Median and p90 step time and the share of step time spent waiting for data, of the steady
+    steps, computed as the report computes them (the stderr line and the report print one value)."""
+    rows = steady_rows(steps, step_source)
     if not rows:
         return StepSummary(len(steps), None, None, None)
-    walls = [s["wall_ns"] / 1e6 for s in rows]
-    total = sum(s["wall_ns"] for s in rows)
-    wait = sum(min(s.get("data_wait_ns") or 0, s["wall_ns"]) for s in rows)
+    walls = [s["wall_ns"] for s in rows]
+    total = sum(walls)
+    wait = sum(s.get("data_wait_ns") or 0 for s in rows)
     return StepSummary(
         steps=len(steps),
-        median_ms=percentile(walls, 50),
-        p90_ms=percentile(walls, 90),
+        median_ms=int(statistics.median(walls)) / 1e6,
+        p90_ms=nearest_rank(walls, 90) / 1e6,
         data_wait_pct=100.0 * wait / total if total > 0 else None,
     )
 
@@ -57,7 +86,7 @@ _BY = {
 
 
 def _ms(v: float) -> str:
-    return f"{v:.1f} ms" if v >= 1 else f"{v * 1000:.0f} µs"
+    return duration_text(v * 1e6)  # as the report prints it
 
 
 def summary_lines(

@@ -1,7 +1,10 @@
-"""Units shared by the rules' messages and the renderers, so that one size reads the same
-everywhere: bytes in binary units (``512 B``, ``3.20 MiB``, ``2.15 GiB``)."""
+"""Units shared by the rules' messages, the renderers and the stderr summary, so that one
+quantity reads the same everywhere: bytes in binary units (``512 B``, ``3.20 MiB``,
+``2.15 GiB``), durations as ``12.3 µs``, ``45.6 ms``, ``1.23 s``."""
 
 from __future__ import annotations
+
+import math
 
 
 def size_text(n: float | int | None, missing: str = "n/a") -> str:
@@ -14,3 +17,19 @@ def size_text(n: float | int | None, missing: str = "n/a") -> str:
             v = n / scale
             return f"{v:.2f} {unit}" if abs(v) < 10 else f"{v:.1f} {unit}"
     return f"{n:.0f} B"
+
+
+def duration_text(ns: float | int | None) -> str:
+    """Nanoseconds as ``850 ns``, ``12.3 µs``, ``45.6 ms``, ``1.23 s`` or ``1.5 min``."""
+    if ns is None or not math.isfinite(ns):
+        return "n/a"
+    a = abs(ns)
+    if a < 1_000:
+        return f"{ns:.0f} ns"
+    if a < 1_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1_000_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    if a < 600_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    return f"{ns / 6e10:.1f} min"

@@ -33,7 +33,7 @@ from gpudoctor.model import (
     Verification,
     VerifyStatus,
 )
-from gpudoctor.model.units import size_text
+from gpudoctor.model.units import duration_text, size_text
 
 # --------------------------------------------------------------------------- numbers
 
@@ -61,21 +61,8 @@ def number(value: float | int) -> str:
 
 
 def duration(ns: float | int | None) -> str:
-    """Nanoseconds as ``850 ns``, ``12.3 µs``, ``45.6 ms`` or ``1.23 s``."""
-    if ns is None:
-        return "n/a"
-    if not math.isfinite(ns):
-        return "n/a"
-    a = abs(ns)
-    if a < 1_000:
-        return f"{ns:.0f} ns"
-    if a < 1_000_000:
-        return f"{ns / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{ns / 1e6:.1f} ms"
-    if a < 600_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 6e10:.1f} min"
+    """Nanoseconds as ``850 ns``, ``12.3 µs``, ``45.6 ms`` or ``1.23 s`` (the stderr summary too)."""
+    return duration_text(ns)
 
 
 def size(n: float | int | None) -> str:

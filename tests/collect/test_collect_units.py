@@ -441,11 +441,15 @@ def test_summary_figures():
     s = summarize_steps(rows)
     assert s.steps == 11
     assert s.median_ms == pytest.approx(15.5)  # step 0 (start-up) left out
-    assert s.p90_ms == pytest.approx(19.1)
+    assert s.p90_ms == pytest.approx(19.0)  # nearest rank, as the report's p90
     assert s.data_wait_pct == pytest.approx(100 * 20 / 155)
     lines = summary_lines(s, "optimizer", "completed", "", 0, "gpudoctor-runs/x", [])
-    assert "11 steps" in lines[0] and "median 15.5 ms" in lines[0] and "p90 19.1 ms" in lines[0]
+    assert "11 steps" in lines[0] and "median 15.5 ms" in lines[0] and "p90 19.0 ms" in lines[0]
     assert "waiting for data 12.9%" in lines[0]
+    # the first step of each epoch is left out too, and the steps of an earlier marker
+    epochs = [{"index": i, "wall_ns": (900 if i % 5 == 0 else 10) * 1_000_000, "epoch": i // 5, "marker": "optimizer"}
+              for i in range(10)]
+    assert summarize_steps([{"index": -1, "wall_ns": 5 * 10**9, "marker": "module"}, *epochs], "optimizer").p90_ms == 10.0
     assert lines[-1] == "gpudoctor: run directory gpudoctor-runs/x"
     empty = summary_lines(summarize_steps([]), "none", "failed", "boom", 1, "d", ["steps (none)"])
     assert "no training steps" in empty[0] and any("not collected: steps" in x for x in empty)
