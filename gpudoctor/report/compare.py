@@ -26,6 +26,7 @@ from gpudoctor.model import (
     StepTimeVerdict,
 )
 from gpudoctor.report import _fmt as f
+from gpudoctor.report import svg
 from gpudoctor.report.htmlfmt import CSP
 from gpudoctor.report.jsonfmt import finite
 from gpudoctor.report.markdown import cell, code, esc, table
@@ -477,6 +478,9 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space:
 .remaining { color: var(--warn); font-weight: 600; } .not_judged { color: var(--muted); font-weight: 600; }
 .fixed, .new, .remaining, .not_judged { white-space: nowrap; }
 footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
+svg.plot { display: block; max-width: 100%; height: auto; margin: 10px 0 4px; }
+svg.plot text { font: 11px system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif; fill: #444; }
+svg.plot text.ct { font-size: 13px; font-weight: 600; fill: #222; }
 """
 
 
@@ -501,6 +505,14 @@ def render_compare_html(cmp: Comparison) -> str:
         rows = [[_e(k), _e(a), _e(b)] for k, a, b in _step_rows(step.a, step.b)]
         rows.append(["of", _e(step.a.window if step.a else "n/a"), _e(step.b.window if step.b else "n/a")])
         body.append(_table(["", "A", "B"], rows, {1, 2}))
+        sides = [(lab, t, col) for lab, t, col in (("A (before)", step.a, "#0072B2"), ("B (after)", step.b, "#D55E00"))
+                 if t is not None]
+        if sides:  # the two distributions on one axis: where each run's steps lie, not only their medians
+            body.append(svg.ranges(
+                "step-times-ab", "Step time, A and B (whisker min–max, box median–p90, tick the median)",
+                [(lab, t.min_ns / 1e6, t.median_ns / 1e6, t.p90_ns / 1e6, t.max_ns / 1e6, col) for lab, t, col in sides],
+                lambda v: f"{v:,.1f}", "ms",
+            ))
         line = speedup_line(cmp)
         if line:
             body.append(f"<p>{_e(line)}.</p>")

@@ -327,3 +327,43 @@ def hbars(
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def ranges(
+    chart_id: str,
+    title: str,
+    rows: Sequence[tuple[str, float, float, float, float, str]],
+    fmt: Callable[[float], str],
+    unit_label: str = "",
+) -> str:
+    """One horizontal distribution per row on a shared axis: a whisker from min to max, a box
+    from the median to the p90, a tick at the median. ``rows``: (label, min, median, p90, max,
+    colour)."""
+    row_h = 34
+    height = TOP + row_h * max(len(rows), 1) + BOTTOM
+    x0, x1 = LEFT + 40, WIDTH - RIGHT - 20
+    ticks = nice_ticks(max((r[4] for r in rows), default=0))
+    top = ticks[-1] or 1
+
+    def x(v: float) -> float:
+        return x0 + v / top * (x1 - x0)
+
+    out = _open(chart_id, title, height, f"axis unit: {unit_label}" if unit_label else "")
+    axis_y = TOP + row_h * len(rows)
+    for t in ticks:
+        out.append(f'<line x1="{_n(x(t))}" x2="{_n(x(t))}" y1="{TOP}" y2="{axis_y}" stroke="{GRID}"/>')
+        out.append(f'<text class="tk" x="{_n(x(t))}" y="{axis_y + 14}" text-anchor="middle">{esc(fmt(t))}</text>')
+    for i, (label, lo, med, p90, hi, color) in enumerate(rows):
+        yy = TOP + i * row_h + row_h / 2
+        tip = f"{label}: min {fmt(lo)}, median {fmt(med)}, p90 {fmt(p90)}, max {fmt(hi)}"
+        out.append(
+            f'<g class="range"><title>{esc(tip)}</title>'
+            f'<text class="nm" x="{x0 - 8}" y="{_n(yy + 4)}" text-anchor="end">{esc(label)}</text>'
+            f'<line x1="{_n(x(lo))}" x2="{_n(x(hi))}" y1="{_n(yy)}" y2="{_n(yy)}" stroke="{AXIS}"/>'
+            f'<rect x="{_n(x(med))}" y="{_n(yy - 9)}" width="{_n(max(x(p90) - x(med), 1))}" height="18" '
+            f'fill="{esc(color)}" fill-opacity="0.55" stroke="{esc(color)}"/>'
+            f'<line x1="{_n(x(med))}" x2="{_n(x(med))}" y1="{_n(yy - 11)}" y2="{_n(yy + 11)}" stroke="{esc(color)}" '
+            f'stroke-width="3"/></g>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)

@@ -193,3 +193,18 @@ def test_hostile_comparison_still_compares() -> None:
     assert c.step_time.speedup == pytest.approx(2.0, rel=0.05)
     assert any("did not finish" in w for w in c.warnings)
     assert c.step_time.a.median_ns == pytest.approx(100 * MS, rel=0.03)
+
+
+def test_html_draws_both_step_time_distributions_on_one_axis():
+    cmp = sample()
+    html = render_comparison(cmp, "html")
+    assert html.count('id="step-times-ab"') == 1
+    chart = html[html.index('id="step-times-ab"'): html.index("</svg>", html.index('id="step-times-ab"'))]
+    groups = re.findall(r'<g class="range"><title>([^<]+)</title>.*?<line x1="([\d.]+)" x2="[\d.]+" y1="[\d.]+" '
+                        r'y2="[\d.]+" stroke="#[0-9A-F]+" stroke-width="3"/>', chart)
+    assert [g[0].split(":")[0] for g in groups] == ["A (before)", "B (after)"]
+    a, b = cmp.step_time.a, cmp.step_time.b
+    median_x = {g[0].split(":")[0]: float(g[1]) for g in groups}
+    # the tick of the faster run's median lies left of the other's
+    assert (median_x["B (after)"] < median_x["A (before)"]) == (b.median_ns < a.median_ns)
+    assert f"median {a.median_ns / 1e6:,.1f}" in chart and f"median {b.median_ns / 1e6:,.1f}" in chart
