@@ -255,3 +255,15 @@ def test_pyproject_config_drives_the_diagnosis(tmp_path):
     assert item.status == ChecklistStatus.NO_PROBLEM_SEEN and "threshold 50%" in item.reason
     batch = next(i for i in rep.checklist if i.technique == 3)
     assert "GD104" in batch.reason and "pyproject.toml" in batch.reason
+
+
+def test_checklist_not_measurable_beats_not_applicable():
+    """Two rules feed one item: one could not judge, one does not apply; the item is not measurable
+    (a rule that could not look outweighs one to which the question does not apply)."""
+    from gpudoctor.rules.checklist import _from_verdicts
+    from gpudoctor.rules.context import RuleResult
+
+    pairs = [("GD401", RuleResult.not_applicable("no Tensor Cores")), ("GD402", RuleResult.cannot_judge("no dtypes"))]
+    for order in (pairs, pairs[::-1]):
+        status, reason = _from_verdicts(order)
+        assert status == ChecklistStatus.NOT_MEASURABLE and reason == "GD402: no dtypes"
