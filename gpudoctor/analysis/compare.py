@@ -75,6 +75,7 @@ from gpudoctor.model.compare import (
 from gpudoctor.model.findings import ChecklistStatus, Finding, Report, RunData, Severity
 from gpudoctor.model.metrics import Component, DeviceUtilization, TraceMetrics, WindowKind
 from gpudoctor.model.run import DataLoaderSetting, OptimizerSetting, Settings, StepRecord
+from gpudoctor.model.units import duration_text
 
 __all__ = [
     "compare_runs",
@@ -111,16 +112,7 @@ def _step_times(values: Sequence[int], window: str) -> StepTimes:
 
 
 def _ms(ns: float | int | None) -> str:
-    if ns is None:
-        return "?"
-    a = abs(ns)
-    if a < 1_000:
-        return f"{ns:.0f} ns"
-    if a < 1_000_000:
-        return f"{ns / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e9:.2f} s"
+    return "?" if ns is None else duration_text(ns)  # as the reports print durations
 
 
 def _x(v: float | None) -> str:
