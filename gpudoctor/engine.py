@@ -251,7 +251,12 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
             out.append(_stat("traces", "traces", len(run.metrics), "count"))
         if m.steps:
             durs = [s.end_ns - s.start_ns for s in m.steps]
-            out.append(_stat("profiled_steps", f"profiled steps{label}", len(m.steps), "count"))
+            # every window of the process counts (a run writes one trace per window): no file name
+            same = [x for x in run.metrics if x.rank == m.rank]
+            ranks = {x.rank for x in run.metrics}
+            who = f" (rank {m.rank})" if m.rank is not None and len(ranks) > 1 else ""
+            out.append(_stat("profiled_steps", f"profiled steps{who}", sum(len(x.steps) for x in same), "count",
+                             f"{len(same)} trace{'s' if len(same) != 1 else ''}" if len(same) > 1 else ""))
             if not run.steps:
                 out.append(_stat("step_time_median", "step time (median)", statistics.median(durs) / 1e6, "ms", "trace steps"))
                 out.append(_stat("step_time_p90", "step time (p90)", (percentile_int(durs, 90) or 0) / 1e6, "ms", "trace steps"))

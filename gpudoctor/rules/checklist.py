@@ -138,10 +138,10 @@ def _prefetch(ctx: RuleContext) -> tuple[bool | None, str]:
                 "the trace shows DataLoader workers, which prefetch (prefetch_factor is not in a trace; 2 by default)"
             )
         if kind == "single-process":
-            return False, "the trace shows _SingleProcessDataLoaderIter: prefetching starts with workers (technique 2)"
+            return False, "the trace shows _SingleProcessDataLoaderIter: prefetching starts with workers (see num_workers > 0 above)"
         return None, ""
     if dl.num_workers == 0:
-        return False, f"num_workers=0{_where(dl.call_site)}: prefetching starts with workers (technique 2)"
+        return False, f"num_workers=0{_where(dl.call_site)}: prefetching starts with workers (see num_workers > 0 above)"
     pf = dl.prefetch_factor if dl.prefetch_factor is not None else 2
     return True, f"prefetch_factor={pf} with {dl.num_workers} workers{_where(dl.call_site)}"
 
@@ -203,7 +203,7 @@ def _torchscript(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
             if w.kind.startswith("torch.jit"):
                 return ChecklistStatus.APPLIED, f"{w.kind}{_where(w.call_site)}; torch.compile supersedes it for training"
     return ChecklistStatus.NOT_APPLICABLE, (
-        "TorchScript is in maintenance: for speed, torch.compile (technique 9) replaces it; "
+        "TorchScript is in maintenance: for speed, torch.compile replaces it; "
         "for deployment, torch.export"
     )
 

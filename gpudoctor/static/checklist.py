@@ -107,7 +107,7 @@ def _prefetch(obs) -> tuple[ChecklistStatus, str]:
         return NA, _NO_LOADER
     with_workers = [(loc, s) for loc, s in obs.loaders if not s["num_workers"].startswith("0")]
     if not with_workers:
-        return NA, "num_workers=0: prefetching starts with workers (technique 2)"
+        return NA, "num_workers=0: prefetching starts with workers (see num_workers > 0 above)"
     loc, s = with_workers[0]
     return A, f"prefetch_factor={s['prefetch_factor']} per worker at {_first([loc])}; raise it if load times vary"
 
@@ -158,7 +158,7 @@ def _amp(obs) -> tuple[ChecklistStatus, str]:
 def _torchscript(obs) -> tuple[ChecklistStatus, str]:
     if obs.jit:
         return A, f"TorchScript at {_first(obs.jit)}; torch.compile supersedes it for training"
-    return NA, "TorchScript is in maintenance: for speed, torch.compile (technique 9) replaces it"
+    return NA, "TorchScript is in maintenance: for speed, torch.compile replaces it"
 
 
 def _host_sync(obs) -> tuple[ChecklistStatus, str]:

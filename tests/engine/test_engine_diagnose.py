@@ -267,3 +267,12 @@ def test_checklist_not_measurable_beats_not_applicable():
     for order in (pairs, pairs[::-1]):
         status, reason = _from_verdicts(order)
         assert status == ChecklistStatus.NOT_MEASURABLE and reason == "GD402: no dtypes"
+
+
+def test_profiled_steps_count_every_window_of_the_process():
+    """A run writes one trace per profiled window: the summary counts their steps together and
+    names no trace file."""
+    a, b = trace(path="host_1.00000010.pt.trace.json.gz"), trace(path="host_1.00000310.pt.trace.json.gz")
+    rep = engine.diagnose(run(metrics=(a, b)), Config(), "analyze")
+    stat = next(s for s in rep.summary if s.key == "profiled_steps")
+    assert stat.label == "profiled steps" and stat.value == len(a.steps) + len(b.steps) and stat.window == "2 traces"
