@@ -142,7 +142,7 @@ def test_gd605_fires_when_nothing_is_unused():
 def test_gd605_quiet_when_needed_off_or_static():
     used = ddp(find_unused_parameters=True, unused_parameter_size=16640, unused_parameter_checks=11)
     res = judge("GD605", run(settings=settings(wrappers=(used,))))
-    assert res.verdict == Verdict.FINE and "16.6 KB" in res.reason
+    assert res.verdict == Verdict.FINE and "16.2 KiB" in res.reason
     assert judge("GD605", run(settings=settings(wrappers=(ddp(),)))).verdict == Verdict.FINE
     static = ddp(find_unused_parameters=True, static_graph=True, unused_parameter_size=0)
     assert judge("GD605", run(settings=settings(wrappers=(static,)))).verdict == Verdict.FINE
