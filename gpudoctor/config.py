@@ -99,6 +99,11 @@ class Thresholds:
     # Workers added to the derived num_workers so that one slow batch does not stall the loop
     # (the DataLoader docs' advice to tune with headroom). gpudoctor's choice.
     dataloader_spare_workers_count: int = 1
+    # What receiving one batch from a worker costs the loop (unpickling, mapping its shared memory):
+    # measured 1.2-1.4 ms per batch of 30 KB-0.5 MB on the 2-core VM CI uses, with workers far ahead
+    # of the loop (a workstation does it in a few hundred µs). A per-batch wait under this is no more
+    # than workers would still cost: GD201 does not recommend them for it.
+    dataloader_handover_ms: float = 1.0
 
     # ---- GD202 worker-restart
     # A worker start-up stall is "visible" when the first step of an epoch waits for data this many

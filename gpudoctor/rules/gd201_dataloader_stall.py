@@ -61,6 +61,9 @@ Thresholds
 - `dataloader_reserved_cores` (1): cores left to the training process when
   deriving `num_workers`.
 - `dataloader_spare_workers_count` (1): workers added for load-time jitter.
+- `dataloader_handover_ms` (1): what receiving one batch from a worker
+  costs the loop; a mean wait per batch under it is not a stall workers can
+  win back (the rule says so and stays silent).
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
@@ -71,7 +74,10 @@ bandwidth may end the scaling first. If the derived value exceeds the cores,
 the data pipeline itself must get cheaper (cache decoded data, move
 augmentation to the GPU). Even workers that keep up cost the loop the receipt
 of each batch (unpickling, mapping its shared memory): about 1–3 ms on a small
-2-core VM, which on steps under ~40 ms alone crosses the 5% threshold.
+2-core VM, which on steps under ~40 ms alone crosses the 5% threshold. A mean
+wait per batch under `dataloader_handover_ms` is therefore not reported: on a
+fast host, where a hand-over costs a few hundred µs, a loader of 0.5–1 ms per
+batch that workers could still halve goes unreported.
 
 References
 ----------
@@ -186,6 +192,18 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 f"the loop waits {fmt_pct(share)} of step time for data, but the workers are short of CPU, not of "
                 f"numbers: {demand.tree:.1f} runnable threads on {cores} cores (GD204); more workers would make it worse"
             )
+    # the mean, not the median: a loader that falls behind now and then waits long on a few steps
+    per_batch_ns = sum(s.data_wait_ns for s in steps) // max(1, len(steps) * micro)
+    if per_batch_ns < t.dataloader_handover_ms * 1_000_000:
+        # workers would not win it: the loop still pays the receipt of each batch from a worker
+        workers_now = dl.num_workers if dl is not None else 0
+        who = "the main process loads" if not workers_now else f"{workers_now} worker(s) deliver"
+        return RuleResult.fine(
+            f"the loop waits {fmt_pct(share)} of step time for data over {len(steps)} steps, but {who} a batch in "
+            f"{fmt_ns(per_batch_ns)}, less than receiving one from a worker costs (threshold "
+            f"{fmt_ns(int(t.dataloader_handover_ms * 1_000_000))}): more workers would not win it back",
+            applied=bool(workers_now),
+        )
     # one batch at a time: with gradient accumulation a step receives `micro` batches
     n, load_ns, compute_ns, how = suggest_num_workers(
         dl,

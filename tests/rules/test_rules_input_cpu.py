@@ -72,6 +72,19 @@ def test_gd201_quiet_when_the_loop_does_not_wait():
     assert res.verdict == Verdict.FINE and "1.0%" in res.reason
 
 
+def test_gd201_quiet_when_a_batch_loads_faster_than_a_worker_hands_one_over():
+    # 0.6 ms of a 10 ms step (6%): more than the 5% threshold, less than receiving a batch from a worker
+    res = judge("GD201", _cpu_run(steps=steps(20, 10.0, 0.6)))
+    assert res.verdict == Verdict.FINE and "600.0 µs" in res.reason and "would not win it back" in res.reason
+    # the same share of a step ten times longer is 6 ms per batch: workers hide it
+    (f,) = judge("GD201", _cpu_run(steps=steps(20, 100.0, 6.0))).findings
+    assert f.severity == Severity.WARNING
+    # a loader that falls behind on some steps only: the mean per batch decides, not the median
+    s = steps(20, 10.0, 0.1)
+    s = (*s[:15], *(dataclasses.replace(x, data_wait_ns=8 * MS, wall_ns=18 * MS) for x in s[15:]))
+    assert judge("GD201", _cpu_run(steps=s)).verdict == Verdict.FIRED
+
+
 def test_gd201_first_step_of_the_run_is_left_out():
     s = steps(20, 100.0, 1.0)
     s = (dataclasses.replace(s[0], data_wait_ns=5000 * MS, wall_ns=5100 * MS), *s[1:])

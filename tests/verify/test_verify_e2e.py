@@ -167,7 +167,7 @@ def test_a_compute_bound_loop_confirms_nothing(tmp_path: Path) -> None:
     # thresholds lowered so that GD201 fires at warning on a loop that barely waits for data
     shutil.copy(SCRIPTS / "compute_bound.py", tmp_path)
     res = _gpudoctor("profile", *PROFILE, "--verify", *TRIALS, "--set", "dataloader_wait_share_pct=0",
-                     "--set", "warning_share_pct=0", "--out", "runs", "--format", "json", "compute_bound.py",
+                     "--set", "dataloader_handover_ms=0", "--set", "warning_share_pct=0", "--out", "runs", "--format", "json", "compute_bound.py",
                      cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     report = _report(_run_dir(tmp_path / "runs"))
