@@ -23,8 +23,10 @@ events counted (``TraceInfo.dropped_events``); a piece that is not strict JSON b
 ``json.load`` reads (``NaN``, ``Infinity``) is decoded by the standard library. Both
 happen per piece: the rest of the file stays on the fast path.
 
-**Gzip.** A thread decompresses ahead of the decoder (zlib releases the GIL), so
-decompression and decoding use two cores.
+**Gzip.** A thread decompresses ahead of the decoder (zlib and ISA-L release the GIL), so
+decompression and decoding use two cores. ISA-L (the ``isal`` package, a dependency) does it
+3-4x faster than zlib: 330 MB of trace in 0.08 s against 0.31 s here; the standard library's
+``gzip`` serves where ``isal`` cannot be imported.
 
 **Parts.** ``read_part`` decodes the events that start in a byte range of a trace (a
 gzipped one is decompressed up to the range); ``parse.parallel`` runs the parts of one
@@ -56,6 +58,16 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+try:  # ISA-L's gzip: the same stream 3-4x faster than zlib (a wheel on the usual platforms)
+    from isal import igzip as _igzip
+    from isal import isal_zlib as _isal_zlib
+
+    _GzipFile: type[gzip.GzipFile] = _igzip.IGzipFile
+    GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile, _isal_zlib.error)
+except ImportError:  # pragma: no cover - isal is a dependency; a platform without its wheel
+    _GzipFile = gzip.GzipFile
+    GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
 from gpudoctor.parse.columns import EVENTS_DECODER, ColumnBuilder, Header
@@ -76,7 +88,7 @@ DECODED, WRONG_CUT, ARRAY_END = 0, 1, 2  # what decoding a piece found
 END, STOPPED, UNPROVEN = 0, 1, 2  # how a part ended
 
 __all__ = [
-    "CHUNK_BYTES", "NeedsFallback", "PartResult", "TraceStart", "find_start", "is_gzip", "locate",
+    "CHUNK_BYTES", "GZIP_ERRORS", "NeedsFallback", "PartResult", "TraceStart", "find_start", "is_gzip", "locate",
     "open_trace", "read_part", "read_trace_chunked", "stream_size",
 ]
 
@@ -96,7 +108,7 @@ def open_trace(path: Path) -> BinaryIO:
     magic = fh.read(2)
     fh.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        return _GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
     return fh
 
 
@@ -112,7 +124,7 @@ def locate(path: Path, offset: int) -> str:
                     break
                 line += block.count(b"\n")
                 seen += len(block)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, *GZIP_ERRORS):
         return f"byte {offset}"
     return f"byte {offset}, line {line}"
 
@@ -201,7 +213,7 @@ class _Reader:
         while not self.eof and self.end < want:
             try:
                 n = self._read_more(want)
-            except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+            except GZIP_ERRORS as err:
                 raise _gzip_error(self.path, err, self.base + self.end) from None
             except OSError as err:
                 raise TraceFormatError(str(self.path), f"cannot read it ({err})") from None
@@ -573,7 +585,7 @@ def _skip_to(path: Path, fh: BinaryIO, target: int) -> None:
             if not block:
                 return
             left -= len(block)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+    except GZIP_ERRORS as err:
         raise _gzip_error(path, err, target - left) from None
 
 

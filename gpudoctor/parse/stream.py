@@ -16,14 +16,13 @@ from __future__ import annotations
 import codecs
 import json
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
 from gpudoctor.parse.columns import ColumnBuilder, Header
-from gpudoctor.parse.kineto import _gzip_error, open_trace
+from gpudoctor.parse.kineto import GZIP_ERRORS, _gzip_error, open_trace
 
 _READ = 4 << 20
 _AHEAD = 1 << 20  # keep at least this much text ahead of the cursor
@@ -50,7 +49,7 @@ class _Text:
             return False
         try:
             block = self.fh.read(_READ)
-        except (EOFError, zlib.error, OSError) as err:
+        except (*GZIP_ERRORS, OSError) as err:
             raise _gzip_error(self.path, err, self.bytes_read) from None
         self.bytes_read += len(block)
         if self.pos > _AHEAD:

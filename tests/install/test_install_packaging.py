@@ -32,7 +32,7 @@ def test_pip_install_pulls_neither_torch_nor_tensorboard() -> None:
     base = names(PROJECT["dependencies"])
     assert "torch" not in base
     assert not base & VIEW
-    assert {"click", "numpy", "msgspec", "scipy", "psutil", "nvidia-ml-py"} <= base
+    assert {"click", "numpy", "msgspec", "scipy", "isal", "psutil", "nvidia-ml-py"} <= base
 
 
 def test_torch_is_in_no_extra() -> None:

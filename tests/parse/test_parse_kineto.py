@@ -246,6 +246,19 @@ def test_truncated_gzip_stream(tmp_path):
         load_trace(p)
 
 
+def test_corrupt_deflate_data_is_a_one_line_error(tmp_path):
+    # bytes flipped inside the compressed stream: the decompressor's own error (zlib's or
+    # ISA-L's) becomes a TraceFormatError in every reader
+    p = write(tmp_path, kineto_text(events(2000)), gz=True)
+    data = bytearray(p.read_bytes())
+    for i in range(200, 260):
+        data[i] ^= 0xFF
+    p.write_bytes(bytes(data))
+    for reader in (load_trace, read_trace_streaming):
+        with pytest.raises(TraceFormatError, match="gzip stream is corrupt"):
+            reader(p)
+
+
 def test_corrupt_middle_reports_the_line(tmp_path):
     text = kineto_text(events(5))
     lines = text.split("\n")
