@@ -708,7 +708,9 @@ class ColumnBuilder:
                 self.path, f"none of its {self.event_count:,} events is usable ({_dropped_text(self.dropped)})", hint
             )
         raise TraceFormatError(
-            self.path, f"none of its {self.event_count:,} events is a complete CPU or GPU event (ph \"X\")", hint
+            self.path,
+            f"none of its {self.event_count:,} events is a complete CPU or GPU event (ph \"X\" with a Kineto \"cat\")",
+            hint,
         )
 
     def build(self, header: Header) -> Timeline:
