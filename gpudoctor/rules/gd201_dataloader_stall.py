@@ -192,17 +192,18 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 f"the loop waits {fmt_pct(share)} of step time for data, but the workers are short of CPU, not of "
                 f"numbers: {demand.tree:.1f} runnable threads on {cores} cores (GD204); more workers would make it worse"
             )
+    workers = dl.num_workers if dl is not None else None
     # the mean, not the median: a loader that falls behind now and then waits long on a few steps
     per_batch_ns = sum(s.data_wait_ns for s in steps) // max(1, len(steps) * micro)
-    if per_batch_ns < t.dataloader_handover_ms * 1_000_000:
+    handover_ns = int(t.dataloader_handover_ms * 1_000_000)
+    if per_batch_ns < handover_ns:
         # workers would not win it: the loop still pays the receipt of each batch from a worker
-        workers_now = dl.num_workers if dl is not None else 0
-        who = "the main process loads" if not workers_now else f"{workers_now} worker(s) deliver"
+        who = f"{workers} worker(s) deliver" if workers else "the main process loads"
         return RuleResult.fine(
             f"the loop waits {fmt_pct(share)} of step time for data over {len(steps)} steps, but {who} a batch in "
             f"{fmt_ns(per_batch_ns)}, less than receiving one from a worker costs (threshold "
-            f"{fmt_ns(int(t.dataloader_handover_ms * 1_000_000))}): more workers would not win it back",
-            applied=bool(workers_now),
+            f"{fmt_ns(handover_ns)}): more workers would not win it back",
+            applied=bool(workers),
         )
     # one batch at a time: with gradient accumulation a step receives `micro` batches
     n, load_ns, compute_ns, how = suggest_num_workers(
@@ -213,7 +214,6 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         t.dataloader_reserved_cores,
         t.dataloader_spare_workers_count,
     )
-    workers = dl.num_workers if dl is not None else None
     if micro > 1:
         per = (f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} optimizer step over its {micro} micro-batches, "
                f"{fmt_ns(wait_med // micro)} per batch; median over {len(steps)} steps")
