@@ -92,6 +92,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.rundir import JsonlWriter, os_reason, write_bytes_atomic
 from gpudoctor.model import ProfilerSchedule, StepRecord
@@ -341,12 +343,39 @@ _Snapshot = tuple  # (t_ns, rusage, data_wait_ns, [forward, backward, optimizer]
 _getrusage = resource.getrusage
 _RUSAGE_SELF = resource.RUSAGE_SELF
 
-# one line of steps.jsonl (``StepRecord``), filled by :meth:`StepTracker._line`
-_LINE = (
-    '{"index":%d,"start_ns":%d,"wall_ns":%d,"data_wait_ns":%d,"user_cpu_ns":%d,"sys_cpu_ns":%d,'
-    '"minor_faults":%d,"major_faults":%d,"gpu_ns":%s,"profiled":%s,"window":"%s","epoch":%s,"rank":%s,'
-    '"marker":"%s","forward_ns":%s,"backward_ns":%d,"optimizer_ns":%d,"micro_batches":%d,"batches":%d}\n'
-)
+# the CPU figures of a step come from getrusage (a system call: 3-5 µs on a busy loop here); a
+# boundary reads it when this long has passed since the last read, and that row's figures cover
+# every step since (``cpu_steps``); the rows in between carry none
+RUSAGE_EVERY_NS = 2_000_000
+
+
+class _Line(msgspec.Struct, gc=False):
+    """One line of steps.jsonl (``StepRecord``), in its field order; encoded by msgspec a second's
+    rows at a time (:meth:`StepTracker._drain_rows`)."""
+
+    index: int
+    start_ns: int
+    wall_ns: int
+    data_wait_ns: int
+    user_cpu_ns: int | None
+    sys_cpu_ns: int | None
+    minor_faults: int | None
+    major_faults: int | None
+    cpu_steps: int | None
+    gpu_ns: int | None
+    profiled: bool
+    window: str
+    epoch: int | None
+    rank: int | None
+    marker: str
+    forward_ns: int | None
+    backward_ns: int
+    optimizer_ns: int
+    micro_batches: int
+    batches: int
+
+
+_LINES = msgspec.json.Encoder()
 
 
 class StepTracker:
@@ -395,7 +424,10 @@ class StepTracker:
         self.started = False
         self.in_step = False
         self.step_start_ns = 0
-        self._ru = None
+        self._ru = None  # getrusage at its last read (RUSAGE_EVERY_NS)
+        self._ru_ns = 0  # … and when
+        self._cpu_pending = 0  # rows since that read, without CPU figures of their own
+        self.rusage_every_ns = RUSAGE_EVERY_NS
         self.data_wait_ns = 0
         self.phase_ns = [0, 0, 0]  # forward, backward, optimizer of the step in progress
         self._stack: list[list[int]] = []  # open phases: [start ns, time of the phases inside it]
@@ -406,9 +438,14 @@ class StepTracker:
         self.epoch: int | None = None
         self.stop_requested = False
         self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
-        self._fast_until = 0  # boundaries before this step take the fast path (_plan_fast)
+        self._fast_last = 0  # boundaries ending a step before this one take the fast path (_plan_fast)
         self._need_walls = True
-        self._torch_cuda = torch.cuda
+        cuda_mod = torch.cuda
+        # has CUDA come up since the last plan? (the module's flag: is_initialized() costs two calls)
+        self._cuda_initialized: Callable[[], bool] = (
+            (lambda: cuda_mod._initialized) if isinstance(getattr(cuda_mod, "_initialized", None), bool)
+            else (lambda: cuda_mod.is_initialized())
+        )
 
         self.marker_ref: Callable[[], Any] | None = None
         self._marker_id = 0  # id() of the optimizer that marks the steps
@@ -437,8 +474,13 @@ class StepTracker:
         self.data_wait_ns = 0
         self.phase_ns = [0, 0, 0]
         self.n_bwd = self.n_batches = 0
-        # one getrusage per boundary: the previous step's end is the next one's start
-        self._ru = ru if ru is not None else resource.getrusage(resource.RUSAGE_SELF)
+        # the previous step's end (its getrusage) is the next one's start
+        if ru is None:  # a fresh start: rows since the last read keep no CPU figures
+            self._ru = resource.getrusage(resource.RUSAGE_SELF)
+            self._ru_ns = now_ns
+            self._cpu_pending = 0
+        else:
+            self._ru = ru
         if self.source == "none":  # provisional (step 0 before any marker): no instrument
             self._window = ""
             return
@@ -482,7 +524,10 @@ class StepTracker:
         index = self.index
         ru = resource.getrusage(resource.RUSAGE_SELF)
         prev = self._ru
-        self._last_ru = ru
+        self._last_ru = self._ru = ru
+        self._ru_ns = end_ns
+        cpu_steps = self._cpu_pending + 1
+        self._cpu_pending = 0
         wall = end_ns - self.step_start_ns
         window = self._window
         ph = self.phase_ns
@@ -491,7 +536,7 @@ class StepTracker:
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, window, self.epoch,
                self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or self.n_batches,
-               self.n_batches]
+               self.n_batches, cpu_steps]
         self.in_step = False
         self.index = index + 1
         if not window and index > 0 and not cprofile.done and len(self.walls_plain) < 10_000:
@@ -533,7 +578,10 @@ class StepTracker:
         row = [index, self.step_start_ns - self.t0, t - self.step_start_ns, wait,
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
-               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches]
+               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches,
+               self._cpu_pending + 1]
+        self._cpu_pending = 0
+        self._ru_ns = t
         self._emit(row)
         self.cuda.restart()  # no event marks the split: neither part gets GPU time
         self.index = index + 1
@@ -548,21 +596,20 @@ class StepTracker:
         if self.max_steps is not None and self.index >= self.max_steps:
             self.stop_requested = True
 
-    def _line(self, row: list[Any]) -> str:
+    def _line(self, row: list[Any]) -> _Line:
         (index, start, wall, wait, ut, st, minflt, majflt, gpu, window, epoch,
-         marker, fwd, bwd, opt, micro, batches) = row
-        return _LINE % (
-            index, start, wall, wait, round(ut * 1e9), round(st * 1e9), minflt, majflt,
-            "null" if gpu is None else gpu, "true" if window == sched.ACTIVE else "false", window,
-            "null" if epoch is None else epoch, self._rank_json, marker, "null" if fwd is None else fwd,
+         marker, fwd, bwd, opt, micro, batches, cpu_steps) = row
+        return _Line(
+            index, start, wall, wait, None if ut is None else round(ut * 1e9), None if st is None else round(st * 1e9),
+            minflt, majflt, cpu_steps, gpu, window == sched.ACTIVE, window, epoch, self.rank, marker, fwd,
             bwd, opt, micro, batches,
         )
 
     def _expand(self, raw: tuple[Any, ...]) -> list[Any]:
         """A fast boundary's raw figures as a row (see :meth:`_close`)."""
-        index, start, end, wait, ut, st, minflt, majflt, fwd, bwd, opt, n_bwd, n_batches, epoch, marker = raw
+        index, start, end, wait, ut, st, minflt, majflt, fwd, bwd, opt, n_bwd, n_batches, epoch, marker, cpu = raw
         return [index, start - self.t0, end - start, wait, ut, st, minflt, majflt, None, "", epoch,
-                marker, fwd, bwd, opt, n_bwd or n_batches, n_batches]
+                marker, fwd, bwd, opt, n_bwd or n_batches, n_batches, cpu]
 
     def _drain_rows(self, now_ns: int) -> None:
         """Format and write the finished rows (once a second, and at the end)."""
@@ -574,7 +621,7 @@ class StepTracker:
             for r in rows:
                 if r[11] == "optimizer":  # micro-batches of each optimizer step, for describe()
                     counts[r[15]] = counts.get(r[15], 0) + 1
-            self.writer.write_text("".join(self._line(r) for r in rows))
+            self.writer.write_text(_LINES.encode_lines([self._line(r) for r in rows]).decode())
 
     def _release(self, resolved: list[tuple[int, int | None]], final: bool = False) -> None:
         """Pass held rows on, in order, as their GPU times arrive (all of them when ``final``)."""
@@ -612,17 +659,16 @@ class StepTracker:
         gpudoctor switches step tracking off, never fails the script.
 
         Most boundaries take the fast path: no instrument is due at the next step (the planned
-        ``_fast_until``), no CUDA events to record, no rows waiting for GPU time: the row is
+        ``_fast_last``), no CUDA events to record, no rows waiting for GPU time: the row is
         appended and the next step opened with nothing else called."""
         index = self.index
-        if reopen and index + 1 < self._fast_until and index > 0:
-            cuda = self.cuda
-            if not (cuda._on or cuda._pending or self._torch_cuda.is_initialized()):
-                try:
+        if reopen and 0 < index < self._fast_last and not (self.cuda._on or self._cuda_initialized()):
+            try:
+                start = self.step_start_ns
+                ph = self.phase_ns
+                if end_ns - self._ru_ns >= self.rusage_every_ns:
                     ru = _getrusage(_RUSAGE_SELF)
                     prev = self._ru
-                    start = self.step_start_ns
-                    ph = self.phase_ns
                     # the raw figures, plain numbers only: the garbage collector untracks such a tuple at
                     # its first pass, so a second's worth of rows is never promoted and never rescanned
                     # (rows that held the rusage objects and the phase list cost a micro-loop of bare
@@ -631,23 +677,31 @@ class StepTracker:
                     self._rows.append((index, start, end_ns, self.data_wait_ns, ru.ru_utime - prev.ru_utime,
                                        ru.ru_stime - prev.ru_stime, ru.ru_minflt - prev.ru_minflt,
                                        ru.ru_majflt - prev.ru_majflt, ph[0] if self.forward_watched else None,
-                                       ph[1], ph[2], self.n_bwd, self.n_batches, self.epoch, self.source))
-                    if self._need_walls and len(self.walls_plain) < 10_000:
-                        self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
-                    self.index = index + 1
+                                       ph[1], ph[2], self.n_bwd, self.n_batches, self.epoch, self.source,
+                                       self._cpu_pending + 1))
                     self._last_ru = self._ru = ru
-                    self.data_wait_ns = self.n_bwd = self.n_batches = 0
-                    self.phase_ns = [0, 0, 0]
-                    if end_ns - self._last_write_ns >= self.write_every_ns:
-                        self._drain_rows(end_ns)
-                        if self.on_boundary is not None:
-                            self.on_boundary(index)
-                    self.step_start_ns = time.monotonic_ns()
-                    return
-                except Exception as err:
-                    self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
-                    self.active = False
-                    return
+                    self._ru_ns = end_ns
+                    self._cpu_pending = 0
+                else:  # the next read's figures cover this step too
+                    self._rows.append((index, start, end_ns, self.data_wait_ns, None, None, None, None,
+                                       ph[0] if self.forward_watched else None, ph[1], ph[2], self.n_bwd,
+                                       self.n_batches, self.epoch, self.source, None))
+                    self._cpu_pending += 1
+                if self._need_walls and len(self.walls_plain) < 10_000:
+                    self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
+                self.index = index + 1
+                self.data_wait_ns = self.n_bwd = self.n_batches = 0
+                self.phase_ns = [0, 0, 0]
+                if end_ns - self._last_write_ns >= self.write_every_ns:
+                    self._drain_rows(end_ns)
+                    if self.on_boundary is not None:
+                        self.on_boundary(index)
+                self.step_start_ns = time.monotonic_ns()
+                return
+            except Exception as err:
+                self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+                self.active = False
+                return
         try:
             self._close(end_ns)
             if not self.stop_requested:
@@ -674,14 +728,14 @@ class StepTracker:
         c = self.cprofile
         self._need_walls = c.enabled and not c.done
         if self.source == "none" or self.every_boundary or c.running or self._held:
-            self._fast_until = 0
+            self._fast_last = 0
             return
         until = self.max_steps if self.max_steps is not None else 1 << 62
         if self.profiler is not None:
             until = min(until, self.profiler.idle_until())
         if self._need_walls:
             until = min(until, c.start_step)
-        self._fast_until = until
+        self._fast_last = until - 1
 
     def _stop_if_requested(self) -> None:
         if self.stop_requested:

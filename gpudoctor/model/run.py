@@ -303,6 +303,10 @@ class StepRecord(Serde):
     sys_cpu_ns: int | None = None
     minor_faults: int | None = None
     major_faults: int | None = None
+    # how many steps the four CPU figures above cover: this one and the ones right before it that carry
+    # none (a short step does not read getrusage: a system call costs more than a few-µs step can pay);
+    # null with the figures null, and in runs recorded before this field (each row then covers itself)
+    cpu_steps: int | None = None
     gpu_ns: int | None = None  # from CUDA events, when CUDA is present
     profiled: bool = False  # inside an active torch.profiler window
     epoch: int | None = None

@@ -38,7 +38,9 @@ MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python train
 Evidence used
 -------------
 Per-step records (`steps.jsonl`: `sys_cpu_ns`, `user_cpu_ns`,
-`minor_faults`, `wall_ns`) of the steps outside torch.profiler's windows (its
+`minor_faults`, `wall_ns`; a row's CPU figures cover `cpu_steps` steps, itself
+and the short steps just before it, so they are judged a reading at a time, over
+the wall time of the steps it covers) of the steps outside torch.profiler's windows (its
 own event buffers fault pages in: 5,000-12,000 faults per step measured on a
 step that has 26 without it), and of those the later half (all of them under
 10): glibc raises its mmap threshold as large blocks are freed, so a
@@ -71,49 +73,90 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
-from gpudoctor.model.run import Injection
+from gpudoctor.model.run import Injection, StepRecord
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, median_int
 from gpudoctor.rules.registry import Rule
 
 _ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
-_MIN_STEPS_FOR_HALF = 10  # with fewer steady steps, all of them are judged
+_MIN_STEPS_FOR_HALF = 10  # with fewer readings (see _readings), all of them are judged
 _PROFILER_WINDOWS = ("warmup", "active")
-_MIN_UNPROFILED_STEPS = 5  # with fewer steps outside torch.profiler's windows, those are kept too
+_MIN_UNPROFILED_STEPS = 5  # with fewer readings outside torch.profiler's windows, those are kept too
 _KEEP_BYTES = "4294967296"  # the fix's value for glibc's thresholds: 4 GiB, larger than any one block
 _GLIBC_KNOBS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
 
 
+class _Reading(NamedTuple):
+    """One getrusage reading: the CPU figures of ``steps`` consecutive steps and their wall time."""
+
+    wall_ns: int
+    user_ns: int
+    sys_ns: int
+    faults: int
+    steps: int
+    window: str
+
+    @property
+    def faults_per_step(self) -> int:
+        return round(self.faults / self.steps)
+
+
+def _readings(steps: Sequence[StepRecord]) -> list[_Reading]:
+    """The readings among ``steps`` (in order): a row with CPU figures covers ``cpu_steps`` steps
+    ending at it; a reading whose steps are not all among ``steps`` is left out."""
+    out: list[_Reading] = []
+    walls: list[int] = []  # consecutive steps just before, without figures of their own
+    prev = None
+    for s in steps:
+        if prev is not None and s.index != prev + 1:
+            walls = []
+        prev = s.index
+        if s.sys_cpu_ns is None or s.minor_faults is None:
+            walls.append(s.wall_ns)
+            continue
+        k = max(1, s.cpu_steps or 1)
+        if len(walls) >= k - 1:
+            before = sum(walls[len(walls) - k + 1 :]) if k > 1 else 0
+            out.append(_Reading(before + s.wall_ns, s.user_cpu_ns or 0, s.sys_cpu_ns, s.minor_faults, k, s.window))
+        walls = []
+    return out
+
+
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    steps = [s for s in ctx.steady_steps() if s.sys_cpu_ns is not None and s.minor_faults is not None]
-    if not steps:
+    readings = _readings(ctx.steady_steps())
+    if not readings:
         return RuleResult.cannot_judge(
             "no per-step CPU usage (sys_cpu_ns, minor_faults in steps.jsonl: `gpudoctor profile` on Linux)"
         )
     # torch.profiler's own buffers fault pages in during its window: not the script's allocator
-    unprofiled = [s for s in steps if s.window not in _PROFILER_WINDOWS]
+    unprofiled = [r for r in readings if r.window not in _PROFILER_WINDOWS]
     if len(unprofiled) >= _MIN_UNPROFILED_STEPS:
-        steps = unprofiled
+        readings = unprofiled
     # glibc raises its mmap threshold as large blocks are freed: a short run can spend its first
     # steps faulting and then settle. Judge the later half, the state a long run stays in.
-    warmup = len(steps) // 2 if len(steps) >= _MIN_STEPS_FOR_HALF else 0
-    early_faults = median_int(s.minor_faults or 0 for s in steps[:warmup]) if warmup else None
-    steps = steps[warmup:]
-    wall = sum(s.wall_ns for s in steps)
-    sys_ns = sum(s.sys_cpu_ns or 0 for s in steps)
-    user_ns = sum(s.user_cpu_ns or 0 for s in steps)
+    warmup = len(readings) // 2 if len(readings) >= _MIN_STEPS_FOR_HALF else 0
+    early_faults = median_int(r.faults_per_step for r in readings[:warmup]) if warmup else None
+    early_steps = sum(r.steps for r in readings[:warmup])
+    readings = readings[warmup:]
+    n_steps = sum(r.steps for r in readings)
+    wall = sum(r.wall_ns for r in readings)
+    sys_ns = sum(r.sys_ns for r in readings)
+    user_ns = sum(r.user_ns for r in readings)
     share = 100.0 * sys_ns / wall if wall else 0.0
-    faults = median_int(s.minor_faults or 0 for s in steps) or 0
+    faults = median_int(r.faults_per_step for r in readings) or 0
     env = ctx.settings.env if ctx.settings is not None else {}
     preload = env.get("LD_PRELOAD", "")
     allocator = next((a for a in _ALLOCATORS if a in preload), None)
     knobs = {k: v for k, v in env.items() if k in _GLIBC_KNOBS}
-    which = f"the last {len(steps)} steady steps" if warmup else f"{len(steps)} steady steps"
+    which = f"the last {n_steps} steady steps" if warmup else f"{n_steps} steady steps"
     if share < t.host_sys_cpu_share_pct or faults < t.minor_faults_per_step:
         extra = f"; {allocator} preloaded" if allocator else ""
         if early_faults is not None and early_faults >= t.minor_faults_per_step:
-            extra += f"; the {warmup} steps before had {early_faults} faults per step: the allocator settled"
+            extra += f"; the {early_steps} steps before had {early_faults} faults per step: the allocator settled"
         return RuleResult.fine(
             f"system CPU {fmt_pct(share)} of step time, {faults} minor faults per step over {which} (thresholds "
             f"{t.host_sys_cpu_share_pct:g}%, {t.minor_faults_per_step:g}){extra}"
@@ -150,7 +193,7 @@ def check(ctx: RuleContext) -> RuleResult:
         severity_pct=share,
         confidence=Confidence.MEASURED,
         metrics=[
-            Metric("sys_cpu_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
+            Metric("sys_cpu_share_pct", round(share, 2), "%", f"{n_steps} steps"),
             Metric("sys_cpu_ns", sys_ns, "ns"),
             Metric("user_cpu_ns", user_ns, "ns"),
             Metric("minor_faults_per_step", faults, "count"),

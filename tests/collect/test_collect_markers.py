@@ -88,8 +88,33 @@ def test_fast_boundaries_write_what_the_slow_path_writes(tmp_path):
     for rows in runs:
         for r in rows:
             r.pop("forward_ns"), r.pop("optimizer_ns"), r.pop("user_cpu_ns", None), r.pop("sys_cpu_ns", None)
-            r.pop("minor_faults", None), r.pop("major_faults", None)
+            r.pop("minor_faults", None), r.pop("major_faults", None), r.pop("cpu_steps")
     assert slow == fast and len(fast) == 6 and all(r["phases"] for r in fast)
+
+
+def test_short_steps_share_a_cpu_reading_that_covers_them_all(tmp_path):
+    """getrusage is read at most every ``rusage_every_ns`` on the fast path; the row that reads it
+    covers the steps before it that carry no figures; a slow boundary always reads."""
+    for every, expect in ((0, [1, 1, 1, 1, 1, 1, 1]), (1 << 60, [1, None, None, None, None, None, 6])):
+        t, w, _ = _tracker(tmp_path)
+        t.profiler = None
+        t.rusage_every_ns = every
+        opt = object.__new__(type("SGD", (), {}))
+        t.optimizer_created()
+        for i in range(7):
+            if i == 6:
+                t.max_steps = 7  # the last boundary takes the slow path (--steps is due)
+                t._plan_fast()
+            _batch(t)
+            _forward(t)
+            _backward(t)
+            try:
+                _optimizer_step(t, opt)
+            except SystemExit:
+                pass
+        rows = _finish(t, w)
+        assert [r.cpu_steps for r in rows] == expect
+        assert all((r.cpu_steps is None) == (r.user_cpu_ns is None) == (r.minor_faults is None) for r in rows)
 
 
 def _finish_rows(t: StepTracker, w: _Writer) -> list[dict]:

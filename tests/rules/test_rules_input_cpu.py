@@ -378,3 +378,27 @@ def test_gd503_with_jemalloc_already_preloaded():
 
 def test_gd503_cannot_judge_without_rusage():
     assert judge("GD503", run(steps=steps())).verdict == Verdict.CANNOT_JUDGE
+
+
+def _grouped(n: int, k: int, wall_ms: float, sys_share: float, faults_per_step: int) -> tuple:
+    """``n`` short steps whose CPU figures were read every ``k`` steps (steps.jsonl's ``cpu_steps``)."""
+    out = []
+    for s in steps(n, wall_ms):
+        if (s.index + 1) % k:
+            out.append(s)
+        else:
+            out.append(dataclasses.replace(s, sys_cpu_ns=int(k * wall_ms * sys_share * MS),
+                                           user_cpu_ns=int(k * wall_ms * (1 - sys_share) * MS),
+                                           minor_faults=k * faults_per_step, cpu_steps=k))
+    return tuple(out)
+
+
+def test_gd503_judges_readings_that_cover_several_short_steps():
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu"),
+               steps=_grouped(160, 8, 0.25, 0.3, 3000))
+    (f,) = judge("GD503", data).findings
+    # the share is over the wall time of every step a reading covers, the faults per step of each reading
+    assert "30.0%" in f.message and "3000 minor page faults per step" in f.message
+    assert "the last 80 steady steps" in f.message  # 19 readings after step 0's, the later 10 judged
+    quiet = run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=_grouped(160, 8, 0.25, 0.3, 30))
+    assert judge("GD503", quiet).verdict == Verdict.FINE
