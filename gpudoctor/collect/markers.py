@@ -57,9 +57,16 @@ _HOOK_DICTS = (
 
 
 def compiling_probe(torch: Any) -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` where this torch has it, else a function saying False."""
-    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return fn if callable(fn) else (lambda: False)
+    """A function that is True while dynamo traces the code that calls it, False when it runs:
+    ``torch.compiler.is_dynamo_compiling`` (one call; ``is_compiling``, two, where it is missing),
+    else a function saying False. Every hook asks it first: dynamo folds it to True and traces
+    nothing of gpudoctor's into a graph."""
+    compiler = getattr(torch, "compiler", None)
+    for name in ("is_dynamo_compiling", "is_compiling"):
+        fn = getattr(compiler, name, None)
+        if callable(fn):
+            return fn
+    return lambda: False
 
 
 def _carries_graph(result: Any) -> bool:
