@@ -11,7 +11,9 @@ same whichever way the map ran:
 - ``jobs > 1``, several traces: a ``concurrent.futures`` process pool, one trace per task
   (each process holds one trace at a time);
 - ``jobs > 1``, one large trace: its events are read in ``jobs`` parts by as many
-  processes (``parse.parallel``), then analyzed here;
+  processes (``parse.parallel``), then analyzed here, its host-side passes in a process
+  forked beside this one (``_fork_beside``: it inherits the columns, only the results are
+  pickled back);
 - ``cluster``: on a Dask cluster (``dask.distributed``), one trace per task; the workers
   read the traces by path, so the files must be where the workers can read them (a shared
   file system). Optional: ``pip install 'gpudoctor[cluster]'``.
@@ -27,12 +29,13 @@ import dataclasses
 import multiprocessing
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from gpudoctor.analysis import analyze_trace, dropped_events_note
+from gpudoctor.analysis import Beside, analyze_trace, dropped_events_note
 from gpudoctor.errors import TraceFormatError, UsageError
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import TraceMetrics
@@ -45,6 +48,9 @@ from gpudoctor.parse.stream import read_trace_streaming
 __all__ = ["TraceOutcome", "analyze_job", "analyze_paths", "available_cores"]
 
 POOL_MIN_BYTES = 2 << 20  # several traces smaller than this in all (on disk) are read in this process
+# a trace with fewer events is analysed in this process alone: forking a process beside it costs
+# ~30 ms, its host-side passes take ~0.3 s at 1.5 M events (measured on the 327 MB benchmark trace)
+BESIDE_MIN_EVENTS = 400_000
 CLUSTER_EXTRA = "pip install 'gpudoctor[cluster]'"
 CONNECT_TIMEOUT = "10s"  # how long --cluster waits for the scheduler to answer
 
@@ -79,12 +85,49 @@ def _read(job: TraceJob, parts: int = 1, executor: Executor | None = None) -> Ti
         return err
 
 
-def _outcome(job: TraceJob, tl: Timeline | TraceFormatError, run: RunData) -> TraceOutcome:
+def _outcome(job: TraceJob, tl: Timeline | TraceFormatError, run: RunData, beside: Beside | None = None) -> TraceOutcome:
     if isinstance(tl, TraceFormatError):
         return TraceOutcome(trace_order(None, str(job.path)), error=tl)
     tl = job.adopt(tl)
-    return TraceOutcome(trace_order(tl.info.rank, tl.path), metrics=analyze_trace(tl, run),
+    if tl.info.event_count < BESIDE_MIN_EVENTS:
+        beside = None
+    return TraceOutcome(trace_order(tl.info.rank, tl.path), metrics=analyze_trace(tl, run, beside),
                         dropped=dict(tl.info.dropped_events))
+
+
+_BESIDE_PASSES: Sequence[Callable[[], Any]] = ()  # what the forked process runs: inherited, never pickled
+
+
+def _run_beside() -> list[Any]:
+    return [f() for f in _BESIDE_PASSES]
+
+
+def _fork_beside(passes: Sequence[Callable[[], Any]]) -> Callable[[], list[Any]]:
+    """``analyze_trace``'s ``beside``: the passes run in one process forked now, which inherits
+    the trace's columns and the passes' closures (copy-on-write: nothing is pickled but the
+    results). Where no process can be forked, or one fails, they run here instead: the
+    metrics are the same either way, an error in a pass is raised here as it would be."""
+    global _BESIDE_PASSES
+    if not sys.platform.startswith("linux"):  # fork is the way only there (see _pool)
+        return lambda: [f() for f in passes]
+    _BESIDE_PASSES = passes
+    try:
+        ex = _pool(1)
+        fut = ex.submit(_run_beside)  # the fork happens here, with the passes in place
+    except (OSError, RuntimeError):
+        return lambda: [f() for f in passes]
+    finally:
+        _BESIDE_PASSES = ()
+
+    def results() -> list[Any]:
+        try:
+            return fut.result()
+        except Exception:  # a broken process, an unpicklable result, a pass that raised: again here
+            return [f() for f in passes]
+        finally:
+            ex.shutdown(wait=True)
+
+    return results
 
 
 def analyze_job(job: TraceJob, run: RunData) -> TraceOutcome:
@@ -155,7 +198,7 @@ def _map_local(plan: InputPlan, run: RunData, jobs: int, pool_min_bytes: int) ->
         _bound_heap()
         with _pool(parts - 1) as ex:  # this process reads the first part
             tl = _read(items[0], parts, ex)
-        return [_outcome(items[0], tl, run)]  # the workers are gone: their memory too
+        return [_outcome(items[0], tl, run, _fork_beside)]  # the readers are gone: their memory too
     total = sum(j.path.stat().st_size for j in items)
     if total < pool_min_bytes:
         return [analyze_job(j, run) for j in items]

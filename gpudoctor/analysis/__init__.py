@@ -16,6 +16,9 @@ This package imports only the model and numpy (never torch).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from gpudoctor.analysis.comm import comm_stats
 from gpudoctor.analysis.dispatch import dispatch_stats
 from gpudoctor.analysis.host import cpu_summary, op_facts
@@ -31,7 +34,11 @@ from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import DeviceInfo, TraceMetrics, Window, WindowKind
 from gpudoctor.model.trace import Timeline
 
-__all__ = ["TraceView", "analyze_trace", "dropped_events_note"]
+__all__ = ["Beside", "TraceView", "analyze_trace", "dropped_events_note"]
+
+# runs passes that need nothing but the view on another core, if it can: given the passes, it
+# returns a function that gives their results in order (pipeline's forked process; None: here)
+Beside = Callable[[Sequence[Callable[[], Any]]], Callable[[], list[Any]]]
 
 
 def _devices(timeline: Timeline, run: RunData | None) -> tuple[DeviceInfo, ...]:
@@ -52,12 +59,20 @@ def dropped_events_note(dropped: dict[str, int]) -> str:
     return f"{sum(dropped.values()):,} malformed event(s) dropped, not analyzed: {why}"
 
 
-def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetrics:
+def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside | None = None) -> TraceMetrics:
     """Every metric of one trace. ``run`` adds what the trace lacks (devices, rank,
-    ``empty_cache`` calls) when the trace comes from a run directory."""
+    ``empty_cache`` calls) when the trace comes from a run directory. ``beside``: where the
+    host-side passes (CPU summary, dispatch, syncs: about 40% of the work) may run while
+    this process computes the rest; the metrics are the same wherever they run."""
     view = TraceView(timeline)
     info = timeline.info
     windows = view.windows
+    side: list[Callable[[], Any]] = [
+        lambda: cpu_summary(view, windows),
+        lambda: dispatch_stats(view, windows),
+        lambda: sync_summary(view, windows),
+    ]
+    side_results = beside(side) if beside is not None else None
     notes: list[str] = []
     host = HostState(view)
     gap_tables = {d: idle_gaps(view, d, windows, host) for d in view.devices}
@@ -109,6 +124,11 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         notes.append("read with the streaming parser (the header is not where a Kineto trace has it)")
     if not view.is_activity.any():
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
+    transfers = transfer_stats(view, windows)
+    kernels = kernel_stats(view, windows)
+    memory = memory_stats(view, devices, run, windows)
+    comm = comm_stats(view, windows)
+    cpu, dispatch, syncs = side_results() if side_results is not None else [f() for f in side]
     for u in utilization:
         if u.hta_window is not None and windows.from_steps:
             notes.append(f"device {u.device}: {u.hta_window.description}")
@@ -130,12 +150,12 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         breakdown=breakdown,
         breakdown_mean_pct=mean_pct(breakdown, ledger.basis if ledger is not None else ""),
         ledger=ledger,
-        transfers=transfer_stats(view, windows),
-        kernels=kernel_stats(view, windows),
-        syncs=sync_summary(view, windows),
-        cpu=cpu_summary(view, windows),
-        dispatch=dispatch_stats(view, windows),
-        memory=memory_stats(view, devices, run, windows),
+        transfers=transfers,
+        kernels=kernels,
+        syncs=syncs,
+        cpu=cpu,
+        dispatch=dispatch,
+        memory=memory,
         has_stacks=bool(info.with_stack and view.is_python.any()),
         has_shapes=bool(info.record_shapes and (view.h_types >= 0).any()),
         conv_shapes_total=facts.conv_shapes_total,
@@ -147,7 +167,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None) -> TraceMetric
         optimizer_steps=facts.optimizer_steps,
         host_loss_ops=facts.host_loss_ops,
         host_loss_after_d2h=facts.host_loss_after_d2h,
-        comm=comm_stats(view, windows),
+        comm=comm,
         backend=info.backend,
         dataloader_iter=dataloader_iter_kind(view),
         notes=tuple(notes),

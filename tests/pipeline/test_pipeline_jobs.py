@@ -8,7 +8,9 @@ report is byte-identical to ``--jobs 1`` (the ``created_at`` stamp aside).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -50,13 +52,20 @@ def test_cli_jobs_report_is_byte_identical(tmp_path, monkeypatch):
 
 
 def test_one_large_trace_read_in_parts_gives_the_same_report(tmp_path, monkeypatch):
+    import gpudoctor.pipeline as pipeline
+
     path = write_trace(tmp_path / "big.pt.trace.json", rank_trace(0, 1, steps=40, layers=30), "minified")
     one = analyze_paths([path], jobs=1)
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 0)
     monkeypatch.setattr(parallel, "PART_MIN_BYTES", 64 << 10)
+    monkeypatch.setattr(pipeline, "BESIDE_MIN_EVENTS", 0)  # its host-side passes in a forked process too
+    forked = []
+    real = pipeline._fork_beside
+    monkeypatch.setattr(pipeline, "_fork_beside", lambda passes: forked.append(len(passes)) or real(passes))
     assert parallel.split_count(path, 3) == 3
     for jobs in (2, 3):
         assert analyze_paths([path], jobs=jobs).to_dict() == one.to_dict()
+    assert forked == [3, 3]
     gz = write_trace(tmp_path / "big.pt.trace.json.gz", rank_trace(0, 1, steps=40, layers=30), "lines")
     assert parallel.split_count(gz, 2) == 2
     # The same figures; only the file's name differs (the metrics and the ledger's key name it).
@@ -107,3 +116,19 @@ def test_available_cores_is_the_affinity_mask():
     import os
 
     assert available_cores() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="passes are forked on Linux only")
+def test_passes_beside_run_in_another_process_and_their_errors_come_back():
+    from gpudoctor.pipeline import _fork_beside
+
+    here = os.getpid()
+    pids = _fork_beside([os.getpid, lambda: sum(range(10))])()
+    assert pids[0] != here and pids[1] == 45
+
+    def broken() -> int:
+        raise ValueError("a pass failed")
+
+    results = _fork_beside([broken])
+    with pytest.raises(ValueError, match="a pass failed"):  # run again here: the same error, raised here
+        results()
