@@ -5,7 +5,7 @@ patch does can fail the script: an error inside gpudoctor is recorded and the pa
 goes quiet. The only exception raised on purpose is ``StopAfterSteps`` (``--steps``).
 
 Hooked: ``Optimizer.__init__`` and the class's ``step`` (steps, optimizer settings,
-time in the optimizer), the global optimizer step post-hook, ``torch.autograd.backward``
+time in the optimizer), ``torch.autograd.backward``
 and the root module (``markers``: the ``backward`` and ``module`` step markers),
 ``GradScaler`` (a skipped step is still a step),
 ``DataLoader.__init__`` / ``__iter__`` and the iterators' ``__next__`` (settings,
@@ -104,11 +104,8 @@ class Patcher:
         self.root_watch = watch
 
     def _optimizers(self) -> None:
-        import torch.optim.optimizer as optim_mod  # noqa: PLC0415 - the submodule holds the global hooks
-
         torch = self.torch
         Optimizer = torch.optim.Optimizer
-        register_post_hook = optim_mod.register_optimizer_step_post_hook
         tracker = self.tracker
         capture = self.capture
         orig_init = Optimizer.__init__
@@ -116,6 +113,7 @@ class Patcher:
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
         stack = tracker._stack
+        depth = [0]  # optimizer steps in progress: one inside another (a wrapper's inner optimizer) marks nothing
 
         def wrap_step(cls: type) -> None:
             step = cls.step
@@ -123,20 +121,31 @@ class Patcher:
                 return
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if is_compiling() or not tracker.active:
+                if depth[0] or is_compiling() or not tracker.active:
                     return step(self, *args, **kwargs)
                 entry = [monotonic_ns(), 0] if get_ident() == tracker.loop_thread else None
                 if entry is not None:
                     stack.append(entry)
+                depth[0] = 1
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
+                    depth[0] = 0
                     if entry is not None and stack and stack[-1] is entry:  # the time in the optimizer, exclusive
                         d = monotonic_ns() - entry[0]
                         stack.pop()
                         if stack:
                             stack[-1][1] += d
                         tracker.phase_ns[OPTIMIZER] += d - entry[1]
+                # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
+                if id(self) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None:
+                    tracker.marks += 1  # the usual case: the marking optimizer stepped
+                    tracker._boundary_then_reopen(monotonic_ns(), True)
+                    return out
+                try:
+                    tracker.on_optimizer_step(self)
+                except Exception as err:
+                    capture.error("optimizer step hook", err)
                 if tracker.pending_boundary_ns is not None and tracker.active:  # flush(), inlined
                     tracker.pending_boundary_ns = None
                     tracker._boundary_then_reopen(monotonic_ns(), True)
@@ -160,19 +169,6 @@ class Patcher:
 
             patcher._safe("optimizer", note)
 
-        def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
-            if is_compiling():
-                return
-            if id(opt) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None and tracker.active:
-                tracker.pending_boundary_ns = monotonic_ns()  # the usual case: the marking optimizer stepped
-                tracker.marks += 1
-                return
-            try:
-                tracker.on_optimizer_step(opt)
-            except Exception as err:
-                capture.error("optimizer step hook", err)
-
-        register_post_hook(post_hook)
         functools.update_wrapper(opt_init, orig_init)
         Optimizer.__init__ = opt_init
 

@@ -5,9 +5,11 @@ The markers, most specific first
 A step is one iteration of the script's loop. What marks it is chosen per run from
 what the script actually does, most specific first:
 
-1. ``optimizer``: an optimizer's ``step()`` returns (a global optimizer step
-   post-hook; the first optimizer that steps marks the steps). Gradient accumulation
-   is several micro-batches (``backward()`` calls) in one step.
+1. ``optimizer``: an optimizer's ``step()`` returns (a wrapper around the ``step`` of
+   each optimizer class the script instantiates; the first optimizer that steps marks
+   the steps, and a step inside another optimizer's step, a wrapper's inner optimizer,
+   marks nothing). Gradient accumulation is several micro-batches (``backward()``
+   calls) in one step.
 2. ``backward``: ``torch.autograd.backward`` / ``Tensor.backward()`` returns, when
    no optimizer steps (parameters updated by hand).
 3. ``module``: a call of the root module returns (the outermost ``nn.Module`` with
@@ -875,7 +877,8 @@ class StepTracker:
         self._phase_exit(OPTIMIZER)
 
     def on_optimizer_step(self, optimizer: Any) -> None:
-        """Global post-hook: note the boundary; the bookkeeping waits for step() to return."""
+        """An optimizer's step() returned (patches' wrapper; its usual case, the marking optimizer
+        in a step, is inlined there): note the boundary, or establish the marker."""
         if not self.active:
             return
         if id(optimizer) == self._marker_id and self.in_step and self.pending_boundary_ns is None:

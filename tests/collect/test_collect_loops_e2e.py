@@ -69,8 +69,10 @@ def test_a_marker_changes_nothing_the_script_computes(manual):
     assert bare.returncode == 0, bare.stderr
     losses = _losses(proc.stdout)
     assert len(losses) == 12 and losses == _losses(bare.stdout)
-    # torch.save(model) pickles the module: gpudoctor's hooks on it stay out of the file
-    assert "hooks: live 2, saved 0" in proc.stdout and "hooks: live 0, saved 0" in bare.stdout
+    # torch.save(model) pickles the module: the script's own class is watched by wrapping its
+    # forward on the class (nothing on the instance, nothing in the file)
+    assert "hooks: live 0, saved 0, class forward wrapped True, loaded same True" in proc.stdout
+    assert "hooks: live 0, saved 0, class forward wrapped False, loaded same True" in bare.stdout
 
 
 def test_evaluation_without_no_grad_is_marked_by_the_root_module_and_diagnosed(tmp_path):
@@ -172,11 +174,20 @@ def test_a_script_that_profiles_itself_without_exporting(tmp_path):
     assert summary["trace_source"].startswith("the script's own torch.profiler")
 
 
-def test_model_operations_work_on_a_watched_root_module(tmp_path):
-    """deepcopy, TorchScript, DataParallel and a state_dict round trip, with the root module hooked."""
+@pytest.mark.parametrize("kind", ["sequential", "net"])
+def test_model_operations_work_on_a_watched_root_module(tmp_path, kind):
+    """deepcopy, TorchScript, DataParallel, a state_dict round trip and torch.save, with the root
+    module watched: hooked on the instance (a torch class) or its class's forward wrapped (the
+    script's own class)."""
     copy_script("model_ops.py", tmp_path)
-    proc = run_profile("--no-report", "--out", "runs", "model_ops.py", cwd=tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "model_ops.py", *(["--", "net"] if kind == "net" else []),
+                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen == {"copied_hooks": 0, "data_parallel_same": True, "live_hooks": 2, "live_hooks_after_script": 2,
-                    "scripted_same": True, "state_dict_same": True}
+    hooks = 2 if kind == "sequential" else 0
+    assert seen == {"copied_hooks": 0, "data_parallel_same": True, "live_hooks": hooks, "live_hooks_after_script": hooks,
+                    "scripted_same": True, "state_dict_same": True, "saved_same": True, "saved_hooks": 0,
+                    "signature": ["input"] if kind == "sequential" else ["x"], "class_forward_wrapped": kind == "net"}
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["forward_ns"] for r in rows[1:])  # the forward is timed either way

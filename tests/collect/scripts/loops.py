@@ -172,7 +172,9 @@ def main():
         loaded = torch.load(ARGS.save, weights_only=False)
         live = len(model._forward_hooks) + len(model._forward_pre_hooks)
         saved = len(loaded._forward_hooks) + len(loaded._forward_pre_hooks)
-        print(f"hooks: live {live}, saved {saved}")
+        wrapped = hasattr(type(model).forward, "__wrapped__")  # the class's forward, timed by gpudoctor
+        same = bool(torch.equal(loaded.decoder.weight, model.decoder.weight)) if hasattr(model, "decoder") else True
+        print(f"hooks: live {live}, saved {saved}, class forward wrapped {wrapped}, loaded same {same}")
     print("loops: done")
 
 
