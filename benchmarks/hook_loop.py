@@ -1,8 +1,9 @@
 """Tiny loops of each step-marker shape, for the hook-cost part of ``benchmarks/overhead.py``.
 
 The steps are kept short (a small MLP, batch 8: ~0.1-0.3 ms on one core) so that a few
-microseconds of gpudoctor's hooks per step stand out of the step-to-step noise. Nothing in
-it knows about gpudoctor.
+microseconds of gpudoctor's hooks per step stand out of the step-to-step noise. The model is
+the script's own ``nn.Module`` class, as in PyTorch's examples and most training scripts.
+Nothing in it knows about gpudoctor.
 
     python benchmarks/hook_loop.py --shape optimizer --steps 3000 --step-times out.json
 
@@ -13,6 +14,8 @@ Shapes (what marks the steps under ``gpudoctor profile``):
   from a tensor;
 - ``module``: forward only (evaluation) over a list of tensors;
 - ``dataloader``: DataLoader batches only;
+- ``sequential``: the ``optimizer`` shape with an ``nn.Sequential`` as the model (a torch
+  class: gpudoctor hooks the instance instead of wrapping the class's forward);
 - ``deep``: forward of a 300-submodule model (the cost gpudoctor's hook on the root module
   adds, against the ~0.8 µs per submodule call a global module hook would).
 
@@ -31,8 +34,18 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
+class MLP(nn.Module):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, width)
+        self.fc2 = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
 def _mlp(width: int = 32) -> nn.Module:
-    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 4))
+    return MLP(width)
 
 
 def _deep(blocks: int = 100) -> nn.Module:
@@ -41,7 +54,7 @@ def _deep(blocks: int = 100) -> nn.Module:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", required=True, choices=["optimizer", "backward", "module", "dataloader", "deep"])
+    p.add_argument("--shape", required=True, choices=["optimizer", "backward", "module", "dataloader", "deep", "sequential"])
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--step-times", default=None)
     p.add_argument("--global-hook", action="store_true",
@@ -64,8 +77,8 @@ def main() -> None:
         times.append(now - t)
         t = now
 
-    if args.shape == "optimizer":
-        model = _mlp()
+    if args.shape in ("optimizer", "sequential"):
+        model = _mlp() if args.shape == "optimizer" else nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for xb, yb in DataLoader(TensorDataset(x, y), batch_size=8):
             opt.zero_grad(set_to_none=True)

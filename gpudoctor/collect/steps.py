@@ -380,6 +380,17 @@ class _Line(msgspec.Struct, gc=False):
 _LINES = msgspec.json.Encoder()
 
 
+class _CudaInitialized:
+    """``torch.cuda._initialized`` for a torch without that flag."""
+
+    def __init__(self, cuda_mod: Any) -> None:
+        self._cuda = cuda_mod
+
+    @property
+    def _initialized(self) -> bool:
+        return bool(self._cuda.is_initialized())
+
+
 class StepTracker:
     def __init__(
         self,
@@ -442,11 +453,11 @@ class StepTracker:
         self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
         self._fast_last = 0  # boundaries ending a step before this one take the fast path (_plan_fast)
         self._need_walls = True
+        # has CUDA come up since the last plan? Read on the fast path as ``._initialized``: torch.cuda's
+        # own flag (is_initialized() costs two calls), or a stand-in that asks is_initialized()
         cuda_mod = torch.cuda
-        # has CUDA come up since the last plan? (the module's flag: is_initialized() costs two calls)
-        self._cuda_initialized: Callable[[], bool] = (
-            (lambda: cuda_mod._initialized) if isinstance(getattr(cuda_mod, "_initialized", None), bool)
-            else (lambda: cuda_mod.is_initialized())
+        self._cuda_flag: Any = (
+            cuda_mod if isinstance(getattr(cuda_mod, "_initialized", None), bool) else _CudaInitialized(cuda_mod)
         )
 
         self.marker_ref: Callable[[], Any] | None = None
@@ -664,7 +675,7 @@ class StepTracker:
         ``_fast_last``), no CUDA events to record, no rows waiting for GPU time: the row is
         appended and the next step opened with nothing else called."""
         index = self.index
-        if reopen and 0 < index < self._fast_last and not (self.cuda._on or self._cuda_initialized()):
+        if reopen and 0 < index < self._fast_last and not (self.cuda._on or self._cuda_flag._initialized):
             try:
                 start = self.step_start_ns
                 ph = self.phase_ns
@@ -693,7 +704,7 @@ class StepTracker:
                     self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
                 self.index = index + 1
                 self.data_wait_ns = self.n_bwd = self.n_batches = 0
-                self.phase_ns = [0, 0, 0]
+                ph[0] = ph[1] = ph[2] = 0  # in place: the hooks find the same list
                 if end_ns - self._last_write_ns >= self.write_every_ns:
                     self._drain_rows(end_ns)
                     if self.on_boundary is not None:
