@@ -64,8 +64,9 @@ Cost
 ----
 The hot path is kept to attribute reads: a boundary with no instrument due (the
 ``_plan_fast`` horizon: the next profiler window, the cProfile window, ``--steps``)
-costs one ``getrusage`` and one list, and opens the next step without calling any
-instrument; the lines are formatted and written once a second. The hooks handle the
+costs a tuple, and a ``getrusage`` when ``RUSAGE_EVERY_NS`` has passed since the last
+one, and opens the next step without calling any instrument; the lines are encoded
+and written once a second. The hooks handle the
 common case inline (``backward()`` and the root module's calls only add their time
 when another marker ends the steps). Module hooks sit on the root module instance
 only (a global module hook would push every submodule call off ``nn.Module``'s fast
