@@ -476,7 +476,7 @@ class StepTracker:
         self._held: deque[tuple[list[Any], bool]] = deque()
         self._gpu_ns: dict[int, int | None] = {}
         self._rows: list[Any] = []  # finished rows not written yet (lists, or a fast boundary's raw tuples)
-        self._rank_json = "null" if rank is None else str(int(rank))
+        self._rank_int = None if rank is None else int(rank)  # as steps.jsonl writes it
         self.write_every_ns = 1_000_000_000  # a killed process loses at most this long of steps
         self._last_write_ns = time.monotonic_ns()
 
@@ -615,7 +615,7 @@ class StepTracker:
          marker, fwd, bwd, opt, micro, batches, cpu_steps) = row
         return _Line(
             index, start, wall, wait, None if ut is None else round(ut * 1e9), None if st is None else round(st * 1e9),
-            minflt, majflt, cpu_steps, gpu, window == sched.ACTIVE, window, epoch, self.rank, marker, fwd,
+            minflt, majflt, cpu_steps, gpu, window == sched.ACTIVE, window, epoch, self._rank_int, marker, fwd,
             bwd, opt, micro, batches,
         )
 

@@ -11,7 +11,7 @@ from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 from gpudoctor.model.verify import Verification
 
-REPORT_SCHEMA_VERSION = 2  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger
+REPORT_SCHEMA_VERSION = 3  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
 
 
 class Severity(str, Enum):
