@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,21 @@ def test_memory_events_and_allocator_calls_on_rocm(metrics):
     (mem,) = m.memory
     assert mem.device == 2 and mem.cuda_malloc_count == 1460 and mem.cuda_free_count == 1360
     assert mem.total_bytes == 206141652992
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the passes are forked on Linux only")
+def test_passes_in_a_forked_process_give_the_same_metrics(shared_traces, metrics):
+    """``analyze --jobs N`` on one large trace runs its host-side passes in a process forked
+    beside the rest (``pipeline._fork_beside``): on every real trace the metrics are the ones
+    one process computes."""
+    from gpudoctor.pipeline import _fork_beside
+
+    forked = []
+
+    def beside(passes):
+        forked.append(len(passes))
+        return _fork_beside(passes)
+
+    for p in all_traces(shared_traces):
+        assert analyze_trace(load_trace(p), beside=beside).to_dict() == metrics[stem(p)].to_dict(), p.name
+    assert forked and all(n == 3 for n in forked)
