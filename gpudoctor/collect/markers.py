@@ -338,11 +338,7 @@ class RootModuleWatch:
             except BaseException:
                 depth[0] = 0
                 if stack and stack[-1] is entry:  # the call raised: its time counts, it marks nothing
-                    t0, inner = stack.pop()
-                    d = monotonic_ns() - t0
-                    if stack:
-                        stack[-1][1] += d
-                    tracker.phase_ns[FORWARD] += d - inner
+                    tracker._phase_exit(FORWARD)
                 raise
             depth[0] = 0
             if tracker.source in _TRAINING and stack and stack[-1] is entry:

@@ -466,7 +466,6 @@ class StepTracker:
         self.has_optimizer = False
         self._opened_at_entry = False
         self._window = ""
-        self._last_ru: Any = None
         self.pending_boundary_ns: int | None = None
         self.marks = 0
 
@@ -538,7 +537,7 @@ class StepTracker:
         index = self.index
         ru = resource.getrusage(resource.RUSAGE_SELF)
         prev = self._ru
-        self._last_ru = self._ru = ru
+        self._ru = ru
         self._ru_ns = end_ns
         cpu_steps = self._cpu_pending + 1
         self._cpu_pending = 0
@@ -693,7 +692,7 @@ class StepTracker:
                                        ru.ru_majflt - prev.ru_majflt, ph[0] if self.forward_watched else None,
                                        ph[1], ph[2], self.n_bwd, self.n_batches, self.epoch, self.source,
                                        self._cpu_pending + 1))
-                    self._last_ru = self._ru = ru
+                    self._ru = ru
                     self._ru_ns = end_ns
                     self._cpu_pending = 0
                 else:  # the next read's figures cover this step too
@@ -723,7 +722,7 @@ class StepTracker:
                     self._rebase_next = False
                     self._rebase()
                 if reopen:
-                    self._open(time.monotonic_ns(), self._last_ru)
+                    self._open(time.monotonic_ns(), self._ru)  # the rusage _close read
                 else:
                     self.cuda.restart()
             self._plan_fast()
