@@ -55,7 +55,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.collect.steps import BACKWARD, FORWARD, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import BACKWARD, FORWARD, N_BWD, StepTracker, StopAfterSteps
 
 _TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
 
@@ -114,19 +114,20 @@ class BackwardWatch:
         get_ident = threading.get_ident
         depth = [0]
 
-        stack = tracker._stack
         monotonic_ns = time.monotonic_ns
+        acc = tracker.acc
 
-        def report(ok: bool) -> None:
+        def report(ok: bool, t: int) -> None:
             try:
-                tracker.backward_exit(ok)
+                tracker.backward_done(ok, t)
             except StopAfterSteps:
                 if ok:
                     raise
             except Exception as err:  # gpudoctor's error never reaches the script
                 on_error("backward() hook", err)
 
-        def backward(*args: Any, **kwargs: Any) -> Any:
+        def slow(args: Any, kwargs: Any) -> Any:
+            """Every case but the training loop's backward() (below)."""
             if depth[0] or is_compiling() or not tracker.active:
                 return orig(*args, **kwargs)
             loop = tracker.loop_thread
@@ -138,26 +139,34 @@ class BackwardWatch:
                 except Exception as err:
                     on_error("backward() hook", err)
                     return orig(*args, **kwargs)
-            entry = [monotonic_ns(), 0]
-            stack.append(entry)
+            mark = monotonic_ns() - tracker.charged
             depth[0] = 1
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
                 depth[0] = 0
-                report(False)
+                report(False, tracker.charge(mark, BACKWARD))
                 raise
             depth[0] = 0
-            if tracker.source == "optimizer" and stack and stack[-1] is entry:
-                # the usual training loop: backward() marks nothing, only its time and count are kept
-                d = monotonic_ns() - entry[0]
-                stack.pop()
-                if stack:
-                    stack[-1][1] += d
-                tracker.phase_ns[BACKWARD] += d - entry[1]
-                tracker.n_bwd += 1
-                return out
-            report(True)
+            report(True, tracker.charge(mark, BACKWARD))
+            return out
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if (depth[0] or is_compiling() or tracker.source != "optimizer" or get_ident() != tracker.loop_thread
+                    or not tracker.active):
+                return slow(args, kwargs)
+            # the usual training loop: backward() marks nothing, only its time and count are kept
+            # (inlined: the hot path; see StepTracker.charged)
+            mark = monotonic_ns() - tracker.charged
+            depth[0] = 1
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                depth[0] = 0
+                e = monotonic_ns() - tracker.charged - mark
+                tracker.charged += e
+                acc[BACKWARD] += e
+            acc[N_BWD] += 1
             return out
 
         functools.update_wrapper(backward, orig)
@@ -241,9 +250,11 @@ class RootModuleWatch:
         is_compiling = self.is_compiling
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
-        stack = tracker._stack
-        depth = [0]  # calls of the root in progress (a root that calls itself counts once)
-        entry: list[Any] = [None]  # the phase entry of the call in progress
+        acc = tracker.acc
+        # a call of the root in progress: its mark (see StepTracker.charged), None when none is. A torch
+        # class's forward does not call itself, so a call in progress at a pre-hook raised (no forward
+        # hook ran: there is no always_call, which costs every call) and the script went on: forgotten
+        entry: list[Any] = [None]
         watch = self
 
         def pre(module: Any, args: Any) -> None:
@@ -252,40 +263,27 @@ class RootModuleWatch:
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return
-            if depth[0]:
-                if depth[0] == 1 and stack and stack[-1] is entry[0]:
-                    # the last call raised (no forward hook ran) and the script went on: forget it
-                    stack.pop()
-                    depth[0] = 0
-                else:  # the root calls itself: one call
-                    depth[0] += 1
-                    return
-            depth[0] = 1
             if not tracker.started:
                 tracker.open_first()
-            entry[0] = [monotonic_ns(), 0]
-            stack.append(entry[0])
+            entry[0] = monotonic_ns() - tracker.charged
 
         def post(module: Any, args: Any, result: Any) -> None:
-            if not depth[0] or is_compiling() or module is not ref():
+            mark = entry[0]
+            if mark is None or is_compiling() or module is not ref():
                 return
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return
-            depth[0] -= 1
-            if depth[0]:
-                return
-            if tracker.source in _TRAINING and stack:
+            entry[0] = None
+            if tracker.source in _TRAINING:
                 # a training loop: the forward marks nothing, only its time and count are kept
-                t0, inner = stack.pop()
-                d = monotonic_ns() - t0
-                if stack:
-                    stack[-1][1] += d
-                tracker.phase_ns[FORWARD] += d - inner
+                e = monotonic_ns() - tracker.charged - mark
+                tracker.charged += e
+                acc[FORWARD] += e
                 tracker.root_calls += 1
                 return
             try:
-                tracker.forward_exit(True, key, _carries_graph(result))
+                tracker.forward_done(True, key, _carries_graph(result), tracker.charge(mark, FORWARD))
             except StopAfterSteps:
                 raise
             except Exception as err:
@@ -318,11 +316,12 @@ class RootModuleWatch:
         is_compiling = self.is_compiling
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
-        stack = tracker._stack
         depth = [0]  # calls of the root in progress (a root that calls itself counts once)
+        acc = tracker.acc
         watch = self
 
-        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def slow(self: Any, args: Any, kwargs: Any) -> Any:
+            """Every case but the training loop's call of the root (below)."""
             if depth[0] or self is not ref() or is_compiling() or not tracker.active:
                 return orig(self, *args, **kwargs)  # other instances (DataParallel replicas) go through
             loop = tracker.loop_thread
@@ -330,32 +329,40 @@ class RootModuleWatch:
                 return orig(self, *args, **kwargs)
             if not tracker.started:
                 tracker.open_first()
-            entry = [monotonic_ns(), 0]
-            stack.append(entry)
+            mark = monotonic_ns() - tracker.charged
             depth[0] = 1
             try:
                 result = orig(self, *args, **kwargs)
             except BaseException:
                 depth[0] = 0
-                if stack and stack[-1] is entry:  # the call raised: its time counts, it marks nothing
-                    tracker._phase_exit(FORWARD)
+                tracker.charge(mark, FORWARD)  # the call raised: its time counts, it marks nothing
                 raise
             depth[0] = 0
-            if tracker.source in _TRAINING and stack and stack[-1] is entry:
-                # a training loop: the forward marks nothing, only its time and count are kept
-                t0, inner = stack.pop()
-                d = monotonic_ns() - t0
-                if stack:
-                    stack[-1][1] += d
-                tracker.phase_ns[FORWARD] += d - inner
-                tracker.root_calls += 1
-                return result
+            t = tracker.charge(mark, FORWARD)
             try:
-                tracker.forward_exit(True, key, _carries_graph(result))
+                tracker.forward_done(True, key, _carries_graph(result), t)
             except StopAfterSteps:
                 raise
             except Exception as err:
                 watch._fail(err)
+            return result
+
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if (depth[0] or is_compiling() or self is not ref() or tracker.source not in _TRAINING
+                    or get_ident() != tracker.loop_thread or not tracker.active):
+                return slow(self, args, kwargs)
+            # a training loop: the forward marks nothing, only its time and count are kept (inlined:
+            # the hot path; see StepTracker.charged)
+            mark = monotonic_ns() - tracker.charged
+            depth[0] = 1
+            try:
+                result = orig(self, *args, **kwargs)
+            finally:
+                depth[0] = 0
+                e = monotonic_ns() - tracker.charged - mark
+                tracker.charged += e
+                acc[FORWARD] += e
+            tracker.root_calls += 1
             return result
 
         functools.update_wrapper(forward, orig)

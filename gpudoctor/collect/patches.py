@@ -27,7 +27,7 @@ from typing import Any
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
-from gpudoctor.collect.steps import OPTIMIZER, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import N_BATCHES, OPTIMIZER, WAIT, StepTracker, StopAfterSteps
 
 _NOT_DATALOADER = ("optimizer", "backward", "module")  # established markers other than the DataLoader
 
@@ -112,7 +112,7 @@ class Patcher:
         is_compiling = compiling_probe(torch)
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
-        stack = tracker._stack
+        acc = tracker.acc
         depth = [0]  # optimizer steps in progress: one inside another (a wrapper's inner optimizer) marks nothing
 
         def wrap_step(cls: type) -> None:
@@ -120,31 +120,8 @@ class Patcher:
             if getattr(step, "_gpudoctor_outer", False):
                 return
 
-            def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if depth[0] or is_compiling() or not tracker.active:
-                    return step(self, *args, **kwargs)
-                entry = [monotonic_ns(), 0] if get_ident() == tracker.loop_thread else None
-                if entry is not None:
-                    stack.append(entry)
-                depth[0] = 1
-                try:
-                    out = step(self, *args, **kwargs)
-                finally:
-                    depth[0] = 0
-                    # one clock read ends the optimizer's time and the step (each read costs ~0.5 µs
-                    # in a training loop, whose work leaves it out of the caches)
-                    end = monotonic_ns()
-                    if entry is not None and stack and stack[-1] is entry:  # the time in the optimizer, exclusive
-                        d = end - entry[0]
-                        stack.pop()
-                        if stack:
-                            stack[-1][1] += d
-                        tracker.phase_ns[OPTIMIZER] += d - entry[1]
-                # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
-                if id(self) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None:
-                    tracker.marks += 1  # the usual case: the marking optimizer stepped
-                    tracker._boundary_then_reopen(end, True)
-                    return out
+            def marked(self: Any, out: Any) -> Any:
+                """The step returned, and it is not the usual case of ``outer``."""
                 try:
                     tracker.on_optimizer_step(self)
                 except Exception as err:
@@ -153,6 +130,39 @@ class Patcher:
                     tracker.pending_boundary_ns = None
                     tracker._boundary_then_reopen(monotonic_ns(), True)
                 return out
+
+            def slow(self: Any, args: Any, kwargs: Any) -> Any:
+                """A step off the loop's thread (no phase), or while nothing is tracked."""
+                if depth[0] or is_compiling() or not tracker.active:
+                    return step(self, *args, **kwargs)
+                depth[0] = 1
+                try:
+                    out = step(self, *args, **kwargs)
+                finally:
+                    depth[0] = 0
+                return marked(self, out)
+
+            def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if depth[0] or is_compiling() or get_ident() != tracker.loop_thread or not tracker.active:
+                    return slow(self, args, kwargs)
+                mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
+                depth[0] = 1
+                try:
+                    out = step(self, *args, **kwargs)
+                finally:
+                    depth[0] = 0
+                    # one clock read ends the optimizer's time and the step (each read costs ~0.5 µs
+                    # in a training loop, whose work leaves it out of the caches)
+                    end = monotonic_ns()
+                    e = end - tracker.charged - mark
+                    tracker.charged += e
+                    acc[OPTIMIZER] += e
+                # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
+                if id(self) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None:
+                    tracker.marks += 1  # the usual case: the marking optimizer stepped
+                    tracker._boundary_then_reopen(end, True)
+                    return out
+                return marked(self, out)
 
             functools.update_wrapper(outer, step)
             outer.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
@@ -248,24 +258,30 @@ class Patcher:
 
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
+        acc = tracker.acc
 
         def next_(self: Any) -> Any:
             if not tracker.active:
                 return orig_next(self)
             if tracker.source in _NOT_DATALOADER and tracker.pending_boundary_ns is None:
                 # the usual case: another marker ends the steps, the batch only adds its wait
-                t0 = monotonic_ns()
+                mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
                 try:
                     out = orig_next(self)
                 except StopIteration:
-                    tracker.dataloader_next_exit(t0, True, getattr(self, "_gpudoctor_epoch", None))
+                    tracker.dataloader_next_exit(mark, True, getattr(self, "_gpudoctor_epoch", None))
                     raise
-                epoch = getattr(self, "_gpudoctor_epoch", None)
+                try:
+                    epoch = self._gpudoctor_epoch
+                except AttributeError:  # an iterator made before gpudoctor's patch
+                    epoch = None
                 if epoch is not None:
                     tracker.epoch = epoch
                 if tracker.in_step and get_ident() == tracker.loop_thread:
-                    tracker.data_wait_ns += monotonic_ns() - t0
-                    tracker.n_batches += 1
+                    e = monotonic_ns() - tracker.charged - mark
+                    tracker.charged += e
+                    acc[WAIT] += e
+                    acc[N_BATCHES] += 1
                 return out
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:

@@ -338,9 +338,12 @@ MARKER_CALLS = {
     "time": "a time-based window (no step structure)",
     "none": "nothing",
 }
-FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2  # indices of StepTracker.phase_ns
+# indices of StepTracker.acc, the figures of the step in progress: the phases' times (ns, exclusive
+# of each other), backward() calls, DataLoader batches received
+WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES = range(6)
+_ZERO = (0,) * 6
 
-_Snapshot = tuple  # (t_ns, rusage, data_wait_ns, [forward, backward, optimizer] ns, backward calls, batches, epoch)
+_Snapshot = tuple  # (t_ns, rusage, the step's acc as a tuple, epoch)
 
 
 _getrusage = resource.getrusage
@@ -442,11 +445,14 @@ class StepTracker:
         self._ru_ns = 0  # … and when
         self._cpu_pending = 0  # rows since that read, without CPU figures of their own
         self.rusage_every_ns = RUSAGE_EVERY_NS
-        self.data_wait_ns = 0
-        self.phase_ns = [0, 0, 0]  # forward, backward, optimizer of the step in progress
-        self._stack: list[list[int]] = []  # open phases: [start ns, time of the phases inside it]
-        self.n_bwd = 0  # backward() calls in the step in progress
-        self.n_batches = 0  # DataLoader batches received in the step in progress
+        # the step in progress (indices WAIT … N_BATCHES): changed in place, the hooks hold the list
+        self.acc = [0] * 6
+        # ns charged to the phases so far in the run, never reset. A phase marks its start as
+        # ``now - charged`` and at its end charges ``now - charged - mark``: its time less what phases
+        # inside it were charged meanwhile (exclusive times, with no stack; a wrapper keeps its mark
+        # in a local variable, _marks holds those of the tracker's enter/exit calls)
+        self.charged = 0
+        self._marks: list[int] = []
         self.micro_counts: dict[int, int] = {}  # optimizer steps by their backward() calls
         self.loop_thread: int | None = None
         self.epoch: int | None = None
@@ -478,15 +484,14 @@ class StepTracker:
         self._rank_int = None if rank is None else int(rank)  # as steps.jsonl writes it
         self.write_every_ns = 1_000_000_000  # a killed process loses at most this long of steps
         self._last_write_ns = time.monotonic_ns()
+        self._due_ns = 0  # a fast boundary at or after this reads getrusage or writes lines (_set_due)
 
     # ------------------------------------------------------------------ step boundaries
 
     def _open(self, now_ns: int, ru: Any = None) -> None:
         self.in_step = True
         self.step_start_ns = now_ns
-        self.data_wait_ns = 0
-        self.phase_ns = [0, 0, 0]
-        self.n_bwd = self.n_batches = 0
+        self.acc[:] = _ZERO
         # the previous step's end (its getrusage) is the next one's start
         if ru is None:  # a fresh start: rows since the last read keep no CPU figures
             self._ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -543,13 +548,12 @@ class StepTracker:
         self._cpu_pending = 0
         wall = end_ns - self.step_start_ns
         window = self._window
-        ph = self.phase_ns
-        n_bwd = self.n_bwd
-        row = [index, self.step_start_ns - self.t0, wall, self.data_wait_ns,
+        acc = self.acc
+        row = [index, self.step_start_ns - self.t0, wall, acc[WAIT],
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, window, self.epoch,
-               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or self.n_batches,
-               self.n_batches, cpu_steps]
+               self.source, acc[FORWARD] if self.forward_watched else None, acc[BACKWARD], acc[OPTIMIZER],
+               acc[N_BWD] or acc[N_BATCHES], acc[N_BATCHES], cpu_steps]
         self.in_step = False
         self.index = index + 1
         if not window and index > 0 and not cprofile.done and len(self.walls_plain) < 10_000:
@@ -578,21 +582,20 @@ class StepTracker:
             self.stop_requested = True
 
     def _snapshot(self, t_ns: int) -> _Snapshot:
-        return (t_ns, resource.getrusage(resource.RUSAGE_SELF), self.data_wait_ns, list(self.phase_ns),
-                self.n_bwd, self.n_batches, self.epoch)
+        return (t_ns, resource.getrusage(resource.RUSAGE_SELF), tuple(self.acc), self.epoch)
 
     def _split_at(self, snap: _Snapshot) -> None:
         """Write the step in progress as it stood at ``snap`` (the marker's first occurrence);
         what came after is the next step, still in progress. Only for the provisional step 0,
         which no instrument watched."""
-        t, ru, wait, ph, n_bwd, n_batches, epoch = snap
+        t, ru, part, epoch = snap
         prev = self._ru
         index = self.index
-        row = [index, self.step_start_ns - self.t0, t - self.step_start_ns, wait,
+        row = [index, self.step_start_ns - self.t0, t - self.step_start_ns, part[WAIT],
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
-               self.source, ph[0] if self.forward_watched else None, ph[1], ph[2], n_bwd or n_batches, n_batches,
-               self._cpu_pending + 1]
+               self.source, part[FORWARD] if self.forward_watched else None, part[BACKWARD], part[OPTIMIZER],
+               part[N_BWD] or part[N_BATCHES], part[N_BATCHES], self._cpu_pending + 1]
         self._cpu_pending = 0
         self._ru_ns = t
         self._emit(row)
@@ -600,10 +603,9 @@ class StepTracker:
         self.index = index + 1
         self.step_start_ns = t
         self._ru = ru
-        self.data_wait_ns -= wait
-        self.phase_ns = [a - b for a, b in zip(self.phase_ns, ph, strict=True)]
-        self.n_bwd -= n_bwd
-        self.n_batches -= n_batches
+        acc = self.acc
+        for i, v in enumerate(part):
+            acc[i] -= v
         if index == 0 and self.on_first_step is not None:
             self.on_first_step()
         if self.max_steps is not None and self.index >= self.max_steps:
@@ -620,9 +622,10 @@ class StepTracker:
 
     def _expand(self, raw: tuple[Any, ...]) -> list[Any]:
         """A fast boundary's raw figures as a row (see :meth:`_close`)."""
-        index, start, end, wait, ut, st, minflt, majflt, fwd, bwd, opt, n_bwd, n_batches, epoch, marker, cpu = raw
+        (wait, fwd, bwd, opt, n_bwd, n_batches, index, start, end, epoch, marker, watched,
+         ut, st, minflt, majflt, cpu) = raw
         return [index, start - self.t0, end - start, wait, ut, st, minflt, majflt, None, "", epoch,
-                marker, fwd, bwd, opt, n_bwd or n_batches, n_batches, cpu]
+                marker, fwd if watched else None, bwd, opt, n_bwd or n_batches, n_batches, cpu]
 
     def _drain_rows(self, now_ns: int) -> None:
         """Format and write the finished rows (once a second, and at the end)."""
@@ -677,38 +680,22 @@ class StepTracker:
         index = self.index
         if reopen and 0 < index < self._fast_last and not (self.cuda._on or self._cuda_flag._initialized):
             try:
+                acc = self.acc
                 start = self.step_start_ns
-                ph = self.phase_ns
-                if end_ns - self._ru_ns >= self.rusage_every_ns:
-                    ru = _getrusage(_RUSAGE_SELF)
-                    prev = self._ru
-                    # the raw figures, plain numbers only: the garbage collector untracks such a tuple at
-                    # its first pass, so a second's worth of rows is never promoted and never rescanned
-                    # (rows that held the rusage objects and the phase list cost a micro-loop of bare
-                    # optimizer.step() calls ~9 µs of collections per call); _drain_rows makes the lines
-                    # once a second
-                    self._rows.append((index, start, end_ns, self.data_wait_ns, ru.ru_utime - prev.ru_utime,
-                                       ru.ru_stime - prev.ru_stime, ru.ru_minflt - prev.ru_minflt,
-                                       ru.ru_majflt - prev.ru_majflt, ph[0] if self.forward_watched else None,
-                                       ph[1], ph[2], self.n_bwd, self.n_batches, self.epoch, self.source,
-                                       self._cpu_pending + 1))
-                    self._ru = ru
-                    self._ru_ns = end_ns
-                    self._cpu_pending = 0
-                else:  # the next read's figures cover this step too
-                    self._rows.append((index, start, end_ns, self.data_wait_ns, None, None, None, None,
-                                       ph[0] if self.forward_watched else None, ph[1], ph[2], self.n_bwd,
-                                       self.n_batches, self.epoch, self.source, None))
+                if end_ns < self._due_ns:  # the usual case: the next getrusage read covers this step too
+                    # the raw figures, plain values only: the garbage collector untracks such a tuple at its
+                    # first pass, so a second's worth of rows is never promoted and never rescanned (rows
+                    # that held the rusage objects and a list cost a micro-loop of bare optimizer.step()
+                    # calls ~9 µs of collections per call); _drain_rows makes the lines once a second
+                    self._rows.append((*acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
+                                       None, None, None, None, None))
                     self._cpu_pending += 1
+                else:
+                    self._fast_due(index, start, end_ns)
                 if self._need_walls and len(self.walls_plain) < 10_000:
                     self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
                 self.index = index + 1
-                self.data_wait_ns = self.n_bwd = self.n_batches = 0
-                ph[0] = ph[1] = ph[2] = 0  # in place: the hooks find the same list
-                if end_ns - self._last_write_ns >= self.write_every_ns:
-                    self._drain_rows(end_ns)
-                    if self.on_boundary is not None:
-                        self.on_boundary(index)
+                acc[:] = _ZERO  # in place: the hooks hold the list
                 self.step_start_ns = time.monotonic_ns()
                 return
             except Exception as err:
@@ -735,9 +722,36 @@ class StepTracker:
             self.active = False
             raise StopAfterSteps(self.index)
 
+    def _fast_due(self, index: int, start: int, end_ns: int) -> None:
+        """A fast boundary at or after ``_due_ns``: its row, with CPU figures (covering the steps
+        since the last read) when a read is due, and the lines written when they are due."""
+        if end_ns - self._ru_ns >= self.rusage_every_ns:
+            ru = _getrusage(_RUSAGE_SELF)
+            prev = self._ru
+            self._rows.append((*self.acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
+                               ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
+                               ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, self._cpu_pending + 1))
+            self._ru = ru
+            self._ru_ns = end_ns
+            self._cpu_pending = 0
+        else:
+            self._rows.append((*self.acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
+                               None, None, None, None, None))
+            self._cpu_pending += 1
+        if end_ns - self._last_write_ns >= self.write_every_ns:
+            self._drain_rows(end_ns)
+            if self.on_boundary is not None:
+                self.on_boundary(index)
+        self._set_due()
+
+    def _set_due(self) -> None:
+        """When a fast boundary next reads getrusage or writes the lines."""
+        self._due_ns = min(self._ru_ns + self.rusage_every_ns, self._last_write_ns + self.write_every_ns)
+
     def _plan_fast(self) -> None:
         """Up to which step boundaries may take the fast path: none while an instrument records
         or a row waits for GPU time, else until the next instrument is due (or ``--steps``)."""
+        self._set_due()
         c = self.cprofile
         self._need_walls = c.enabled and not c.done
         if self.source == "none" or self.every_boundary or c.running or self._held:
@@ -803,23 +817,44 @@ class StepTracker:
         self._stop_if_requested()
         self._end_marked(t_ns)
 
+    # ------------------------------------------------------------------ phases
+
+    def mark(self) -> int:
+        """A phase starts now: its mark (see ``charged``)."""
+        return time.monotonic_ns() - self.charged
+
+    def charge(self, mark: int, kind: int) -> int:
+        """The phase of ``mark`` ends now: its time less the phases charged inside it counts as
+        ``kind``; returns the time."""
+        t = time.monotonic_ns()
+        e = t - self.charged - mark
+        self.charged += e
+        self.acc[kind] += e
+        return t
+
+    def _phase_enter(self) -> None:
+        self._marks.append(time.monotonic_ns() - self.charged)
+
+    def _phase_exit(self, kind: int) -> int:
+        """Close the innermost phase opened by :meth:`_phase_enter`."""
+        if self._marks:
+            return self.charge(self._marks.pop(), kind)
+        return time.monotonic_ns()
+
     def backward_enter(self) -> None:
         if not self.started:
             self.open_first()
-        self._stack.append([time.monotonic_ns(), 0])
+        self._phase_enter()
 
     def backward_exit(self, ok: bool) -> None:
         """The outermost ``backward()`` of the loop's thread returned (``ok``) or raised."""
-        t = time.monotonic_ns()
-        stack = self._stack
-        if stack:  # the phase's time, less the phases inside it (inlined: the hot path)
-            t0, inner = stack.pop()
-            if stack:
-                stack[-1][1] += t - t0
-            self.phase_ns[BACKWARD] += t - t0 - inner
+        self.backward_done(ok, self._phase_exit(BACKWARD))
+
+    def backward_done(self, ok: bool, t: int) -> None:
+        """A ``backward()`` (its time charged) ended at ``t``: it returned (``ok``) or raised."""
         if not ok or not self.active:
             return
-        self.n_bwd += 1
+        self.acc[N_BWD] += 1
         src = self.source
         if src == "backward":
             self._end_marked(t)
@@ -829,18 +864,15 @@ class StepTracker:
     def forward_enter(self) -> None:
         if not self.started:
             self.open_first()
-        self._stack.append([time.monotonic_ns(), 0])
+        self._phase_enter()
 
     def forward_exit(self, ok: bool, key: int | None = None, grad: bool = False) -> None:
         """A call of the root module (``key``: its id) on the loop's thread returned (``ok``) or
         raised; ``grad``: its output carries an autograd graph."""
-        t = time.monotonic_ns()
-        stack = self._stack
-        if stack:
-            t0, inner = stack.pop()
-            if stack:
-                stack[-1][1] += t - t0
-            self.phase_ns[FORWARD] += t - t0 - inner
+        self.forward_done(ok, key, grad, self._phase_exit(FORWARD))
+
+    def forward_done(self, ok: bool, key: int | None, grad: bool, t: int) -> None:
+        """A call of the root module (its time charged) ended at ``t``."""
         if not ok or not self.active:
             return
         if key == self.root_key:
@@ -863,18 +895,6 @@ class StepTracker:
         self.root_calls, self.root_grad_calls = self._top_calls.pop(key, [0, 0])
         self._top_calls = {}
 
-    def _phase_exit(self, kind: int) -> int:
-        """Close the innermost open phase; its time less the phases inside it counts as ``kind``."""
-        t = time.monotonic_ns()
-        stack = self._stack
-        if stack:
-            t0, inner = stack.pop()
-            d = t - t0
-            if stack:
-                stack[-1][1] += d
-            self.phase_ns[kind] += d - inner
-        return t
-
     # ------------------------------------------------------------------ optimizer steps
 
     def optimizer_created(self) -> None:
@@ -882,7 +902,7 @@ class StepTracker:
         self.open_first()
 
     def optimizer_enter(self) -> None:
-        self._stack.append([time.monotonic_ns(), 0])
+        self._phase_enter()
 
     def optimizer_exit(self) -> None:
         self._phase_exit(OPTIMIZER)
@@ -948,29 +968,29 @@ class StepTracker:
     # ------------------------------------------------------------------ DataLoader
 
     def dataloader_next_enter(self, epoch_ends: bool = False) -> int:
-        """Called as ``__next__`` is entered; returns the entry time.
+        """Called as ``__next__`` is entered; returns the wait's mark (see ``charged``).
 
         ``epoch_ends``: the iterator has yielded every batch (known for map-style
         datasets), so this call will raise ``StopIteration`` and opens no step.
         """
         now = time.monotonic_ns()
         if not self.active:
-            return now
+            return now - self.charged
         if self.pending_boundary_ns is not None:
             self.flush(from_step_return=False)
         if self.source != "dataloader":
             if epoch_ends:
-                return now
+                return now - self.charged
             self.dl_entries += 1
             if not self.started:
                 self.open_first()
-                return time.monotonic_ns()
+                return self.mark()
             if (self.source != "none" or self.cand is not None or self.dl_entries < 2
                     or (self.has_optimizer and self.dl_entries < DEFER_WHILE_OPTIMIZER_IDLE)):
-                return now
+                return now - self.charged
             self._guarded(lambda: self._set_source("dataloader", self.index))
             if self.source != "dataloader":
-                return now
+                return now - self.charged
         # DataLoader mode: each batch asked for ends the step before it
         self._opened_at_entry = False
         if self.in_step:
@@ -983,9 +1003,11 @@ class StepTracker:
 
             self._guarded(reopen)
             self._opened_at_entry = True
-        return time.monotonic_ns()
+        return self.mark()
 
-    def dataloader_next_exit(self, entered_ns: int, stopped: bool, epoch: int | None) -> None:
+    def dataloader_next_exit(self, entered: int, stopped: bool, epoch: int | None) -> None:
+        """``__next__`` returned a batch or (``stopped``) raised StopIteration; ``entered``: the
+        mark :meth:`dataloader_next_enter` returned."""
         if not self.active:
             return
         if epoch is not None:
@@ -996,9 +1018,9 @@ class StepTracker:
             self._guarded(self._discard_open_step)
             return
         if threading.get_ident() == self.loop_thread and self.in_step:
-            self.data_wait_ns += time.monotonic_ns() - entered_ns
+            self.charge(entered, WAIT)
             if not stopped:
-                self.n_batches += 1
+                self.acc[N_BATCHES] += 1
 
     def _discard_open_step(self) -> None:
         self.cprofile.pause_for_bookkeeping()

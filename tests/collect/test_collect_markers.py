@@ -13,6 +13,7 @@ import pytest
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.steps import (
     DEFER_WHILE_OPTIMIZER_IDLE,
+    N_BWD,
     CprofileWindow,
     StepTracker,
     StopAfterSteps,
@@ -290,6 +291,24 @@ def test_phases_are_exclusive(tmp_path):
     assert r.forward_ns + r.backward_ns + r.optimizer_ns <= r.wall_ns
 
 
+def test_a_batch_asked_for_inside_the_forward_is_data_wait_not_forward(tmp_path):
+    """Every phase is exclusive of the others, data wait included (a model that pulls its own batch)."""
+    t, w, _ = _tracker(tmp_path)
+    opt = object.__new__(type("SGD", (), {}))
+    t.optimizer_created()
+    for _ in range(3):
+        t.forward_enter()
+        time.sleep(0.002)
+        entered = t.dataloader_next_enter()
+        time.sleep(0.03)
+        t.dataloader_next_exit(entered, False, 0)
+        t.forward_exit(True, MODEL, True)
+        _optimizer_step(t, opt)
+    r = _finish(t, w)[-1]
+    assert r.data_wait_ns >= 30_000_000 and 2_000_000 <= r.forward_ns < 30_000_000
+    assert r.data_wait_ns + r.forward_ns + r.optimizer_ns <= r.wall_ns
+
+
 def test_a_call_that_raises_inside_a_marked_region_ends_no_step(tmp_path):
     t, w, _ = _tracker(tmp_path)
     for _ in range(3):
@@ -298,7 +317,7 @@ def test_a_call_that_raises_inside_a_marked_region_ends_no_step(tmp_path):
     _forward(t)
     _backward(t, ok=False)  # the script's backward raised: no boundary
     rows = _finish(t, w)
-    assert len(rows) == 3 and t.n_bwd == 0  # the step in progress is not written
+    assert len(rows) == 3 and t.acc[N_BWD] == 0  # the step in progress is not written
 
 
 def test_a_one_iteration_script_still_has_its_step(tmp_path):
