@@ -152,8 +152,7 @@ class BackwardWatch:
             return out
 
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if (depth[0] or is_compiling() or tracker.source != "optimizer" or get_ident() != tracker.loop_thread
-                    or not tracker.active):
+            if depth[0] or is_compiling() or get_ident() != tracker.opt_thread:
                 return slow(args, kwargs)
             # the usual training loop: backward() marks nothing, only its time and count are kept
             # (inlined: the hot path; see StepTracker.charged)
@@ -348,8 +347,7 @@ class RootModuleWatch:
             return result
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if (depth[0] or is_compiling() or self is not ref() or tracker.source not in _TRAINING
-                    or get_ident() != tracker.loop_thread or not tracker.active):
+            if depth[0] or is_compiling() or self is not ref() or get_ident() != tracker.train_thread:
                 return slow(self, args, kwargs)
             # a training loop: the forward marks nothing, only its time and count are kept (inlined:
             # the hot path; see StepTracker.charged)

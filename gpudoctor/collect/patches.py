@@ -29,8 +29,6 @@ from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_
 from gpudoctor.collect.settings_capture import SettingsCapture
 from gpudoctor.collect.steps import N_BATCHES, OPTIMIZER, WAIT, StepTracker, StopAfterSteps
 
-_NOT_DATALOADER = ("optimizer", "backward", "module")  # established markers other than the DataLoader
-
 
 class _RecordingProp:
     """Wraps a data descriptor of torch's module classes: set as before, then note the call site."""
@@ -132,18 +130,23 @@ class Patcher:
                 return out
 
             def slow(self: Any, args: Any, kwargs: Any) -> Any:
-                """A step off the loop's thread (no phase), or while nothing is tracked."""
+                """Every case but the usual one (below): before the optimizer marks the steps, off the
+                loop's thread (no phase), inside another step, while nothing is tracked."""
                 if depth[0] or is_compiling() or not tracker.active:
                     return step(self, *args, **kwargs)
+                timed = get_ident() == tracker.loop_thread
+                mark = monotonic_ns() - tracker.charged
                 depth[0] = 1
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
                     depth[0] = 0
+                    if timed:
+                        tracker.charge(mark, OPTIMIZER)
                 return marked(self, out)
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if depth[0] or is_compiling() or get_ident() != tracker.loop_thread or not tracker.active:
+                if depth[0] or is_compiling() or get_ident() != tracker.opt_thread:
                     return slow(self, args, kwargs)
                 mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
                 depth[0] = 1
@@ -261,9 +264,7 @@ class Patcher:
         acc = tracker.acc
 
         def next_(self: Any) -> Any:
-            if not tracker.active:
-                return orig_next(self)
-            if tracker.source in _NOT_DATALOADER and tracker.pending_boundary_ns is None:
+            if get_ident() == tracker.batch_thread and tracker.pending_boundary_ns is None:
                 # the usual case: another marker ends the steps, the batch only adds its wait
                 mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
                 try:
@@ -277,12 +278,14 @@ class Patcher:
                     epoch = None
                 if epoch is not None:
                     tracker.epoch = epoch
-                if tracker.in_step and get_ident() == tracker.loop_thread:
+                if tracker.in_step:
                     e = monotonic_ns() - tracker.charged - mark
                     tracker.charged += e
                     acc[WAIT] += e
                     acc[N_BATCHES] += 1
                 return out
+            if not tracker.active:
+                return orig_next(self)
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:
                 out = orig_next(self)

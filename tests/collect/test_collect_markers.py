@@ -250,8 +250,15 @@ def test_an_optimizer_that_never_steps_gives_way_after_a_while(tmp_path):
     assert "an optimizer object exists but never stepped" in t.describe()[1]
 
 
-def test_a_more_specific_marker_takes_over_and_the_instruments_start_over(tmp_path):
-    t, w, prof = _tracker(tmp_path)
+class _IdleProfiler(_Profiler):
+    def idle_until(self) -> int:
+        return 10**6  # nothing due for a long while: the tracker's fast path
+
+
+@pytest.mark.parametrize("profiler", [_Profiler, _IdleProfiler])
+def test_a_more_specific_marker_takes_over_and_the_instruments_start_over(tmp_path, profiler):
+    t, w, _ = _tracker(tmp_path)
+    t.profiler = prof = profiler()
     for _ in range(8):  # an evaluation pass first
         _forward(t, grad=False)
     opt = object.__new__(type("SGD", (), {}))
