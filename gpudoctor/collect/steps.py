@@ -56,7 +56,11 @@ Phases
 The same hooks time each step's phases on the host, exclusive of each other: time
 blocked in ``DataLoader.__next__`` (data wait), in the root module's calls
 (forward), in ``backward()`` and in ``optimizer.step()``; the rest of the step is the
-loop's own work ("other"). They count only on the loop's thread. No GPU
+loop's own work ("other"). They count only on the loop's thread. Exclusive without a
+stack: the tracker keeps ``charged``, the time charged to any phase so far in the run;
+a phase notes ``now - charged`` as it starts and at its end charges ``now - charged``
+less that, its time less whatever phases ran inside it (a ``backward()`` inside
+LBFGS's ``step(closure)``, a batch asked for inside the forward). No GPU
 synchronization is added: on CUDA the GPU time of each step comes from one CUDA
 event per boundary (``CudaStepTimer``), read back when complete.
 
@@ -68,7 +72,9 @@ costs a tuple, and a ``getrusage`` when ``RUSAGE_EVERY_NS`` has passed since the
 one, and opens the next step without calling any instrument; the lines are encoded
 and written once a second. The hooks handle the
 common case inline (``backward()`` and the root module's calls only add their time
-when another marker ends the steps). Module hooks sit on the root module instance
+when another marker ends the steps), each recognising it by one comparison of the
+thread with the one the tracker keeps for it (``opt_thread``, ``train_thread``,
+``batch_thread``: None while tracking is off or another marker ends the steps). Module hooks sit on the root module instance
 only (a global module hook would push every submodule call off ``nn.Module``'s fast
 path; ``markers.RootModuleWatch``). ``benchmarks/overhead.py --hooks-only`` measures
 the whole cost per step of each loop shape. ``optimizer.step()``'s
