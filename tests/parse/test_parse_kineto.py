@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import HOST_FLAG_SEQUENCE, NO_VALUE, DeviceKind, HostKind
-from gpudoctor.parse import load_trace
+from gpudoctor.parse import kineto, load_trace
 from gpudoctor.parse.kineto import NeedsFallback, read_trace_chunked
 from gpudoctor.parse.stream import read_trace_streaming
 
@@ -319,3 +321,19 @@ def test_timeline_helpers():
     assert tl.name_of(tl.host.name[0]) == "aten::mm" and tl.name_of(99) == ""
     assert tl.string_of(tl.host.input_types[0]) == '["float"]' and tl.string_of(-1) == ""
     assert tl.nbytes == 1 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 4 + 1) + 2 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8)
+
+
+def test_the_decompressing_thread_stops_at_once_with_its_queue_full(monkeypatch):
+    """Closing a reader whose thread waits for room in the queue takes no wait of the thread's
+    own: with a 30 s wait per put, a close that let the thread notice the stop by itself would
+    take 30 s."""
+    monkeypatch.setattr(kineto, "_PUT_WAIT_S", 30.0)
+    monkeypatch.setattr(kineto, "_READ_BYTES", 1024)
+    pre = kineto._Prefetch(io.BytesIO(b"x" * (1024 * (kineto._PREFETCH_BLOCKS + 4))))
+    deadline = time.monotonic() + 10
+    while not pre.q.full() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pre.q.full()
+    t = time.monotonic()
+    pre.close()
+    assert not pre.thread.is_alive() and time.monotonic() - t < 10
