@@ -73,11 +73,12 @@ class TraceOutcome:
     dropped: dict[str, int] = dataclasses.field(default_factory=dict)  # malformed events left out, by reason
 
 
-def _read(job: TraceJob, parts: int = 1, executor: Executor | None = None) -> Timeline | TraceFormatError:
+def _read(job: TraceJob, parts: int = 1, executor: Executor | None = None,
+          meanwhile: Callable[[], object] | None = None) -> Timeline | TraceFormatError:
     try:
         if parts > 1 and executor is not None:
             try:
-                return read_trace_split(job.path, parts, executor)
+                return read_trace_split(job.path, parts, executor, meanwhile=meanwhile)
             except NeedsFallback:
                 return read_trace_streaming(job.path)
         return load_trace(job.path)
@@ -187,7 +188,8 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
-def _map_local(plan: InputPlan, run: RunData, jobs: int, pool_min_bytes: int) -> list[TraceOutcome]:
+def _map_local(plan: InputPlan, run: RunData, jobs: int, pool_min_bytes: int,
+               meanwhile: Callable[[], object] | None = None) -> list[TraceOutcome]:
     items = plan.jobs
     if jobs <= 1 or not items:
         return [analyze_job(j, run) for j in items]
@@ -197,7 +199,7 @@ def _map_local(plan: InputPlan, run: RunData, jobs: int, pool_min_bytes: int) ->
             return [analyze_job(items[0], run)]
         _bound_heap()
         with _pool(parts - 1) as ex:  # this process reads the first part
-            tl = _read(items[0], parts, ex)
+            tl = _read(items[0], parts, ex, meanwhile)
         return [_outcome(items[0], tl, run, _fork_beside)]  # the readers are gone: their memory too
     total = sum(j.path.stat().st_size for j in items)
     if total < pool_min_bytes:
@@ -244,11 +246,13 @@ def _map_cluster(plan: InputPlan, run: RunData, address: str) -> list[TraceOutco
 
 
 def analyze_paths(paths: Sequence[str | Path], jobs: int | None = None, cluster: str | None = None,
-                  pool_min_bytes: int = POOL_MIN_BYTES) -> RunData:
+                  pool_min_bytes: int = POOL_MIN_BYTES, meanwhile: Callable[[], object] | None = None) -> RunData:
     """Everything ``analyze`` was given → a ``RunData`` with one ``TraceMetrics`` per trace.
 
     ``jobs``: processes on this machine (default: the cores available); ``cluster``: the
-    address of a Dask scheduler (``jobs`` is then ignored)."""
+    address of a Dask scheduler (``jobs`` is then ignored); ``meanwhile``: the caller's own
+    work (its imports), done while this process waits for the other parts of one trace read
+    in parts (``parse.parallel.read_split_at``); not called otherwise."""
     plan = plan_inputs([Path(p) for p in paths])
     run = plan.run
     if cluster:
@@ -257,7 +261,7 @@ def analyze_paths(paths: Sequence[str | Path], jobs: int | None = None, cluster:
         n = available_cores() if jobs is None else jobs
         if n < 1:
             raise UsageError(f"--jobs {n}: give at least 1")
-        outcomes = _map_local(plan, run, n, pool_min_bytes)
+        outcomes = _map_local(plan, run, n, pool_min_bytes, meanwhile)
     skipped: dict[int, list[str]] = {}
     metrics: list[TraceOutcome] = []
     for job, out in zip(plan.jobs, outcomes, strict=True):

@@ -19,6 +19,7 @@ caller passes a ``concurrent.futures`` executor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -58,8 +59,10 @@ def split_count(path: Path, parts: int) -> int:
     return max(1, min(parts, size // PART_MIN_BYTES))
 
 
-def read_trace_split(path: Path, parts: int, executor: Executor, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
-    """Read ``path`` in ``parts`` parts, all but the first in ``executor``'s processes."""
+def read_trace_split(path: Path, parts: int, executor: Executor, chunk_bytes: int = CHUNK_BYTES,
+                     meanwhile: Callable[[], object] | None = None) -> Timeline:
+    """Read ``path`` in ``parts`` parts, all but the first in ``executor``'s processes;
+    ``meanwhile`` (see :func:`read_split_at`)."""
     if parts < 2:
         return read_trace_chunked(path, chunk_bytes)
     start = find_start(path)  # the header is read (and checked) before any work is handed out
@@ -72,12 +75,19 @@ def read_trace_split(path: Path, parts: int, executor: Executor, chunk_bytes: in
     share = GZIP_FIRST_PART_SHARE if is_gzip(path) else FIRST_PART_SHARE
     first = int(span * share) // parts
     targets = [start.offset + first + (span - first) * (k - 1) // (parts - 1) for k in range(1, parts)]
-    return read_split_at(path, targets, executor, chunk_bytes)
+    return read_split_at(path, targets, executor, chunk_bytes, meanwhile)
 
 
-def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_bytes: int = CHUNK_BYTES) -> Timeline:
+def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_bytes: int = CHUNK_BYTES,
+                  meanwhile: Callable[[], object] | None = None) -> Timeline:
     """Read ``path`` in parts that start at the separators after ``targets`` (increasing
-    stream offsets), all but the first in ``executor``."""
+    stream offsets), all but the first in ``executor``.
+
+    ``meanwhile``: work of the caller's that this process does once its own part is read,
+    while the other parts are still being read or sent back (the caller's imports: the
+    processes reading the others start that much earlier). It runs once, if the other
+    parts are not all back by then; an exception in it is left for the caller to meet
+    again (it is work the caller would do anyway)."""
     stops: list[int | None] = [*targets[1:], None]
     futures: list[Future] = []
     try:
@@ -94,6 +104,11 @@ def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_byte
         raise
     builder, header, tail = first.builder, first.header, first.tail
     ended = first.ended
+    if meanwhile is not None and ended == STOPPED and not all(f.done() for f in futures):
+        try:
+            meanwhile()
+        except Exception:  # noqa: BLE001, S110 - the caller does the same work again and meets it there
+            pass
     for i, fut in enumerate(futures):
         if ended == END:  # the part before read to the end: the rest found no separator
             for f in futures[i:]:

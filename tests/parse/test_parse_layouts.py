@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -335,3 +336,47 @@ def test_the_reader_buffer_stays_bounded(tmp_path, monkeypatch, gz):
     p = write(tmp_path / "t.json", text, gz)
     assert read_trace_chunked(p, chunk_bytes=2000).info.event_count == 1 + 8 * 2500
     assert max(largest) <= 1 << 20
+
+
+class _GatedExecutor(ThreadPoolExecutor):
+    """Its parts start only once ``gate`` is set: they are still pending when this process's
+    own part is done."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.gate = threading.Event()
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        def gated():
+            assert self.gate.wait(30)
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+def test_the_callers_work_runs_while_the_other_parts_are_read(tmp_path):
+    p = write(tmp_path / "t.json", serialize(nasty_events(60), "lines"), False)
+    ref = read_trace_chunked(p)
+    size = p.stat().st_size
+    calls = []
+
+    def meanwhile():
+        calls.append(1)
+        ex.gate.set()
+
+    with _GatedExecutor() as ex:
+        assert same(read_split_at(p, [size // 2], ex, chunk_bytes=500, meanwhile=meanwhile), ref)
+    assert calls == [1]
+
+    def failing():
+        ex.gate.set()
+        raise ImportError("the caller meets this again where it does the work itself")
+
+    with _GatedExecutor() as ex:  # the read does not depend on it
+        assert same(read_split_at(p, [size // 2], ex, chunk_bytes=500, meanwhile=failing), ref)
+
+    calls.clear()
+    with _GatedExecutor() as ex:  # a target past the array: the file is read in one piece, nothing to wait for
+        ex.gate.set()
+        assert same(read_split_at(p, [size - 5], ex, chunk_bytes=500, meanwhile=lambda: calls.append(1)), ref)
+    assert calls == []
