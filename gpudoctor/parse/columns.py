@@ -285,7 +285,6 @@ _ENCODER = msgspec.json.Encoder()
 
 _CAT = attrgetter("cat")
 _PH = attrgetter("ph")
-_NAME = attrgetter("name")
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 _ARGS = attrgetter("args")
@@ -356,16 +355,22 @@ def _intern(table: dict[Any, int], keys: list[Any]) -> np.ndarray:
     return np.array(ids, dtype=np.int32)
 
 
-def _intern_attr(table: dict[Any, int], getter: Any, items: list[Any]) -> np.ndarray:
-    """``_intern`` of an attribute of each item (one pass when every key is known already)."""
-    ids = list(map(table.get, map(getter, items)))
-    if None in ids:
-        return _intern(table, list(map(getter, items)))
-    return np.array(ids, dtype=np.int32)
+def _intern_names(table: dict[str, int], events: list[Event]) -> np.ndarray:
+    """``_intern`` of the events' names: one pass (a comprehension, faster here than ``map``
+    with an attrgetter) when every name is known already, the usual case after a first batch."""
+    get = table.get
+    try:
+        return np.fromiter([get(e.name) for e in events], np.int32, len(events))
+    except TypeError:  # a name not seen yet (None)
+        return _intern(table, [e.name for e in events])
 
 
 def _intern_raw(table: dict[bytes, int], getter: Any, args: list[Args]) -> np.ndarray:
     """Ids of JSON texts; ``table`` starts as ``{b"": NO_VALUE}`` (absent), so ids count from 0."""
+    try:  # one pass when every text is known already
+        return np.fromiter(map(table.get, map(bytes, map(getter, args))), np.int32, len(args))
+    except TypeError:  # a text not seen yet (None)
+        pass
     keys = list(map(bytes, map(getter, args)))
     ids = list(map(table.get, keys))
     if None in ids:
@@ -559,7 +564,7 @@ class ColumnBuilder:
 
     def _add_tabled(self, sub: list[Event], g: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         """Complete events of host and device categories, in file order."""
-        name_ids = _intern_attr(self.names, _NAME, sub)
+        name_ids = _intern_names(self.names, sub)
         on_host = g < 10
         hsel = np.flatnonzero(on_host)
         if len(hsel):
