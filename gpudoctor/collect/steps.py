@@ -348,6 +348,7 @@ MARKER_CALLS = {
 # of each other), backward() calls, DataLoader batches received
 WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES = range(6)
 _ZERO = (0,) * 6
+_NO_CPU = (None,) * 5  # a fast row's CPU figures when the next getrusage read covers its step
 
 _Snapshot = tuple  # (t_ns, rusage, the step's acc as a tuple, epoch)
 
@@ -457,7 +458,7 @@ class StepTracker:
         self.step_start_ns = 0
         self._ru = None  # getrusage at its last read (RUSAGE_EVERY_NS)
         self._ru_ns = 0  # … and when
-        self._cpu_pending = 0  # rows since that read, without CPU figures of their own
+        self._ru_index = 0  # the first step that read's figures do not cover (cpu_steps: the steps up to a read)
         self.rusage_every_ns = RUSAGE_EVERY_NS
         # the step in progress (indices WAIT … N_BATCHES): changed in place, the hooks hold the list
         self.acc = [0] * 6
@@ -530,7 +531,7 @@ class StepTracker:
         if ru is None:  # a fresh start: rows since the last read keep no CPU figures
             self._ru = resource.getrusage(resource.RUSAGE_SELF)
             self._ru_ns = now_ns
-            self._cpu_pending = 0
+            self._ru_index = self.index
         else:
             self._ru = ru
         if self.source == "none":  # provisional (step 0 before any marker): no instrument
@@ -578,8 +579,8 @@ class StepTracker:
         prev = self._ru
         self._ru = ru
         self._ru_ns = end_ns
-        cpu_steps = self._cpu_pending + 1
-        self._cpu_pending = 0
+        cpu_steps = index + 1 - self._ru_index
+        self._ru_index = index + 1
         wall = end_ns - self.step_start_ns
         window = self._window
         acc = self.acc
@@ -629,8 +630,8 @@ class StepTracker:
                ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
                ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, None, "", epoch,
                self.source, part[FORWARD] if self.forward_watched else None, part[BACKWARD], part[OPTIMIZER],
-               part[N_BWD] or part[N_BATCHES], part[N_BATCHES], self._cpu_pending + 1]
-        self._cpu_pending = 0
+               part[N_BWD] or part[N_BATCHES], part[N_BATCHES], index + 1 - self._ru_index]
+        self._ru_index = index + 1
         self._ru_ns = t
         self._emit(row)
         self.cuda.restart()  # no event marks the split: neither part gets GPU time
@@ -722,8 +723,7 @@ class StepTracker:
                     # that held the rusage objects and a list cost a micro-loop of bare optimizer.step()
                     # calls ~9 µs of collections per call); _drain_rows makes the lines once a second
                     self._rows.append((*acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
-                                       None, None, None, None, None))
-                    self._cpu_pending += 1
+                                       *_NO_CPU))
                 else:
                     self._fast_due(index, start, end_ns)
                 if self._need_walls and len(self.walls_plain) < 10_000:
@@ -759,19 +759,14 @@ class StepTracker:
     def _fast_due(self, index: int, start: int, end_ns: int) -> None:
         """A fast boundary at or after ``_due_ns``: its row, with CPU figures (covering the steps
         since the last read) when a read is due, and the lines written when they are due."""
+        cpu: tuple[Any, ...] = _NO_CPU
         if end_ns - self._ru_ns >= self.rusage_every_ns:
             ru = _getrusage(_RUSAGE_SELF)
             prev = self._ru
-            self._rows.append((*self.acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
-                               ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime,
-                               ru.ru_minflt - prev.ru_minflt, ru.ru_majflt - prev.ru_majflt, self._cpu_pending + 1))
-            self._ru = ru
-            self._ru_ns = end_ns
-            self._cpu_pending = 0
-        else:
-            self._rows.append((*self.acc, index, start, end_ns, self.epoch, self.source, self.forward_watched,
-                               None, None, None, None, None))
-            self._cpu_pending += 1
+            cpu = (ru.ru_utime - prev.ru_utime, ru.ru_stime - prev.ru_stime, ru.ru_minflt - prev.ru_minflt,
+                   ru.ru_majflt - prev.ru_majflt, index + 1 - self._ru_index)
+            self._ru, self._ru_ns, self._ru_index = ru, end_ns, index + 1
+        self._rows.append((*self.acc, index, start, end_ns, self.epoch, self.source, self.forward_watched, *cpu))
         if end_ns - self._last_write_ns >= self.write_every_ns:
             self._drain_rows(end_ns)
             if self.on_boundary is not None:
@@ -869,7 +864,7 @@ class StepTracker:
         return t
 
     def _phase_enter(self) -> None:
-        self._marks.append(time.monotonic_ns() - self.charged)
+        self._marks.append(self.mark())
 
     def _phase_exit(self, kind: int) -> int:
         """Close the innermost phase opened by :meth:`_phase_enter`."""
