@@ -62,21 +62,26 @@ def host_compute(view: TraceView, collectives: np.ndarray):
 
 def host_collectives(view: TraceView, windows: Windows):
     """The host-side collective ranges in the windows: (their indices, their union clipped to
-    the windows, the part of it no compute hides: see ``host_compute``)."""
+    the windows)."""
     ws, we = iv.union(windows.starts, windows.ends)
     host = np.flatnonzero((view.is_annotation | view.is_cpu_op) & view.host_is(view.names.host_collective))
     if windows.from_steps and len(host):
         host = host[windows.index_of(view.h_ts[host]) >= 0]
-    host_set = iv.intersect(*iv.union(view.h_ts[host], view.h_end[host]), ws, we)
-    exposed = iv.subtract(*host_set, *host_compute(view, host)) if len(host) else iv.EMPTY
-    return host, host_set, exposed
+    return host, iv.intersect(*iv.union(view.h_ts[host], view.h_end[host]), ws, we)
+
+
+def host_exposed(view: TraceView, host: np.ndarray, host_set):
+    """The part of the host collectives' union (``host_collectives``) that no compute hides
+    (see ``host_compute``: a union over every cpu_op and kernel, so computed only where a
+    figure uses it)."""
+    return iv.subtract(*host_set, *host_compute(view, host)) if len(host) else iv.EMPTY
 
 
 def comm_stats(view: TraceView, windows: Windows | None = None) -> tuple[CommStats, ...]:
     windows = windows or view.windows
     ws, we = iv.union(windows.starts, windows.ends)
     names = view.names
-    host, host_set, host_exposed = host_collectives(view, windows)
+    host, host_set = host_collectives(view, windows)
     host_ns = iv.total(*host_set)
     comm_k = view.is_kernel & view.dev_is(names.comm_kernel)
     out = []
@@ -108,8 +113,8 @@ def comm_stats(view: TraceView, windows: Windows | None = None) -> tuple[CommSta
                 per_step=per_step(windows, comm, exposed),
             )
         )
-    if not out and len(host):
-        exposed = host_exposed
+    if not out and len(host):  # no collective kernels: the host ranges are the communication
+        exposed = host_exposed(view, host, host_set)
         exposed_ns = iv.total(*exposed)
         out.append(
             CommStats(

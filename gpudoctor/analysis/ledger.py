@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpudoctor.analysis import intervals as iv
-from gpudoctor.analysis.comm import host_collectives
+from gpudoctor.analysis.comm import host_collectives, host_exposed
 from gpudoctor.analysis.dispatch import window_parts
 from gpudoctor.analysis.kernels import is_fp32_types
 from gpudoctor.analysis.names import memcpy_kind
@@ -221,7 +221,7 @@ def gpu_parts(view: TraceView, gaps: GapTable) -> list[dict[Component, int]]:
 def cpu_parts(view: TraceView, windows: Windows) -> list[dict[Component, int]]:
     """The ledger of each window of a trace without GPU activity."""
     w_s, w_e = windows.starts, windows.ends
-    _, _, exposed = host_collectives(view, windows)
+    exposed = host_exposed(view, *host_collectives(view, windows))
     dl, opt = view.is_dataloader, view.is_optimizer_step
     sets = [
         (C.COMM_EXPOSED, exposed),

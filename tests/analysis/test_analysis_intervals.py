@@ -70,3 +70,24 @@ def test_clip_and_empty_inputs():
     assert iv.total(*iv.union(np.zeros(0), np.zeros(0))) == 0
     assert iv.intersect(np.zeros(0), np.zeros(0), np.array([1]), np.array([2]))[0].size == 0
     assert iv.gaps(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, 5)[1].tolist() == [5]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_nesting_order_is_lexsort_by_thread_start_and_longer_first(seed):
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 7, 300):
+        ts = rng.integers(0, 25, n)  # many equal starts
+        end = ts + rng.integers(0, 6, n)
+        for thread in (rng.integers(-2, 3, n), rng.integers(0, 1 << 40, n)):
+            assert np.array_equal(iv.nesting_order(ts, end, thread), np.lexsort((-end, ts, thread)))
+        assert np.array_equal(iv.nesting_order(ts, end), np.lexsort((-end, ts)))
+
+
+def test_nesting_order_on_nearly_sorted_starts_with_ties():
+    # a trace's layout: starts nearly in order, runs of ops that start together, two threads
+    rng = np.random.default_rng(1)
+    ts = np.sort(rng.integers(0, 5000, 4000))
+    ts[::97] -= 3  # a few out of order
+    end = ts + rng.integers(0, 400, 4000)
+    thread = np.where(rng.random(4000) < 0.9, 11, 12)
+    assert np.array_equal(iv.nesting_order(ts, end, thread), np.lexsort((-end, ts, thread)))
