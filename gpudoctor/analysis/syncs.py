@@ -39,10 +39,11 @@ def sync_summary(view: TraceView, windows: Windows | None = None, top: int = TOP
     py = Lookup(view, view.is_python) if view.is_python.any() else None
     frame_cache: dict[int, str] = {}
     records: list[HostSync] = []
-    for i in order.tolist():
+    wins = windows.index_of(view.h_ts[order]).tolist()
+    outer = ops.outermost(view.h_ts[order], view.h_end[order], view.h_thread[order]).tolist()
+    for i, w, pos in zip(order.tolist(), wins, outer, strict=True):
         ts, end, thread = int(view.h_ts[i]), int(view.h_end[i]), int(view.h_thread[i])
-        pos = ops.enclosing(ts, end, thread)
-        op = ops.name(int(pos[0])) if len(pos) else ""
+        op = ops.name(pos) if pos >= 0 else ""
         frame = ""
         if py is not None:
             fpos = py.enclosing(ts, end, thread)
@@ -55,7 +56,6 @@ def sync_summary(view: TraceView, windows: Windows | None = None, top: int = TOP
                 if ok:
                     frame = ok
                     break
-        w = windows.index_of(np.array([ts]))[0]
         records.append(
             HostSync(
                 name=view.tl.names[view.h_name[i]],

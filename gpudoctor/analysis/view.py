@@ -315,6 +315,28 @@ class Lookup:
             c = c[self.view.h_thread[self.idx[c]] == thread]
         return c[np.lexsort((-self.end[c], self.ts[c]))] if len(c) else c
 
+    def outermost(self, a: np.ndarray, b: np.ndarray, thread: np.ndarray) -> np.ndarray:
+        """For each ``[a_i, b_i]`` on ``thread_i``: the position of the event that
+        ``enclosing(a_i, b_i, thread_i)`` lists first (the earliest start, then the longest),
+        -1 where none encloses it. Vectorized: per thread, in nesting order, the first event
+        whose running maximum of ends reaches ``b_i`` is the only candidate."""
+        out = np.full(len(a), -1, np.int64)
+        if not len(self.idx) or not len(a):
+            return out
+        th = self.view.h_thread[self.idx]
+        order = iv.nesting_order(self.ts, self.end, th)
+        th_s, ts_s, end_s = th[order], self.ts[order], self.end[order]
+        cuts = np.r_[np.flatnonzero(np.r_[True, th_s[1:] != th_s[:-1]]), len(order)]
+        for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            q = np.flatnonzero(thread == th_s[lo])
+            if not len(q):
+                continue
+            k = np.searchsorted(np.maximum.accumulate(end_s[lo:hi]), b[q], side="left")
+            kk = np.minimum(k, hi - lo - 1)
+            ok = (k < hi - lo) & (ts_s[lo:hi][kk] <= a[q])
+            out[q[ok]] = order[lo + kk[ok]]
+        return out
+
     def name(self, pos: int) -> str:
         return self.view.tl.names[self.view.h_name[self.idx[pos]]]
 

@@ -149,3 +149,25 @@ def test_no_ops_no_stats_and_analyze_trace_carries_them():
     m = analyze_trace(b.build())
     assert m.dispatch is not None and m.dispatch.dispatch_pct == 56.0
     assert m.to_dict()["dispatch"]["typical_step_ns"] == 100 * US
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lookup_outermost_is_what_enclosing_lists_first(seed):
+    # nested, overlapping (not nested) and long ops on three threads, queries inside and outside
+    from gpudoctor.analysis.view import Lookup
+
+    rng = np.random.default_rng(seed)
+    b = TimelineBuilder()
+    for _ in range(400):
+        ts = int(rng.integers(0, 200)) * US
+        dur = int(rng.choice([1, 3, 10, 60, 6000])) * US  # 6 ms: past Lookup.LONG_NS
+        b.add_host(H.CPU_OP, "op", ts, dur, thread=f"1/{int(rng.integers(0, 3))}")
+    view = TraceView(b.build())
+    lk = Lookup(view, view.is_cpu_op)
+    a = rng.integers(0, 7000, 300) * US
+    e = a + rng.integers(0, 30, 300) * US
+    th = rng.integers(0, 4, 300).astype(np.int32)  # thread 3 has no ops
+    got = lk.outermost(a, e, th)
+    for i in range(300):
+        pos = lk.enclosing(int(a[i]), int(e[i]), int(th[i]))
+        assert got[i] == (int(pos[0]) if len(pos) else -1)
