@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -380,6 +381,15 @@ def _intern_raw(table: dict[bytes, int], getter: Any, args: list[Args]) -> np.nd
     return np.array(ids, dtype=np.int32)
 
 
+# the columns of a ColumnBuilder; those of interned ids are remapped when parts are joined
+COLUMNS = (
+    "h_kind", "h_name", "h_ts", "h_dur", "h_thread", "h_corr", "h_ext", "h_dims", "h_types", "h_flags",
+    "d_kind", "d_name", "d_ts", "d_dur", "d_device", "d_stream", "d_corr", "d_ext", "d_bytes",
+    "m_ts", "m_device", "m_alloc", "m_reserved", "m_delta", "f_ts", "f_id", "f_start",
+)
+_INTERNED = frozenset(("h_name", "h_thread", "h_dims", "h_types", "d_name"))
+
+
 class ColumnBuilder:
     """Accumulates events into typed columns; ``build()`` makes the ``Timeline``.
 
@@ -439,6 +449,7 @@ class ColumnBuilder:
         self.f_ts = array("d")
         self.f_id = array("q")
         self.f_start = array("b")
+        self.spilled: list[int] | None = None  # the columns' lengths while they are in a file (spill)
 
     # ------------------------------------------------------------------ input
     def add_dicts(self, items: list[Any]) -> None:
@@ -644,6 +655,29 @@ class ColumnBuilder:
         self.f_start.frombytes(start.tobytes())
 
     # ------------------------------------------------------------------ parts
+    def spill(self, fd: int) -> None:
+        """Write the columns to the file ``fd`` (from its start) and empty them: a part goes
+        back to the process that joins the parts with only its tables pickled (``unspill``
+        reads the columns back)."""
+        os.lseek(fd, 0, os.SEEK_SET)
+        with open(fd, "wb", closefd=False) as f:
+            for name in COLUMNS:
+                getattr(self, name).tofile(f)
+        self.spilled = [len(getattr(self, name)) for name in COLUMNS]
+        for name in COLUMNS:
+            setattr(self, name, array(getattr(self, name).typecode))
+
+    def unspill(self, fd: int) -> None:
+        """Read back the columns ``spill`` wrote to ``fd``."""
+        if self.spilled is None:
+            return
+        os.lseek(fd, 0, os.SEEK_SET)
+        with open(fd, "rb", closefd=False) as f:
+            for name, n in zip(COLUMNS, self.spilled, strict=True):
+                col = getattr(self, name)
+                col.fromfile(f, n)  # EOFError: the file holds less than was written
+        self.spilled = None
+
     def extend(self, other: ColumnBuilder) -> None:
         """Append ``other``'s rows: the part of the same file that comes right after this one's."""
         names = _remap(self.names, other.names)
@@ -661,10 +695,9 @@ class ColumnBuilder:
         self.h_dims += mapped(other.h_dims, dims, "i")
         self.h_types += mapped(other.h_types, types, "i")
         self.d_name += mapped(other.d_name, names, "i")
-        for col in ("h_kind", "h_ts", "h_dur", "h_corr", "h_ext", "h_flags",
-                    "d_kind", "d_ts", "d_dur", "d_device", "d_stream", "d_corr", "d_ext", "d_bytes",
-                    "m_ts", "m_device", "m_alloc", "m_reserved", "m_delta", "f_ts", "f_id", "f_start"):
-            getattr(self, col).extend(getattr(other, col))
+        for col in COLUMNS:
+            if col not in _INTERNED:
+                getattr(self, col).extend(getattr(other, col))
         self.codes_seen |= other.codes_seen
         self.unknown.update(other.unknown)
         self.dropped.update(other.dropped)

@@ -6,8 +6,9 @@ executor's processes read the others (``kineto.read_part``): each starts after t
 first event separator at or after its target offset and stops at the next part's, so
 neighbouring parts agree on the boundary without talking to each other (a gzipped trace
 is decompressed up to its part's target by the process reading that part). The parts'
-column builders come back and are appended in file order (``ColumnBuilder.extend``):
-the ``Timeline`` is the one a single process builds.
+column builders come back (their columns through an in-memory file each process inherits,
+``read_part_into``; the rest pickled) and are appended in file order
+(``ColumnBuilder.extend``): the ``Timeline`` is the one a single process builds.
 
 A boundary is used only once the part before it ended by decoding an event that closes
 exactly there (``STOPPED``): until then, the later part may have started inside a string
@@ -19,6 +20,7 @@ caller passes a ``concurrent.futures`` executor.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
@@ -31,6 +33,7 @@ from gpudoctor.parse.kineto import (
     CHUNK_BYTES,
     END,
     STOPPED,
+    PartResult,
     find_start,
     is_gzip,
     read_part,
@@ -89,9 +92,57 @@ def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_byte
     parts are not all back by then; an exception in it is left for the caller to meet
     again (it is work the caller would do anyway)."""
     stops: list[int | None] = [*targets[1:], None]
+    files = [_part_file() for _ in targets]
+    try:
+        return _read_split(path, targets, stops, files, executor, chunk_bytes, meanwhile)
+    finally:
+        for f in files:
+            if f is not None:
+                os.close(f[0])
+
+
+def _part_file() -> tuple[int, tuple[int, int]] | None:
+    """An anonymous in-memory file for one part's columns (Linux's memfd), and its identity;
+    None where there is none (the columns come back pickled through the pool's pipe)."""
+    create = getattr(os, "memfd_create", None)
+    if create is None:
+        return None
+    try:
+        fd = create("gpudoctor-part")
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def read_part_into(file: tuple[int, tuple[int, int]] | None, path: Path, target: int | None,
+                   stop_target: int | None, chunk_bytes: int = CHUNK_BYTES) -> PartResult:
+    """``read_part`` in a process of the pool, its columns written to ``file``: a descriptor the
+    process inherited when it was forked, checked to be that very file (a process started
+    otherwise, or earlier, has no such descriptor: then the columns are pickled back).
+
+    Through the pool's pipe, a part's 24 MB of columns took 0.1-0.25 s to reach the joining
+    process here (the pipe moves 64 KiB at a time, each read by a thread of the process that is
+    busy reading its own part); through the file, 0.02 s."""
+    part = read_part(path, target, stop_target, chunk_bytes)
+    if file is not None:
+        fd, ident = file
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return part
+        if (st.st_dev, st.st_ino) == ident:
+            part.builder.spill(fd)
+    return part
+
+
+def _read_split(path: Path, targets: list[int], stops: list[int | None],
+                files: list[tuple[int, tuple[int, int]] | None], executor: Executor, chunk_bytes: int,
+                meanwhile: Callable[[], object] | None) -> Timeline:
     futures: list[Future] = []
     try:
-        futures = [executor.submit(read_part, path, t, s, chunk_bytes) for t, s in zip(targets, stops, strict=True)]
+        futures = [executor.submit(read_part_into, f, path, t, s, chunk_bytes)
+                   for f, t, s in zip(files, targets, stops, strict=True)]
     except (BrokenProcessPool, RuntimeError):
         futures = []
     if not futures:
@@ -128,6 +179,9 @@ def read_split_at(path: Path, targets: list[int], executor: Executor, chunk_byte
             raise
         if not part.started:  # cannot be: the part before found a separator after this one's target
             return read_trace_chunked(path, chunk_bytes)
+        f = files[i]
+        if part.builder.spilled is not None and f is not None:
+            part.builder.unspill(f[0])
         builder.extend(part.builder)
         del part.builder
         tail = part.tail

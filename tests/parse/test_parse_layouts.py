@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
 from gpudoctor.parse import load_trace
-from gpudoctor.parse.columns import ColumnBuilder, Header
+from gpudoctor.parse.columns import COLUMNS, ColumnBuilder, Header
 from gpudoctor.parse.kineto import END, STOPPED, UNPROVEN, read_part, read_trace_chunked
 from gpudoctor.parse.parallel import read_split_at, read_trace_split
 
@@ -189,6 +190,84 @@ def test_parts_of_a_large_file_through_processes(tmp_path):
     ref = read_trace_chunked(p)
     with _pool(2) as ex:
         assert same(read_trace_split(p, 3, ex, chunk_bytes=4096), ref)
+
+
+def plain_events(n: int) -> list[dict]:
+    """Ops, launches and kernels with nothing in their strings that looks like an event boundary
+    (every part of a file of them proves its start)."""
+    ev: list[dict] = []
+    for i in range(n):
+        t = 1_000_000.0 + 50 * i
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1, "tid": 1, "ts": t, "dur": 9.5,
+                   "args": {"External id": i, "Input Dims": [[8, i % 3]], "Input type": ["float"]}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1,
+                   "dur": 4, "args": {"External id": i, "correlation": i}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"kernel{i % 5}", "pid": 0, "tid": 7, "ts": t + 8,
+                   "dur": 20.25, "args": {"device": 0, "stream": 7, "correlation": i, "External id": i}})
+    return ev
+
+
+def _count_joins(monkeypatch) -> list[str]:
+    """Record how each part joined came back: "file" (its columns through its file) or "pickled"."""
+    seen: list[str] = []
+    real_unspill, real_extend = ColumnBuilder.unspill, ColumnBuilder.extend
+
+    def unspill(self, fd):
+        if self.spilled is not None:
+            seen.append("file")
+        real_unspill(self, fd)
+
+    def extend(self, other):
+        if not seen or seen[-1] != "file":
+            seen.append("pickled")
+        else:
+            seen[-1] = "file joined"
+        real_extend(self, other)
+
+    monkeypatch.setattr(ColumnBuilder, "unspill", unspill)
+    monkeypatch.setattr(ColumnBuilder, "extend", extend)
+    return seen
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="in-memory files are Linux's")
+def test_parts_come_back_through_a_file_the_readers_inherit(tmp_path, monkeypatch):
+    from gpudoctor.pipeline import _pool
+
+    p = write(tmp_path / "t.json", serialize(plain_events(2000), "minified"), False)
+    ref = read_trace_chunked(p)
+    seen = _count_joins(monkeypatch)
+    with _pool(2) as ex:  # its processes are forked at the first part: the files exist by then
+        assert same(read_trace_split(p, 3, ex, chunk_bytes=4096), ref)
+    assert seen == ["file joined", "file joined"]
+
+
+def test_parts_come_back_pickled_from_readers_started_before_their_files(tmp_path, monkeypatch):
+    # a descriptor number in a process forked earlier is some other file, or none: never written to
+    from gpudoctor.pipeline import _pool
+
+    p = write(tmp_path / "t.json", serialize(plain_events(2000), "minified"), False)
+    ref = read_trace_chunked(p)
+    seen = _count_joins(monkeypatch)
+    with _pool(2) as ex:
+        assert sorted(ex.map(abs, [-1, -2])) == [1, 2]  # both processes run, before any file exists
+        assert same(read_trace_split(p, 3, ex, chunk_bytes=4096), ref)
+    assert seen == ["pickled", "pickled"]
+
+
+def test_spilled_columns_read_back_whole(tmp_path):
+    p = write(tmp_path / "t.json", serialize(nasty_events(60), "lines"), False)
+    part = read_part(p, None, None)
+    b = part.builder
+    before = {name: bytes(getattr(b, name)) for name in COLUMNS}
+    fd = os.open(tmp_path / "columns", os.O_RDWR | os.O_CREAT)
+    try:
+        b.spill(fd)
+        assert b.spilled is not None and not any(len(getattr(b, name)) for name in COLUMNS)
+        b.unspill(fd)
+    finally:
+        os.close(fd)
+    assert b.spilled is None and {name: bytes(getattr(b, name)) for name in COLUMNS} == before
+    assert same(b.build(Header.from_json({**part.header, **part.tail})), read_trace_chunked(p))
 
 
 def test_a_part_proves_its_end(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -132,3 +133,34 @@ def test_passes_beside_run_in_another_process_and_their_errors_come_back():
     results = _fork_beside([broken])
     with pytest.raises(ValueError, match="a pass failed"):  # run again here: the same error, raised here
         results()
+
+
+def test_the_readers_need_none_of_the_analysis():
+    # One large trace's parts are read by processes forked once the reader is imported: what
+    # analysing it needs besides (the inputs, the analysis, the report's model) comes after.
+    code = ("import sys, gpudoctor.cli, gpudoctor.pipeline, gpudoctor.parse.parallel\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpudoctor'))))")
+    mods = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "gpudoctor.parse.kineto" in mods and "gpudoctor.model.trace" in mods
+    for heavy in ("gpudoctor.analysis", "gpudoctor.parse.inputs", "gpudoctor.model.findings", "gpudoctor.engine"):
+        assert heavy not in mods
+
+
+def test_the_model_and_parse_packages_name_what_their_type_checking_imports_name():
+    import ast
+    import importlib
+
+    import gpudoctor.model
+    import gpudoctor.parse
+
+    for pkg, names in ((gpudoctor.model, gpudoctor.model._WHERE), (gpudoctor.parse, gpudoctor.parse._INPUTS)):
+        tree = ast.parse(open(pkg.__file__, encoding="utf-8").read())
+        guarded = {(node.module.rsplit(".", 1)[1], a.name)
+                   for block in tree.body if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING"
+                   for node in block.body for a in node.names}
+        lazy = {(names[n], n) for n in names} if isinstance(names, dict) else {("inputs", n) for n in names}
+        assert guarded == lazy, pkg.__name__
+        for mod, name in lazy:  # each resolves, to the object its module defines
+            assert getattr(pkg, name) is getattr(importlib.import_module(f"{pkg.__name__}.{mod}"), name)
+    with pytest.raises(AttributeError):
+        gpudoctor.model.no_such_name  # noqa: B018
