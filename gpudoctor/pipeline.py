@@ -11,8 +11,8 @@ same whichever way the map ran:
 - ``jobs > 1``, several traces: a ``concurrent.futures`` process pool, one trace per task
   (each process holds one trace at a time);
 - ``jobs > 1``, one large trace: its events are read in ``jobs`` parts by as many
-  processes (``parse.parallel``), then analyzed here, its host-side passes in a process
-  forked beside this one (``_fork_beside``: it inherits the columns, only the results are
+  processes (``parse.parallel``), then analyzed here, half its passes (the host side's, the
+  transfer and kernel tables) in a process forked beside this one (``_fork_beside``: it inherits the columns, only the results are
   pickled back);
 - ``cluster``: on a Dask cluster (``dask.distributed``), one trace per task; the workers
   read the traces by path, so the files must be where the workers can read them (a shared
@@ -52,7 +52,7 @@ __all__ = ["TraceOutcome", "analyze_job", "analyze_paths", "available_cores"]
 
 POOL_MIN_BYTES = 2 << 20  # several traces smaller than this in all (on disk) are read in this process
 # a trace with fewer events is analysed in this process alone: forking a process beside it costs
-# ~30 ms, its host-side passes take ~0.3 s at 1.5 M events (measured on the 327 MB benchmark trace)
+# ~30 ms, the passes it would run take ~0.3 s at 1.5 M events (measured on the 327 MB benchmark trace)
 BESIDE_MIN_EVENTS = 400_000
 CLUSTER_EXTRA = "pip install 'gpudoctor[cluster]'"
 CONNECT_TIMEOUT = "10s"  # how long --cluster waits for the scheduler to answer

@@ -62,8 +62,9 @@ def dropped_events_note(dropped: dict[str, int]) -> str:
 def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside | None = None) -> TraceMetrics:
     """Every metric of one trace. ``run`` adds what the trace lacks (devices, rank,
     ``empty_cache`` calls) when the trace comes from a run directory. ``beside``: where the
-    host-side passes (CPU summary, dispatch, syncs: about 40% of the work) may run while
-    this process computes the rest; the metrics are the same wherever they run."""
+    host-side passes (CPU summary, dispatch, syncs) and the transfer and kernel tables, about
+    half of the work, may run while this process computes the rest; the metrics are the same
+    wherever they run."""
     view = TraceView(timeline)
     info = timeline.info
     windows = view.windows
@@ -71,6 +72,8 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         lambda: cpu_summary(view, windows),
         lambda: dispatch_stats(view, windows),
         lambda: sync_summary(view, windows),
+        lambda: transfer_stats(view, windows),
+        lambda: kernel_stats(view, windows),
     ]
     side_results = beside(side) if beside is not None else None
     notes: list[str] = []
@@ -124,11 +127,9 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         notes.append("read with the streaming parser (the header is not where a Kineto trace has it)")
     if not view.is_activity.any():
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
-    transfers = transfer_stats(view, windows)
-    kernels = kernel_stats(view, windows)
     memory = memory_stats(view, devices, run, windows)
     comm = comm_stats(view, windows)
-    cpu, dispatch, syncs = side_results() if side_results is not None else [f() for f in side]
+    cpu, dispatch, syncs, transfers, kernels = side_results() if side_results is not None else [f() for f in side]
     for u in utilization:
         if u.hta_window is not None and windows.from_steps:
             notes.append(f"device {u.device}: {u.hta_window.description}")
