@@ -886,20 +886,26 @@ _BLOCK = 1 << 18
 
 
 def _ns(a: array) -> array:
-    """µs (float64 column) -> integer ns, in blocks so temporaries stay small. Whole µs and
-    the fraction are converted separately: epoch-based µs (1.7e15) times 1000 would
-    exceed float64's exact integers."""
-    out = array("q")
-    if not len(a):
-        return out
+    """µs (float64 column) -> integer ns, in blocks so temporaries stay small, written in place
+    into the new column. Whole µs and the fraction are converted separately: epoch-based µs
+    (1.7e15) times 1000 would exceed float64's exact integers; a block of whole µs (older
+    Kineto writes integers) skips the fraction."""
+    n = len(a)
+    if not n:
+        return array("q")
+    out = array("q", bytes(8 * n))
     f = np.frombuffer(a, dtype=np.float64)
-    for i in range(0, len(f), _BLOCK):
+    o = np.frombuffer(out, dtype=np.int64)
+    for i in range(0, n, _BLOCK):
         blk = f[i : i + _BLOCK]
         whole = np.floor(blk)
-        v = whole.astype(np.int64)
-        v *= 1000
-        v += np.rint((blk - whole) * 1000.0).astype(np.int64)
-        out.frombytes(v.tobytes())
+        frac = blk - whole
+        ob = o[i : i + _BLOCK]
+        ob[:] = whole  # exact: |µs| <= _MAX_US < 2**53
+        ob *= 1000
+        if frac.any():
+            frac *= 1000.0
+            ob += np.rint(frac).astype(np.int64)
     return out
 
 

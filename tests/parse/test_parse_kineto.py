@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 import time
 from pathlib import Path
 
@@ -337,3 +338,19 @@ def test_the_decompressing_thread_stops_at_once_with_its_queue_full(monkeypatch)
     t = time.monotonic()
     pre.close()
     assert not pre.thread.is_alive() and time.monotonic() - t < 10
+
+
+def test_microseconds_become_nanoseconds_exactly():
+    # whole µs (older Kineto), fractions (newer), epoch-based starts, negatives; blocks of both kinds
+    import math
+    from array import array
+
+    from gpudoctor.parse.columns import _BLOCK, _ns
+
+    rng = random.Random(3)
+    values = [float(rng.randrange(0, 10**7)) for _ in range(_BLOCK + 5)]
+    values += [1.7e15 + rng.randrange(0, 10**9) + rng.randrange(0, 1000) / 1000 for _ in range(2000)]
+    values += [-rng.random() * 1e6 for _ in range(100)] + [0.0, 0.5, 1.5, 2.0005, -0.0005, 9.0e15, -9.0e15]
+    expected = [math.floor(v) * 1000 + round((v - math.floor(v)) * 1000.0) for v in values]
+    assert list(_ns(array("d", values))) == expected
+    assert list(_ns(array("d"))) == []
