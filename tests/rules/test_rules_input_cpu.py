@@ -91,6 +91,29 @@ def test_gd201_first_step_of_the_run_is_left_out():
     assert judge("GD201", _cpu_run(steps=s)).verdict == Verdict.FINE
 
 
+def _workers_starting(workers: int, epochs: int, persistent: bool, late_ms: float):
+    """Three epochs of 20 steps (10 ms each, 0.3 ms waiting): each epoch's first step waits for
+    its workers (GD202's); the second worker's first batch comes ``late_ms`` after the first's."""
+    d = dataloader(num_workers=workers, prefetch_factor=2, persistent_workers=persistent, iterations_started=epochs)
+    s = list(steps(20 * epochs, 10.0, 0.3, epochs=epochs, first_wait_ms=1500.0))
+    for k in range(epochs):
+        i = 20 * k + 1
+        s[i] = dataclasses.replace(s[i], data_wait_ns=int(late_ms * MS), wall_ns=int((late_ms + 9.7) * MS))
+    return _cpu_run(settings=settings(device_type="cpu", dataloaders=(d,)), steps=tuple(s))
+
+
+def test_gd201_leaves_each_workers_first_batch_to_gd202():
+    # 2 spawned workers: the second one's first batch waits 0.5 s for it to start, every epoch (the
+    # workers restart): start-up, not a stall
+    assert judge("GD201", _workers_starting(2, 3, persistent=False, late_ms=500.0)).verdict == Verdict.FINE
+    # one worker has no second first batch: a step that waits 0.5 s is a stall
+    assert judge("GD201", _workers_starting(1, 3, persistent=False, late_ms=500.0)).verdict == Verdict.FIRED
+    # persistent workers start once: after the first epoch such a wait is a stall (60 steps less each
+    # epoch's first and the first epoch's second)
+    res = judge("GD201", _workers_starting(2, 3, persistent=True, late_ms=500.0))
+    assert res.verdict == Verdict.FIRED and "median over 56 steps" in res.findings[0].message
+
+
 def test_gd201_from_a_bare_trace():
     m = trace(breakdown_mean_pct={"data_loading": 35.0, "gpu_compute": 65.0})
     (f,) = judge("GD201", run(metrics=(m,))).findings
