@@ -132,7 +132,10 @@ def read_part_into(file: tuple[int, tuple[int, int]] | None, path: Path, target:
         except OSError:
             return part
         if (st.st_dev, st.st_ino) == ident:
-            part.builder.spill(fd)
+            try:
+                part.builder.spill(fd)
+            except OSError:  # no memory left for the file: the columns (whole until spilled) go pickled
+                pass
     return part
 
 
@@ -180,8 +183,11 @@ def _read_split(path: Path, targets: list[int], stops: list[int | None],
         if not part.started:  # cannot be: the part before found a separator after this one's target
             return read_trace_chunked(path, chunk_bytes)
         f = files[i]
-        if part.builder.spilled is not None and f is not None:
-            part.builder.unspill(f[0])
+        if part.builder.spilled is not None:
+            try:
+                part.builder.unspill(f[0] if f is not None else -1)
+            except (OSError, EOFError):  # the file lost what was written to it: read the trace in one piece
+                return read_trace_chunked(path, chunk_bytes)
         builder.extend(part.builder)
         del part.builder
         tail = part.tail

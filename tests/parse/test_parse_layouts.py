@@ -254,6 +254,22 @@ def test_parts_come_back_pickled_from_readers_started_before_their_files(tmp_pat
     assert seen == ["pickled", "pickled"]
 
 
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="in-memory files are Linux's")
+def test_a_part_whose_file_cannot_be_written_comes_back_pickled(tmp_path, monkeypatch):
+    from gpudoctor.pipeline import _pool
+
+    def full(self, fd):
+        raise OSError(28, "No space left on device")
+
+    p = write(tmp_path / "t.json", serialize(plain_events(2000), "minified"), False)
+    ref = read_trace_chunked(p)
+    seen = _count_joins(monkeypatch)
+    monkeypatch.setattr(ColumnBuilder, "spill", full)  # the readers are forked with it
+    with _pool(2) as ex:
+        assert same(read_trace_split(p, 3, ex, chunk_bytes=4096), ref)
+    assert seen == ["pickled", "pickled"]
+
+
 def test_spilled_columns_read_back_whole(tmp_path):
     p = write(tmp_path / "t.json", serialize(nasty_events(60), "lines"), False)
     part = read_part(p, None, None)
