@@ -266,7 +266,8 @@ class RuleContext:
     def steady_steps(self) -> tuple[StepRecord, ...]:
         """Steps of the run's marker without the first (and the first of each epoch when epochs
         are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
-        warm-up; a step that straddles a change of marker)."""
+        warm-up; a step that straddles a change of marker). With N DataLoader workers, also the
+        steps that receive batches 1..N-1 of an epoch whose workers start (``_worker_firsts``)."""
         steps = self.marked_steps()
         if len(steps) < 2:
             return steps
@@ -279,8 +280,29 @@ class RuleContext:
                 first_of_epoch.add(s.index)
         if all(s.epoch is None for s in steps):
             first_of_epoch = {steps[0].index}
+        first_of_epoch |= self._worker_firsts(steps)
         rest = tuple(s for s in steps if s.index not in first_of_epoch)
         return rest or steps
+
+    def _worker_firsts(self, steps: Sequence[StepRecord]) -> set[int]:
+        """The steps that receive batch 0..N-1 of an epoch whose N workers start (the first epoch;
+        every epoch without ``persistent_workers``): worker k loads batch k, so each of these
+        waits for its own worker's start-up, a one-off cost (GD202's) and not a stall. Measured
+        on 2 cores: the second of two spawned workers delivered its first batch 0.5 s after the
+        first's."""
+        dl = self.main_dataloader()
+        n = dl.num_workers if dl is not None else 0
+        if dl is None or n < 2:
+            return set()
+        out: set[int] = set()
+        received: dict[int | None, int] = {}  # batches of each epoch before the step
+        starts = steps[0].epoch
+        for s in steps:
+            k = received.get(s.epoch, 0)
+            if k < n and (s.epoch == starts or not dl.persistent_workers):
+                out.add(s.index)
+            received[s.epoch] = k + max(1, s.batches if s.batches is not None else (s.micro_batches or 1))
+        return out
 
     def step_time_ns(self) -> int | None:
         """Median wall time of a steady step: run records first, else the trace's step windows."""

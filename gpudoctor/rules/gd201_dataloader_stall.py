@@ -6,9 +6,9 @@ The time each step spends blocked in `DataLoader.__next__` waiting for the
 next batch, as a share of step time: from gpudoctor's per-step records (every
 step of the run), or from the `enumerate(DataLoader)#…__next__` events of a
 trace. The first step of each epoch is left out (worker start-up is GD202), and
-with N workers the first N batches of each epoch whose workers start (the first
-epoch; every epoch without `persistent_workers`): each is its own worker's first,
-and waits for that worker to start.
+with N workers the steps that receive the first N batches of an epoch whose
+workers start (the first epoch; every epoch without `persistent_workers`): each
+is its own worker's first batch, and waits for that worker to start.
 With gradient accumulation a step is one optimizer step: its wait is that of
 all its micro-batches, judged against the whole step, and the finding gives the
 wait per batch too.
@@ -98,7 +98,7 @@ import math
 
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
-from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
+from gpudoctor.model.run import DataLoaderSetting, Injection
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -167,38 +167,16 @@ def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str
     return changes
 
 
-def _past_worker_start(ctx: RuleContext, dl: DataLoaderSetting | None, micro: int) -> tuple[StepRecord, ...]:
-    """The steady steps less those that hold a worker's first batch of an epoch whose workers
-    start: worker k loads batch k, so with N workers batches 0..N-1 each wait for their own
-    worker's start-up (on 2 cores, the second of two spawned workers came up 0.5 s after the
-    first), a cost that GD202 judges; ``steady_steps`` leaves out only the first of them."""
-    steps = ctx.steady_steps()
-    n = dl.num_workers if dl is not None else 0
-    if n < 2 or not steps:
-        return steps
-    first = -(-n // micro)  # the steps that hold batches 0..n-1
-    marked = ctx.marked_steps()
-    position: dict[int, int] = {}
-    seen: dict[int | None, int] = {}
-    for s in marked:
-        position[s.index] = seen.get(s.epoch, 0)
-        seen[s.epoch] = position[s.index] + 1
-    starts = marked[0].epoch
-    kept = tuple(s for s in steps if position.get(s.index, first) >= first
-                 or (dl is not None and dl.persistent_workers and s.epoch != starts))
-    return kept or steps
-
-
 def _from_steps(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
+    steps = ctx.steady_steps()
+    share = ctx.data_wait_share_pct()
     dl = ctx.main_dataloader()
-    micro = ctx.micro_batches() or 1  # gradient accumulation: batches per optimizer step
-    steps = _past_worker_start(ctx, dl, micro)
-    share = ctx.share_of_steps(sum(s.data_wait_ns for s in steps), steps) if steps else None
     if share is None:
         return RuleResult.cannot_judge("no per-step records")
     wait_med = median_int(s.data_wait_ns for s in steps) or 0
     step_med = median_int(s.wall_ns for s in steps) or 0
+    micro = ctx.micro_batches() or 1  # gradient accumulation: batches per optimizer step
     loc = location_of(dl.call_site) if dl is not None else None
     where = f" at {loc}" if loc else ""
     if share <= t.dataloader_wait_share_pct:
