@@ -45,8 +45,8 @@ def nesting_order(ts: np.ndarray, end: np.ndarray, thread: np.ndarray | None = N
 
     Computed as stable sorts that suit a trace: its start times are nearly sorted already
     (numpy's stable sort merges runs), only the events that share a start are sorted by
-    their end, and in start order an event's thread comes in long runs: about 40% of
-    ``lexsort``'s time on a trace's ops (8 against 19 ms for 355,000 ops here)."""
+    their end, and in start order an event's thread comes in long runs: about half of
+    ``lexsort``'s time on a trace's ops (9 against 19 ms for 355,000 ops here)."""
     ts = as_i64(ts)
     order = np.argsort(ts, kind="stable")
     s = ts[order]
