@@ -151,21 +151,41 @@ class BackwardWatch:
             report(True, tracker.charge(mark, BACKWARD))
             return out
 
+        def end_step(t: int) -> None:
+            """backward() marks the steps: the one in progress ends at ``t`` (not the usual way)."""
+            try:
+                if tracker.active:
+                    tracker._end_marked(t)
+            except StopAfterSteps:
+                raise
+            except Exception as err:
+                on_error("backward() hook", err)
+
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if depth[0] or is_compiling() or get_ident() != tracker.opt_thread:
+            if depth[0] or is_compiling():
                 return slow(args, kwargs)
-            # the usual training loop: backward() marks nothing, only its time and count are kept
-            # (inlined: the hot path; see StepTracker.charged)
+            ident = get_ident()
+            if ident != tracker.train_thread:
+                return slow(args, kwargs)
+            # the usual training loop (inlined: the hot path; see StepTracker.charged)
             mark = monotonic_ns() - tracker.charged
             depth[0] = 1
             try:
                 out = orig(*args, **kwargs)
             finally:
                 depth[0] = 0
-                e = monotonic_ns() - tracker.charged - mark
+                end = monotonic_ns()
+                e = end - tracker.charged - mark
                 tracker.charged += e
                 acc[BACKWARD] += e
             acc[N_BWD] += 1
+            if ident == tracker.bwd_thread:  # backward() marks the steps: this one ends here
+                try:
+                    done = tracker.in_step and tracker.fast_close(end)
+                except Exception:
+                    done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
+                if not done:
+                    end_step(end)
             return out
 
         functools.update_wrapper(backward, orig)

@@ -163,7 +163,12 @@ class Patcher:
                 # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
                 if id(self) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None:
                     tracker.marks += 1  # the usual case: the marking optimizer stepped
-                    tracker._boundary_then_reopen(end, True)
+                    try:
+                        done = tracker.fast_close(end)
+                    except Exception:
+                        done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
+                    if not done:
+                        tracker._boundary_then_reopen(end, True)
                     return out
                 return marked(self, out)
 
