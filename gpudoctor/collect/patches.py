@@ -27,7 +27,7 @@ from typing import Any
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
-from gpudoctor.collect.steps import N_BATCHES, OPTIMIZER, WAIT, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import EPOCH, N_BATCHES, OPTIMIZER, WAIT, StepTracker, StopAfterSteps
 
 
 class _RecordingProp:
@@ -282,7 +282,7 @@ class Patcher:
                 except AttributeError:  # an iterator made before gpudoctor's patch
                     epoch = None
                 if epoch is not None:
-                    tracker.epoch = epoch
+                    acc[EPOCH] = epoch  # tracker.epoch
                 if tracker.in_step:
                     e = monotonic_ns() - tracker.charged - mark
                     tracker.charged += e
