@@ -55,7 +55,16 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.collect.steps import BACKWARD, FORWARD, N_BWD, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import (
+    BACKWARD,
+    FORWARD,
+    IN_BACKWARD,
+    IN_FORWARD,
+    N_BWD,
+    PHASE,
+    StepTracker,
+    StopAfterSteps,
+)
 
 _TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
 
@@ -127,9 +136,9 @@ class BackwardWatch:
                 on_error("backward() hook", err)
 
         def slow(args: Any, kwargs: Any) -> Any:
-            """Every case but the training loop's backward() (below)."""
-            if depth[0] or is_compiling() or not tracker.active:
-                return orig(*args, **kwargs)
+            """Every case but the training loop's backward() outside any other phase (below)."""
+            if depth[0] or acc[PHASE] == IN_BACKWARD or is_compiling() or not tracker.active:
+                return orig(*args, **kwargs)  # a backward inside a backward (reentrant checkpointing) is part of it
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return orig(*args, **kwargs)
@@ -139,16 +148,16 @@ class BackwardWatch:
                 except Exception as err:
                     on_error("backward() hook", err)
                     return orig(*args, **kwargs)
-            mark = monotonic_ns() - tracker.charged
+            token = tracker.phase_start(BACKWARD)
             depth[0] = 1
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
                 depth[0] = 0
-                report(False, tracker.charge(mark, BACKWARD))
+                report(False, tracker.phase_end(token, BACKWARD))
                 raise
             depth[0] = 0
-            report(True, tracker.charge(mark, BACKWARD))
+            report(True, tracker.phase_end(token, BACKWARD))
             return out
 
         def end_step(t: int) -> None:
@@ -162,26 +171,25 @@ class BackwardWatch:
                 on_error("backward() hook", err)
 
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if depth[0] or is_compiling():
+            if acc[PHASE] or is_compiling():
                 return slow(args, kwargs)
             ident = get_ident()
             if ident != tracker.train_thread:
                 return slow(args, kwargs)
-            # the usual training loop (inlined: the hot path; see StepTracker.charged)
-            mark = monotonic_ns() - tracker.charged
-            depth[0] = 1
+            # the usual training loop, no other phase in progress (inlined: the hot path; see the
+            # "Phases" of gpudoctor.collect.steps)
+            start = monotonic_ns()
+            acc[PHASE] = IN_BACKWARD
             try:
                 out = orig(*args, **kwargs)
             finally:
-                depth[0] = 0
+                acc[PHASE] = 0
                 end = monotonic_ns()
-                e = end - tracker.charged - mark
-                tracker.charged += e
-                acc[BACKWARD] += e
+                acc[BACKWARD] += end - start
             acc[N_BWD] += 1
             if ident == tracker.bwd_thread:  # backward() marks the steps: this one ends here
                 try:
-                    done = tracker.in_step and tracker.fast_close(end)
+                    done = tracker.fast_close(end)  # (only while a step is in progress)
                 except Exception:
                     done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
                 if not done:
@@ -268,11 +276,11 @@ class RootModuleWatch:
         tracker = self.tracker
         is_compiling = self.is_compiling
         get_ident = threading.get_ident
-        monotonic_ns = time.monotonic_ns
         acc = tracker.acc
-        # a call of the root in progress: its mark (see StepTracker.charged), None when none is. A torch
-        # class's forward does not call itself, so a call in progress at a pre-hook raised (no forward
-        # hook ran: there is no always_call, which costs every call) and the script went on: forgotten
+        # a call of the root in progress: its phase token (StepTracker.phase_start), None when none is.
+        # A torch class's forward does not call itself, so a call in progress at a pre-hook raised (no
+        # forward hook ran: there is no always_call, which costs every call) and the script went on:
+        # forgotten, and the phase that enclosed it is the one in progress again
         entry: list[Any] = [None]
         watch = self
 
@@ -284,25 +292,25 @@ class RootModuleWatch:
                 return
             if not tracker.started:
                 tracker.open_first()
-            entry[0] = monotonic_ns() - tracker.charged
+            stale = entry[0]
+            if stale is not None:
+                acc[PHASE] = stale[0]
+            entry[0] = tracker.phase_start(FORWARD)
 
         def post(module: Any, args: Any, result: Any) -> None:
-            mark = entry[0]
-            if mark is None or is_compiling() or module is not ref():
+            token = entry[0]
+            if token is None or is_compiling() or module is not ref():
                 return
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return
             entry[0] = None
+            t = tracker.phase_end(token, FORWARD)
             if tracker.source in _TRAINING:
-                # a training loop: the forward marks nothing, only its time and count are kept
-                e = monotonic_ns() - tracker.charged - mark
-                tracker.charged += e
-                acc[FORWARD] += e
-                tracker.root_calls += 1
+                tracker.root_calls += 1  # a training loop: the forward marks nothing, only its time and count are kept
                 return
             try:
-                tracker.forward_done(True, key, _carries_graph(result), tracker.charge(mark, FORWARD))
+                tracker.forward_done(True, key, _carries_graph(result), t)
             except StopAfterSteps:
                 raise
             except Exception as err:
@@ -340,24 +348,24 @@ class RootModuleWatch:
         watch = self
 
         def slow(self: Any, args: Any, kwargs: Any) -> Any:
-            """Every case but the training loop's call of the root (below)."""
-            if depth[0] or self is not ref() or is_compiling() or not tracker.active:
+            """Every case but the training loop's call of the root outside any other phase (below)."""
+            if depth[0] or acc[PHASE] == IN_FORWARD or self is not ref() or is_compiling() or not tracker.active:
                 return orig(self, *args, **kwargs)  # other instances (DataParallel replicas) go through
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return orig(self, *args, **kwargs)
             if not tracker.started:
                 tracker.open_first()
-            mark = monotonic_ns() - tracker.charged
+            token = tracker.phase_start(FORWARD)
             depth[0] = 1
             try:
                 result = orig(self, *args, **kwargs)
             except BaseException:
                 depth[0] = 0
-                tracker.charge(mark, FORWARD)  # the call raised: its time counts, it marks nothing
+                tracker.phase_end(token, FORWARD)  # the call raised: its time counts, it marks nothing
                 raise
             depth[0] = 0
-            t = tracker.charge(mark, FORWARD)
+            t = tracker.phase_end(token, FORWARD)
             try:
                 tracker.forward_done(True, key, _carries_graph(result), t)
             except StopAfterSteps:
@@ -367,19 +375,17 @@ class RootModuleWatch:
             return result
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if depth[0] or is_compiling() or self is not ref() or get_ident() != tracker.train_thread:
+            if acc[PHASE] or is_compiling() or self is not ref() or get_ident() != tracker.train_thread:
                 return slow(self, args, kwargs)
-            # a training loop: the forward marks nothing, only its time and count are kept (inlined:
-            # the hot path; see StepTracker.charged)
-            mark = monotonic_ns() - tracker.charged
-            depth[0] = 1
+            # a training loop, no other phase in progress: the forward marks nothing, only its time and
+            # count are kept (inlined: the hot path; see the "Phases" of gpudoctor.collect.steps)
+            start = monotonic_ns()
+            acc[PHASE] = IN_FORWARD
             try:
                 result = orig(self, *args, **kwargs)
             finally:
-                depth[0] = 0
-                e = monotonic_ns() - tracker.charged - mark
-                tracker.charged += e
-                acc[FORWARD] += e
+                acc[PHASE] = 0
+                acc[FORWARD] += monotonic_ns() - start
             tracker.root_calls += 1
             return result
 

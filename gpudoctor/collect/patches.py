@@ -27,7 +27,17 @@ from typing import Any
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
-from gpudoctor.collect.steps import EPOCH, N_BATCHES, OPTIMIZER, WAIT, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps import (
+    EPOCH,
+    IN_OPTIMIZER,
+    IN_WAIT,
+    N_BATCHES,
+    OPTIMIZER,
+    PHASE,
+    WAIT,
+    StepTracker,
+    StopAfterSteps,
+)
 
 
 class _RecordingProp:
@@ -131,45 +141,45 @@ class Patcher:
 
             def slow(self: Any, args: Any, kwargs: Any) -> Any:
                 """Every case but the usual one (below): before the optimizer marks the steps, off the
-                loop's thread (no phase), inside another step, while nothing is tracked."""
-                if depth[0] or is_compiling() or not tracker.active:
+                loop's thread (no phase), inside another phase, inside another step (which marks
+                nothing), while nothing is tracked."""
+                if depth[0] or acc[PHASE] == IN_OPTIMIZER or is_compiling() or not tracker.active:
                     return step(self, *args, **kwargs)
-                timed = get_ident() == tracker.loop_thread
-                mark = monotonic_ns() - tracker.charged
+                token = tracker.phase_start(OPTIMIZER) if get_ident() == tracker.loop_thread else None
                 depth[0] = 1
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
                     depth[0] = 0
-                    if timed:
-                        tracker.charge(mark, OPTIMIZER)
+                    if token is not None:
+                        tracker.phase_end(token, OPTIMIZER)
                 return marked(self, out)
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if depth[0] or is_compiling() or get_ident() != tracker.opt_thread:
+                if acc[PHASE] or is_compiling() or get_ident() != tracker.opt_thread:
                     return slow(self, args, kwargs)
-                mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
-                depth[0] = 1
+                start = monotonic_ns()  # no phase in progress: the step's time is all the optimizer's
+                acc[PHASE] = IN_OPTIMIZER
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
-                    depth[0] = 0
-                    # one clock read ends the optimizer's time and the step (each read costs ~0.5 µs
-                    # in a training loop, whose work leaves it out of the caches)
+                    acc[PHASE] = 0
+                    # one clock read ends the optimizer's time and the step
                     end = monotonic_ns()
-                    e = end - tracker.charged - mark
-                    tracker.charged += e
-                    acc[OPTIMIZER] += e
+                    acc[OPTIMIZER] += end - start
                 # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
-                if id(self) == tracker._marker_id and tracker.in_step and tracker.pending_boundary_ns is None:
-                    tracker.marks += 1  # the usual case: the marking optimizer stepped
+                if id(self) == tracker._marker_id:  # the usual case: the marking optimizer stepped
                     try:
-                        done = tracker.fast_close(end)
+                        done = tracker.fast_close(end)  # (only while a step is in progress, no boundary pending)
                     except Exception:
                         done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
-                    if not done:
+                    if done:
+                        tracker.marks += 1
+                        return out
+                    if tracker.in_step and tracker.pending_boundary_ns is None:
+                        tracker.marks += 1
                         tracker._boundary_then_reopen(end, True)
-                    return out
+                        return out
                 return marked(self, out)
 
             functools.update_wrapper(outer, step)
@@ -269,14 +279,20 @@ class Patcher:
         acc = tracker.acc
 
         def next_(self: Any) -> Any:
-            if get_ident() == tracker.batch_thread and tracker.pending_boundary_ns is None:
+            if get_ident() == tracker.batch_thread and not acc[PHASE] and tracker.pending_boundary_ns is None:
                 # the usual case: another marker ends the steps, the batch only adds its wait
-                mark = monotonic_ns() - tracker.charged  # see StepTracker.charged
+                start = monotonic_ns()
+                acc[PHASE] = IN_WAIT
                 try:
                     out = orig_next(self)
                 except StopIteration:
-                    tracker.dataloader_next_exit(mark, True, getattr(self, "_gpudoctor_epoch", None))
+                    acc[PHASE] = 0
+                    tracker.dataloader_next_exit((0, start), True, getattr(self, "_gpudoctor_epoch", None))
                     raise
+                except BaseException:
+                    acc[PHASE] = 0
+                    raise
+                acc[PHASE] = 0
                 try:
                     epoch = self._gpudoctor_epoch
                 except AttributeError:  # an iterator made before gpudoctor's patch
@@ -284,9 +300,7 @@ class Patcher:
                 if epoch is not None:
                     acc[EPOCH] = epoch  # tracker.epoch
                 if tracker.in_step:
-                    e = monotonic_ns() - tracker.charged - mark
-                    tracker.charged += e
-                    acc[WAIT] += e
+                    acc[WAIT] += monotonic_ns() - start
                     acc[N_BATCHES] += 1
                 return out
             if not tracker.active:
@@ -296,6 +310,10 @@ class Patcher:
                 out = orig_next(self)
             except StopIteration:
                 tracker.dataloader_next_exit(entered, True, getattr(self, "_gpudoctor_epoch", None))
+                raise
+            except BaseException:
+                if get_ident() == tracker.loop_thread:
+                    acc[PHASE] = entered[0]  # the wait is over
                 raise
             tracker.dataloader_next_exit(entered, False, getattr(self, "_gpudoctor_epoch", None))
             return out

@@ -57,10 +57,12 @@ The same hooks time each step's phases on the host, exclusive of each other: tim
 blocked in ``DataLoader.__next__`` (data wait), in the root module's calls
 (forward), in ``backward()`` and in ``optimizer.step()``; the rest of the step is the
 loop's own work ("other"). They count only on the loop's thread. Exclusive without a
-stack: the tracker keeps ``charged``, the time charged to any phase so far in the run;
-a phase notes ``now - charged`` as it starts and at its end charges ``now - charged``
-less that, its time less whatever phases ran inside it (a ``backward()`` inside
-LBFGS's ``step(closure)``, a batch asked for inside the forward). No GPU
+stack: ``acc[PHASE]`` says which phase is in progress (0: none). A phase that starts
+while none is (the usual case, the hooks' inline path) adds its whole time to its own
+figure; one that starts inside another (a ``backward()`` inside LBFGS's
+``step(closure)``, a batch asked for inside the forward: the hooks' slower path,
+:meth:`StepTracker.phase_start` / :meth:`StepTracker.phase_end`) also takes its time
+off the enclosing phase's figure, so each phase keeps only its own. No GPU
 synchronization is added: on CUDA the GPU time of each step comes from one CUDA
 event per boundary (``CudaStepTimer``), read back when complete.
 
@@ -347,10 +349,12 @@ MARKER_CALLS = {
 # indices of StepTracker.acc, the figures of the step in progress: the phases' times (ns, exclusive
 # of each other), backward() calls, DataLoader batches received (the first N_FIGURES, zeroed as a step
 # opens), then the step's start, the end a fast boundary fills in before it copies the whole list as
-# the step's row (StepTracker.fast_close), and the epoch (-1: none known)
-WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES, START, END, EPOCH = range(9)
+# the step's row (StepTracker.fast_close), the epoch (-1: none known), and the phase in progress on
+# the loop's thread (its index + 1; 0: none; see "Phases" above)
+WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES, START, END, EPOCH, PHASE = range(10)
+IN_WAIT, IN_FORWARD, IN_BACKWARD, IN_OPTIMIZER = WAIT + 1, FORWARD + 1, BACKWARD + 1, OPTIMIZER + 1  # acc[PHASE]
 N_FIGURES = 6
-ROW = 9  # ints per step in a fast block
+ROW = 10  # ints per step in a fast block
 _ZERO = (0,) * N_FIGURES
 _NO_CPU = (None,) * 5  # a fast row's CPU figures when the next getrusage read covers its step
 
@@ -442,11 +446,6 @@ class StepTracker:
         # the step in progress (indices WAIT … EPOCH): changed in place, the hooks hold the list
         self.acc = [0] * ROW
         self.acc[EPOCH] = -1
-        # ns charged to the phases so far in the run, never reset. A phase marks its start as
-        # ``now - charged`` and at its end charges ``now - charged - mark``: its time less what phases
-        # inside it were charged meanwhile (exclusive times, with no stack; a wrapper keeps its mark
-        # in a local variable, _marks holds those of the tracker's enter/exit calls)
-        self.charged = 0
         # the loop's thread while the tracker is active and the established marker is ``optimizer``
         # (opt_thread), ``optimizer`` or ``backward`` (train_thread), any but ``dataloader``
         # (batch_thread), ``backward`` (bwd_thread: its hook ends the step itself), else None: each
@@ -501,7 +500,7 @@ class StepTracker:
         self._ru_ns = 0  # … and when
         self._ru_index = 0  # the first step that read's figures do not cover (cpu_steps: the steps up to a read)
         self.rusage_every_ns = RUSAGE_EVERY_NS
-        self._marks: list[int] = []
+        self._phases: list[tuple[int, int]] = []  # the tokens of the phases opened by _phase_enter
         self.micro_counts: dict[int, int] = {}  # optimizer steps by their backward() calls
         self.stop_requested = False
         self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
@@ -729,8 +728,8 @@ class StepTracker:
         t0, rank, marker, watched = self.t0, self._rank_int, block.marker, block.watched
         counts = self.micro_counts if marker == "optimizer" else None
         it = iter(block.data)
-        for index, (wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch) in enumerate(
-                zip(it, it, it, it, it, it, it, it, it, strict=True), block.first):
+        for index, (wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch, _) in enumerate(
+                zip(it, it, it, it, it, it, it, it, it, it, strict=True), block.first):
             micro = n_bwd or n_batches
             if counts is not None:  # micro-batches of each optimizer step, for describe()
                 counts[micro] = counts.get(micro, 0) + 1
@@ -835,8 +834,9 @@ class StepTracker:
 
     def fast_close(self, end_ns: int) -> bool:
         """Close the step in progress at ``end_ns`` and open the next one, when nothing but its row is
-        due: no instrument at the next step (the planned ``_fast_last``), no CUDA event to record,
-        no ``getrusage`` read and no lines to write (``_due_ns``). Else False, and nothing is done.
+        due: no instrument at the next step (the planned ``_fast_last``, 0 while no step is in
+        progress or a boundary is pending), no CUDA event to record, no ``getrusage`` read and no
+        lines to write (``_due_ns``). Else False, and nothing is done.
 
         The hot path of every step, called inline by the markers' hooks: the row is ``acc`` itself
         (its end filled in) copied onto a list of ints. Each Python operation here costs ~0.1 µs in
@@ -893,8 +893,9 @@ class StepTracker:
         self._set_due()
         c = self.cprofile
         self._need_walls = c.enabled and not c.done
-        if self.source == "none" or self.every_boundary or c.running or self._held:
-            self._fast_last = 0
+        if (self.source == "none" or self.every_boundary or c.running or self._held or not self.in_step
+                or self.pending_boundary_ns is not None):
+            self._fast_last = 0  # (fast_close relies on it: no step in progress, or a boundary pending, is slow)
             return
         until = self.max_steps if self.max_steps is not None else 1 << 62
         if self.profiler is not None:
@@ -961,32 +962,41 @@ class StepTracker:
 
     # ------------------------------------------------------------------ phases
 
-    def mark(self) -> int:
-        """A phase starts now: its mark (see ``charged``)."""
-        return time.monotonic_ns() - self.charged
+    def phase_start(self, kind: int) -> tuple[int, int]:
+        """A phase of ``kind`` starts now on the loop's thread, inside whatever phase is in progress:
+        the token to pass to :meth:`phase_end` (the hooks' inline path does the same without a call
+        when no phase is in progress)."""
+        acc = self.acc
+        outer = acc[PHASE]
+        acc[PHASE] = kind + 1
+        return outer, _monotonic_ns()
 
-    def charge(self, mark: int, kind: int) -> int:
-        """The phase of ``mark`` ends now: its time less the phases charged inside it counts as
-        ``kind``; returns the time."""
-        t = time.monotonic_ns()
-        e = t - self.charged - mark
-        self.charged += e
-        self.acc[kind] += e
+    def phase_end(self, token: tuple[int, int], kind: int) -> int:
+        """The phase of ``token`` ends now: its time counts as ``kind`` and no longer as the enclosing
+        phase's (whose own end adds its whole time); returns the time."""
+        outer, start = token
+        t = _monotonic_ns()
+        acc = self.acc
+        acc[PHASE] = outer
+        e = t - start
+        acc[kind] += e
+        if outer:
+            acc[outer - 1] -= e
         return t
 
-    def _phase_enter(self) -> None:
-        self._marks.append(self.mark())
+    def _phase_enter(self, kind: int) -> None:
+        self._phases.append(self.phase_start(kind))
 
     def _phase_exit(self, kind: int) -> int:
         """Close the innermost phase opened by :meth:`_phase_enter`."""
-        if self._marks:
-            return self.charge(self._marks.pop(), kind)
-        return time.monotonic_ns()
+        if self._phases:
+            return self.phase_end(self._phases.pop(), kind)
+        return _monotonic_ns()
 
     def backward_enter(self) -> None:
         if not self.started:
             self.open_first()
-        self._phase_enter()
+        self._phase_enter(BACKWARD)
 
     def backward_exit(self, ok: bool) -> None:
         """The outermost ``backward()`` of the loop's thread returned (``ok``) or raised."""
@@ -1006,7 +1016,7 @@ class StepTracker:
     def forward_enter(self) -> None:
         if not self.started:
             self.open_first()
-        self._phase_enter()
+        self._phase_enter(FORWARD)
 
     def forward_exit(self, ok: bool, key: int | None = None, grad: bool = False) -> None:
         """A call of the root module (``key``: its id) on the loop's thread returned (``ok``) or
@@ -1044,7 +1054,7 @@ class StepTracker:
         self.open_first()
 
     def optimizer_enter(self) -> None:
-        self._phase_enter()
+        self._phase_enter(OPTIMIZER)
 
     def optimizer_exit(self) -> None:
         self._phase_exit(OPTIMIZER)
@@ -1109,30 +1119,38 @@ class StepTracker:
 
     # ------------------------------------------------------------------ DataLoader
 
-    def dataloader_next_enter(self, epoch_ends: bool = False) -> int:
-        """Called as ``__next__`` is entered; returns the wait's mark (see ``charged``).
+    def _wait_starts(self, now: int) -> tuple[int, int]:
+        """The data wait's token (see :meth:`phase_start`), from ``now``; a phase only on the loop's thread."""
+        acc = self.acc
+        outer = acc[PHASE]
+        if threading.get_ident() == self.loop_thread:
+            acc[PHASE] = IN_WAIT
+        return outer, now
+
+    def dataloader_next_enter(self, epoch_ends: bool = False) -> tuple[int, int]:
+        """Called as ``__next__`` is entered; returns the wait's token for :meth:`dataloader_next_exit`.
 
         ``epoch_ends``: the iterator has yielded every batch (known for map-style
         datasets), so this call will raise ``StopIteration`` and opens no step.
         """
-        now = time.monotonic_ns()
+        now = _monotonic_ns()
         if not self.active:
-            return now - self.charged
+            return self._wait_starts(now)
         if self.pending_boundary_ns is not None:
             self.flush(from_step_return=False)
         if self.source != "dataloader":
             if epoch_ends:
-                return now - self.charged
+                return self._wait_starts(now)
             self.dl_entries += 1
             if not self.started:
                 self.open_first()
-                return self.mark()
+                return self._wait_starts(_monotonic_ns())
             if (self.source != "none" or self.cand is not None or self.dl_entries < 2
                     or (self.has_optimizer and self.dl_entries < DEFER_WHILE_OPTIMIZER_IDLE)):
-                return now - self.charged
+                return self._wait_starts(now)
             self._guarded(lambda: self._set_source("dataloader", self.index))
             if self.source != "dataloader":
-                return now - self.charged
+                return self._wait_starts(now)
         # DataLoader mode: each batch asked for ends the step before it
         self._opened_at_entry = False
         if self.in_step:
@@ -1145,11 +1163,14 @@ class StepTracker:
 
             self._guarded(reopen)
             self._opened_at_entry = True
-        return self.mark()
+        return self._wait_starts(_monotonic_ns())
 
-    def dataloader_next_exit(self, entered: int, stopped: bool, epoch: int | None) -> None:
+    def dataloader_next_exit(self, entered: tuple[int, int], stopped: bool, epoch: int | None) -> None:
         """``__next__`` returned a batch or (``stopped``) raised StopIteration; ``entered``: the
-        mark :meth:`dataloader_next_enter` returned."""
+        token :meth:`dataloader_next_enter` returned."""
+        on_loop = threading.get_ident() == self.loop_thread
+        if on_loop:
+            self.acc[PHASE] = entered[0]  # whatever happens next, the wait is over
         if not self.active:
             return
         if epoch is not None:
@@ -1159,16 +1180,22 @@ class StepTracker:
             # opened at this call holds no batch, so it is dropped (its index is reused)
             self._guarded(self._discard_open_step)
             return
-        if threading.get_ident() == self.loop_thread and self.in_step:
-            self.charge(entered, WAIT)
+        if on_loop and self.in_step:
+            outer, start = entered
+            e = _monotonic_ns() - start
+            acc = self.acc
+            acc[WAIT] += e
+            if outer:
+                acc[outer - 1] -= e
             if not stopped:
-                self.acc[N_BATCHES] += 1
+                acc[N_BATCHES] += 1
 
     def _discard_open_step(self) -> None:
         self.cprofile.pause_for_bookkeeping()
         if self.profiler is not None:
             self.profiler.discard_step()
         self.in_step = False
+        self._fast_last = 0  # (see _plan_fast)
         self.cuda.restart()
 
     # ------------------------------------------------------------------ the end

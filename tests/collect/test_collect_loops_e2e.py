@@ -123,6 +123,21 @@ def test_gradient_accumulation_with_a_slow_collate_is_a_dataloader_stall(accum):
     assert "optimizer step over its 4 micro-batches" in msg and "per batch" in msg
 
 
+def test_phases_inside_the_optimizer_step_are_their_own(tmp_path):
+    """LBFGS' step(closure) runs the forward and backward() inside the optimizer's phase: the real
+    hooks (not their inline path) give each its own time and take it off the optimizer's."""
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "--skip-first", "1000", "--no-cprofile", "loops.py", "--",
+                       "--shape", "lbfgs", "--iters", "6", "--phase-ms", "40", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = steps(only_run_dir(tmp_path / "runs"))
+    assert len(rows) == 6 and all(r["marker"] == "optimizer" for r in rows)
+    for r in rows[1:]:
+        assert r["forward_ns"] >= 40e6 and r["backward_ns"] >= 40e6, r
+        # had the optimizer's time included them, it would be over 80 ms
+        assert r["optimizer_ns"] < 40e6 and r["forward_ns"] + r["backward_ns"] + r["optimizer_ns"] <= r["wall_ns"], r
+
+
 @pytest.mark.parametrize("where", ["forward", "backward"])
 def test_a_script_that_raises_inside_a_marked_region(tmp_path, where):
     copy_script("loops.py", tmp_path)

@@ -7,6 +7,8 @@
 --shape accum     gradient accumulation (--accum K micro-batches per optimizer step) over a
                   DataLoader whose collate_fn sleeps --collate-ms
 --shape data      DataLoader batches only, no model
+--shape lbfgs     LBFGS, whose step(closure) runs the forward and backward(): phases inside
+                  the optimizer's; the forward and the backward each sleep --phase-ms
 --shape tensors   bare tensor arithmetic for --seconds, nothing torch would call a step
 
 --iters N         loop iterations (batches); --raise-in forward|backward --raise-at K raises
@@ -134,6 +136,34 @@ def accum():
     return model
 
 
+class Sleepy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        time.sleep(ARGS.phase_ms / 1000)
+        return self.fc(x)
+
+
+def lbfgs():
+    torch.manual_seed(0)
+    model = Sleepy()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.register_hook(lambda g: time.sleep(ARGS.phase_ms / 1000) or g)  # runs inside backward()
+        loss.backward()
+        return loss
+
+    for _ in range(ARGS.iters):
+        opt.step(closure)
+    return model
+
+
 def data_only():
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     total = 0.0
@@ -155,18 +185,20 @@ def tensors():
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors"])
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
     p.add_argument("--collate-ms", type=float, default=0.0)
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--phase-ms", type=float, default=0.0)
     p.add_argument("--raise-in", choices=["forward", "backward"])
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
     p.add_argument("--save")
     ARGS = p.parse_args()
     torch.set_num_threads(1)
-    model = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors}[ARGS.shape]()
+    shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs}
+    model = shapes[ARGS.shape]()
     if ARGS.save and model is not None:
         torch.save(model, ARGS.save)  # pickles the whole module, hooks and all
         loaded = torch.load(ARGS.save, weights_only=False)
