@@ -249,7 +249,7 @@ class Patcher:
             if capture.active:
                 try:
                     epoch = capture.note_dataloader_iter(self)
-                    it._gpudoctor_epoch = epoch  # even None: __next__ reads it without a miss
+                    it._gpudoctor_epoch = -1 if epoch is None else epoch  # as acc[EPOCH] keeps it (-1: unknown)
                 except Exception as err:
                     capture.error("DataLoader.__iter__", err)
             return it
@@ -279,8 +279,9 @@ class Patcher:
         acc = tracker.acc
 
         def next_(self: Any) -> Any:
-            if get_ident() == tracker.batch_thread and not acc[PHASE] and tracker.pending_boundary_ns is None:
-                # the usual case: another marker ends the steps, the batch only adds its wait
+            if get_ident() == tracker.batch_thread and not acc[PHASE]:
+                # the usual case: another marker ends the steps (a step is in progress, no boundary is
+                # pending: that marker's hook closes the step and opens the next), the batch only adds its wait
                 start = monotonic_ns()
                 acc[PHASE] = IN_WAIT
                 try:
@@ -294,14 +295,11 @@ class Patcher:
                     raise
                 acc[PHASE] = 0
                 try:
-                    epoch = self._gpudoctor_epoch
+                    acc[EPOCH] = self._gpudoctor_epoch  # tracker.epoch
                 except AttributeError:  # an iterator made before gpudoctor's patch
-                    epoch = None
-                if epoch is not None:
-                    acc[EPOCH] = epoch  # tracker.epoch
-                if tracker.in_step:
-                    acc[WAIT] += monotonic_ns() - start
-                    acc[N_BATCHES] += 1
+                    pass
+                acc[WAIT] += monotonic_ns() - start
+                acc[N_BATCHES] += 1
                 return out
             if not tracker.active:
                 return orig_next(self)

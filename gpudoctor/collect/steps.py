@@ -68,21 +68,26 @@ event per boundary (``CudaStepTimer``), read back when complete.
 
 Cost
 ----
-The hot path is kept to attribute reads: a boundary with no instrument due (the
-``_plan_fast`` horizon: the next profiler window, the cProfile window, ``--steps``)
-costs a tuple, and a ``getrusage`` when ``RUSAGE_EVERY_NS`` has passed since the last
-one, and opens the next step without calling any instrument; the lines are encoded
-and written once a second. The hooks handle the
-common case inline (``backward()`` and the root module's calls only add their time
-when another marker ends the steps), each recognising it by one comparison of the
-thread with the one the tracker keeps for it (``opt_thread``, ``train_thread``,
-``batch_thread``: None while tracking is off or another marker ends the steps). Module hooks sit on the root module instance
-only (a global module hook would push every submodule call off ``nn.Module``'s fast
-path; ``markers.RootModuleWatch``). ``benchmarks/overhead.py --hooks-only`` measures
-the whole cost per step of each loop shape. ``optimizer.step()``'s
-bookkeeping runs once it has returned (a wrapper around the class's ``step``), so
-that nothing gpudoctor does lands inside the ``Optimizer.step#…`` range of the
-trace, and ``--steps N`` stops the script from a plain call site.
+In a training loop every Python operation of a hook costs ~0.04 µs (the loop's work
+has left gpudoctor's code and data out of the caches), so the hot path is counted in
+operations. A boundary with no instrument due (the ``_plan_fast`` horizon: the next
+profiler window, the cProfile window, ``--steps``; a ``getrusage`` read every
+``RUSAGE_EVERY_NS``, the lines encoded and written once a second) is
+:meth:`StepTracker.fast_close`: the step's figures are copied onto a list of ints and
+the next step opened, with no object made and no instrument called; the optimizer's
+and ``backward()``'s hooks call it inline. The hooks handle the common case inline
+(``backward()`` and the root module's calls only add their time when another marker
+ends the steps; no other phase in progress), each recognising it by one comparison of
+the thread with the one the tracker keeps for it (``opt_thread``, ``train_thread``,
+``batch_thread``, ``bwd_thread``: None while tracking is off or another marker ends
+the steps). The attributes they read are the tracker's first (two cache lines).
+Module hooks sit on the root module instance only (a global module hook would push
+every submodule call off ``nn.Module``'s fast path; ``markers.RootModuleWatch``).
+``benchmarks/overhead.py --hooks-only`` measures the whole cost per step of each
+loop shape. ``optimizer.step()``'s bookkeeping runs once it has returned (a wrapper
+around the class's ``step``), so that nothing gpudoctor does lands inside the
+``Optimizer.step#…`` range of the trace, and ``--steps N`` stops the script from a
+plain call site.
 
 Step ``k`` runs from the end of gpudoctor's bookkeeping after step ``k-1`` to the
 return of its marked call (to the next ``__next__`` call with ``dataloader``). In
