@@ -57,11 +57,20 @@ from typing import Any
 
 from gpudoctor.collect.steps import (
     BACKWARD,
+    BWD_THREAD,
+    DUE,
+    END,
+    FAST_LAST,
     FORWARD,
     IN_BACKWARD,
     IN_FORWARD,
+    INDEX,
     N_BWD,
+    N_FIGURES,
     PHASE,
+    ROOT_CALLS,
+    START,
+    TRAIN_THREAD,
     StepTracker,
     StopAfterSteps,
 )
@@ -125,6 +134,8 @@ class BackwardWatch:
 
         monotonic_ns = time.monotonic_ns
         acc = tracker.acc
+        buf_extend = tracker.buf_extend
+        zero = (0,) * N_FIGURES
 
         def report(ok: bool, t: int) -> None:
             try:
@@ -174,7 +185,7 @@ class BackwardWatch:
             if acc[PHASE] or is_compiling():
                 return slow(args, kwargs)
             ident = get_ident()
-            if ident != tracker.train_thread:
+            if ident != acc[TRAIN_THREAD]:
                 return slow(args, kwargs)
             # the usual training loop, no other phase in progress (inlined: the hot path; see the
             # "Phases" of gpudoctor.collect.steps)
@@ -187,12 +198,15 @@ class BackwardWatch:
                 end = monotonic_ns()
                 acc[BACKWARD] += end - start
             acc[N_BWD] += 1
-            if ident == tracker.bwd_thread:  # backward() marks the steps: this one ends here
-                try:
-                    done = tracker.fast_close(end)  # (only while a step is in progress)
-                except Exception:
-                    done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
-                if not done:
+            if ident == acc[BWD_THREAD]:  # backward() marks the steps: this one ends here
+                if acc[INDEX] < acc[FAST_LAST] and end < acc[DUE]:
+                    # StepTracker.fast_close, inlined (a step is in progress)
+                    acc[END] = end
+                    buf_extend(acc)
+                    acc[:N_FIGURES] = zero
+                    acc[INDEX] += 1
+                    acc[START] = monotonic_ns()
+                else:
                     end_step(end)
             return out
 
@@ -375,7 +389,7 @@ class RootModuleWatch:
             return result
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if acc[PHASE] or is_compiling() or self is not ref() or get_ident() != tracker.train_thread:
+            if acc[PHASE] or is_compiling() or self is not ref() or get_ident() != acc[TRAIN_THREAD]:
                 return slow(self, args, kwargs)
             # a training loop, no other phase in progress: the forward marks nothing, only its time and
             # count are kept (inlined: the hot path; see the "Phases" of gpudoctor.collect.steps)
@@ -386,7 +400,7 @@ class RootModuleWatch:
             finally:
                 acc[PHASE] = 0
                 acc[FORWARD] += monotonic_ns() - start
-            tracker.root_calls += 1
+            acc[ROOT_CALLS] += 1
             return result
 
         functools.update_wrapper(forward, orig)

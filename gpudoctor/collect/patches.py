@@ -28,12 +28,21 @@ from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
 from gpudoctor.collect.steps import (
+    BATCH_THREAD,
+    DUE,
+    END,
     EPOCH,
+    FAST_LAST,
     IN_OPTIMIZER,
     IN_WAIT,
+    INDEX,
+    MARKER,
     N_BATCHES,
+    N_FIGURES,
+    OPT_THREAD,
     OPTIMIZER,
     PHASE,
+    START,
     WAIT,
     StepTracker,
     StopAfterSteps,
@@ -121,6 +130,8 @@ class Patcher:
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
         acc = tracker.acc
+        buf_extend = tracker.buf_extend
+        zero = (0,) * N_FIGURES
         depth = [0]  # optimizer steps in progress: one inside another (a wrapper's inner optimizer) marks nothing
 
         def wrap_step(cls: type) -> None:
@@ -156,7 +167,7 @@ class Patcher:
                 return marked(self, out)
 
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if acc[PHASE] or is_compiling() or get_ident() != tracker.opt_thread:
+                if acc[PHASE] or is_compiling() or get_ident() != acc[OPT_THREAD]:
                     return slow(self, args, kwargs)
                 start = monotonic_ns()  # no phase in progress: the step's time is all the optimizer's
                 acc[PHASE] = IN_OPTIMIZER
@@ -168,13 +179,14 @@ class Patcher:
                     end = monotonic_ns()
                     acc[OPTIMIZER] += end - start
                 # the step returned: the bookkeeping runs here, outside the Optimizer.step#… range of the trace
-                if id(self) == tracker._marker_id:  # the usual case: the marking optimizer stepped
-                    try:
-                        done = tracker.fast_close(end)  # (only while a step is in progress, no boundary pending)
-                    except Exception:
-                        done = False  # _boundary_then_reopen tries again, and stops tracking if it fails
-                    if done:
-                        tracker.marks += 1
+                if id(self) == acc[MARKER]:  # the usual case: the marking optimizer stepped
+                    if acc[INDEX] < acc[FAST_LAST] and end < acc[DUE]:
+                        # StepTracker.fast_close, inlined (a step is in progress, no boundary pending)
+                        acc[END] = end
+                        buf_extend(acc)
+                        acc[:N_FIGURES] = zero
+                        acc[INDEX] += 1
+                        acc[START] = monotonic_ns()
                         return out
                     if tracker.in_step and tracker.pending_boundary_ns is None:
                         tracker.marks += 1
@@ -217,9 +229,10 @@ class Patcher:
             patcher._safe("GradScaler", lambda: capture.note_grad_scaler(site))
 
         def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            before = tracker.marks
+            # did the optimizer's step run? Its hook closed a step (fast: the index moved) or counted a mark
+            before = (tracker.marks, tracker.index)
             out = orig_step(self, optimizer, *args, **kwargs)
-            if tracker.active and tracker.marks == before:
+            if tracker.active and (tracker.marks, tracker.index) == before:
                 patcher._safe("GradScaler.step", lambda: tracker.scaler_skipped(optimizer))
             return out
 
@@ -279,7 +292,7 @@ class Patcher:
         acc = tracker.acc
 
         def next_(self: Any) -> Any:
-            if get_ident() == tracker.batch_thread and not acc[PHASE]:
+            if get_ident() == acc[BATCH_THREAD] and not acc[PHASE]:
                 # the usual case: another marker ends the steps (a step is in progress, no boundary is
                 # pending: that marker's hook closes the step and opens the next), the batch only adds its wait
                 start = monotonic_ns()

@@ -70,17 +70,21 @@ Cost
 ----
 In a training loop every Python operation of a hook costs ~0.04 µs (the loop's work
 has left gpudoctor's code and data out of the caches), so the hot path is counted in
-operations. A boundary with no instrument due (the ``_plan_fast`` horizon: the next
-profiler window, the cProfile window, ``--steps``; a ``getrusage`` read every
+operations and in objects touched. Everything the hooks read or write on their usual
+path lives in one list, ``acc`` (the step's figures, its start, index and end, the
+phase in progress, the fast-path horizon, the threads each hook compares with, the
+marking optimizer's id, the root module's calls): no attribute of the tracker is read.
+A boundary with no instrument due (the ``_plan_fast`` horizon: the next profiler
+window, the cProfile window, ``--steps``, CUDA; a ``getrusage`` read every
 ``RUSAGE_EVERY_NS``, the lines encoded and written once a second) is
-:meth:`StepTracker.fast_close`: the step's figures are copied onto a list of ints and
-the next step opened, with no object made and no instrument called; the optimizer's
-and ``backward()``'s hooks call it inline. The hooks handle the common case inline
+:meth:`StepTracker.fast_close`: ``acc`` is copied onto a list of ints and the next
+step opened, with no object made and no method called; the optimizer's and
+``backward()``'s hooks do it inline. The hooks handle the common case inline
 (``backward()`` and the root module's calls only add their time when another marker
 ends the steps; no other phase in progress), each recognising it by one comparison of
-the thread with the one the tracker keeps for it (``opt_thread``, ``train_thread``,
-``batch_thread``, ``bwd_thread``: None while tracking is off or another marker ends
-the steps). The attributes they read are the tracker's first (two cache lines).
+the thread with the one ``acc`` keeps for it (``OPT_THREAD``, ``TRAIN_THREAD``,
+``BATCH_THREAD``, ``BWD_THREAD``: ``NO_THREAD`` while tracking is off or another marker
+ends the steps).
 Module hooks sit on the root module instance only (a global module hook would push
 every submodule call off ``nn.Module``'s fast path; ``markers.RootModuleWatch``).
 ``benchmarks/overhead.py --hooks-only`` measures the whole cost per step of each
@@ -355,11 +359,17 @@ MARKER_CALLS = {
 # of each other), backward() calls, DataLoader batches received (the first N_FIGURES, zeroed as a step
 # opens), then the step's start, the end a fast boundary fills in before it copies the whole list as
 # the step's row (StepTracker.fast_close), the epoch (-1: none known), and the phase in progress on
-# the loop's thread (its index + 1; 0: none; see "Phases" above)
-WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES, START, END, EPOCH, PHASE = range(10)
+# the loop's thread (its index + 1; 0: none; see "Phases" above); then what a fast boundary reads: the
+# step's index, the first index whose end is not fast (``_plan_fast``) and the time from which a fast
+# boundary has a getrusage read or lines due (``_set_due``); then what the hooks compare with (see "Cost"
+# above): the loop's thread for each hook's usual case (NO_THREAD when there is none), the id() of
+# the optimizer that marks the steps, and the calls of the root module
+WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES, START, END, EPOCH, PHASE, INDEX, FAST_LAST, DUE = range(13)
+OPT_THREAD, TRAIN_THREAD, BATCH_THREAD, BWD_THREAD, MARKER, ROOT_CALLS = range(13, 19)
+NO_THREAD = -1  # (threading.get_ident() is never negative)
 IN_WAIT, IN_FORWARD, IN_BACKWARD, IN_OPTIMIZER = WAIT + 1, FORWARD + 1, BACKWARD + 1, OPTIMIZER + 1  # acc[PHASE]
 N_FIGURES = 6
-ROW = 10  # ints per step in a fast block
+ROW = 19  # ints per step in a fast block (all of acc: one copy of pointers, no slice made)
 _ZERO = (0,) * N_FIGURES
 _NO_CPU = (None,) * 5  # a fast row's CPU figures when the next getrusage read covers its step
 
@@ -368,13 +378,12 @@ _Snapshot = tuple  # (t_ns, rusage, the step's acc as a tuple, epoch)
 
 class _Block:
     """Consecutive steps closed by fast boundaries: ``ROW`` ints each (``acc`` as it stood at the
-    step's end), from step ``first``, under one marker and one ``forward_watched`` (whatever changes
+    step's end, its index included), under one marker and one ``forward_watched`` (whatever changes
     them seals the block first: :meth:`StepTracker._seal`)."""
 
-    __slots__ = ("data", "first", "marker", "watched")
+    __slots__ = ("data", "marker", "watched")
 
-    def __init__(self, first: int, marker: str, watched: bool, data: list[int]) -> None:
-        self.first = first
+    def __init__(self, marker: str, watched: bool, data: list[int]) -> None:
         self.marker = marker
         self.watched = watched
         self.data = data
@@ -445,32 +454,23 @@ class StepTracker:
         on_boundary: Callable[[int], None] | None = None,
         rank: int | None = None,
     ) -> None:
-        # the attributes the hooks use at every step first: an instance keeps its attributes' values in
-        # the order they were first set, so these share two cache lines (the hooks run in a training
-        # loop whose work has evicted them: each line is a miss)
-        # the step in progress (indices WAIT … EPOCH): changed in place, the hooks hold the list
+        # what the hooks use at every step (indices WAIT … ROOT_CALLS, see "Cost" above): changed in
+        # place, the hooks hold the list
+        # the loop's thread while the tracker is active and the established marker is ``optimizer``
+        # (acc[OPT_THREAD]), ``optimizer`` or ``backward`` (TRAIN_THREAD), any but ``dataloader``
+        # (BATCH_THREAD), ``backward`` (BWD_THREAD: its hook ends the step itself), else NO_THREAD: each
+        # hook's usual case is one comparison with get_ident() (_sync_hot)
         self.acc = [0] * ROW
         self.acc[EPOCH] = -1
-        # the loop's thread while the tracker is active and the established marker is ``optimizer``
-        # (opt_thread), ``optimizer`` or ``backward`` (train_thread), any but ``dataloader``
-        # (batch_thread), ``backward`` (bwd_thread: its hook ends the step itself), else None: each
-        # hook's usual case is one comparison with get_ident() (_sync_hot)
-        self.opt_thread: int | None = None
-        self.train_thread: int | None = None
-        self.batch_thread: int | None = None
-        self.bwd_thread: int | None = None
+        self.acc[OPT_THREAD:BWD_THREAD + 1] = (NO_THREAD,) * 4
         self.in_step = False
         self.pending_boundary_ns: int | None = None
-        self._marker_id = 0  # id() of the optimizer that marks the steps
-        self.marks = 0
-        self.index = 0  # the step in progress (or the next one)
-        self._fast_last = 0  # boundaries ending a step before this one take the fast path (_plan_fast)
-        self._due_ns = 0  # a fast boundary at or after this reads getrusage or writes lines (_set_due)
-        self.root_calls = 0  # calls of the root module
-        # the rows of the steps closed by fast_close since the last _seal, ROW ints each (a list: its
-        # extend is a copy of pointers; an array's converts every int)
+        self.marks = 0  # the marking optimizer's steps that took the slow path (GradScaler.step's check)
+        # the rows of the steps closed by fast boundaries since the last _seal, ROW ints each (a list: its
+        # extend is a copy of pointers; an array's converts every int). Always this list (the hooks hold
+        # its extend): _seal copies it out
         self._buf: list[int] = []
-        self._buf_extend = self._buf.extend
+        self.buf_extend = self._buf.extend
 
         self.torch = torch
         self.writer = writer
@@ -533,6 +533,24 @@ class StepTracker:
         self._last_write_ns = time.monotonic_ns()
 
     @property
+    def root_calls(self) -> int:
+        """Calls of the root module."""
+        return self.acc[ROOT_CALLS]
+
+    @root_calls.setter
+    def root_calls(self, n: int) -> None:
+        self.acc[ROOT_CALLS] = n
+
+    @property
+    def index(self) -> int:
+        """The step in progress (or the next one)."""
+        return self.acc[INDEX]
+
+    @index.setter
+    def index(self, i: int) -> None:
+        self.acc[INDEX] = i
+
+    @property
     def step_start_ns(self) -> int:
         """When the step in progress started (monotonic ns)."""
         return self.acc[START]
@@ -573,12 +591,13 @@ class StepTracker:
         self._sync_hot()
 
     def _sync_hot(self) -> None:
-        t = self.loop_thread if self._active else None
+        t = self.loop_thread if self._active and self.loop_thread is not None else NO_THREAD
         src = self.source
-        self.opt_thread = t if src == "optimizer" else None
-        self.train_thread = t if src in ("optimizer", "backward") else None
-        self.batch_thread = t if src in ("optimizer", "backward", "module") else None
-        self.bwd_thread = t if src == "backward" else None
+        acc = self.acc
+        acc[OPT_THREAD] = t if src == "optimizer" else NO_THREAD
+        acc[TRAIN_THREAD] = t if src in ("optimizer", "backward") else NO_THREAD
+        acc[BATCH_THREAD] = t if src in ("optimizer", "backward", "module") else NO_THREAD
+        acc[BWD_THREAD] = t if src == "backward" else NO_THREAD
 
     def _set_loop_thread(self) -> None:
         self.loop_thread = threading.get_ident()
@@ -733,8 +752,8 @@ class StepTracker:
         t0, rank, marker, watched = self.t0, self._rank_int, block.marker, block.watched
         counts = self.micro_counts if marker == "optimizer" else None
         it = iter(block.data)
-        for index, (wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch, _) in enumerate(
-                zip(it, it, it, it, it, it, it, it, it, it, strict=True), block.first):
+        for wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch, _, index, *_ in zip(
+                *(it,) * ROW, strict=True):
             micro = n_bwd or n_batches
             if counts is not None:  # micro-batches of each optimizer step, for describe()
                 counts[micro] = counts.get(micro, 0) + 1
@@ -798,18 +817,18 @@ class StepTracker:
 
         Most boundaries take the fast path (:meth:`fast_close`); one at which a ``getrusage`` read
         or the lines are due still calls no instrument (:meth:`_fast_due`)."""
-        index = self.index
-        if reopen and index < self._fast_last and not self._cuda_flag._initialized:
+        acc = self.acc
+        index = acc[INDEX]
+        if reopen and index < acc[FAST_LAST] and not self._cuda_flag._initialized:
             try:
                 if self.fast_close(end_ns):
                     return
                 self._seal()
-                acc = self.acc
                 start = acc[START]
                 self._fast_due(index, start, end_ns)
                 if self._need_walls and len(self.walls_plain) < 10_000:
                     self.walls_plain.append(end_ns - start)  # the cProfile window's baseline
-                self.index = index + 1
+                acc[INDEX] = index + 1
                 acc[:N_FIGURES] = _ZERO  # in place: the hooks hold the list
                 acc[START] = _monotonic_ns()
                 return
@@ -839,19 +858,19 @@ class StepTracker:
 
     def fast_close(self, end_ns: int) -> bool:
         """Close the step in progress at ``end_ns`` and open the next one, when nothing but its row is
-        due: no instrument at the next step (the planned ``_fast_last``, 0 while no step is in
-        progress or a boundary is pending), no CUDA event to record, no ``getrusage`` read and no
-        lines to write (``_due_ns``). Else False, and nothing is done.
+        due: no instrument at the next step (``acc[FAST_LAST]``, planned by :meth:`_plan_fast`: 0
+        while no step is in progress, a boundary is pending or CUDA is up), no ``getrusage`` read and
+        no lines to write (``acc[DUE]``). Else False, and nothing is done.
 
-        The hot path of every step, called inline by the markers' hooks: the row is ``acc`` itself
-        (its end filled in) copied onto a list of ints (see "Cost" above): measured in-process on a
-        loop of 250 µs steps, the boundary cost ~4 µs less than the 17-item tuple it used to build."""
-        if self.index < self._fast_last and end_ns < self._due_ns and not self._cuda_flag._initialized:
-            acc = self.acc
+        The hot path of every step: the row is ``acc`` itself (its end filled in) copied onto a list of
+        ints (see "Cost" above). The optimizer's and ``backward()``'s hooks do the same inline
+        (tests/collect/test_steps_fast.py holds them to this method)."""
+        acc = self.acc
+        if acc[INDEX] < acc[FAST_LAST] and end_ns < acc[DUE]:
             acc[END] = end_ns
-            self._buf_extend(acc)
+            self.buf_extend(acc)
             acc[:N_FIGURES] = _ZERO  # in place: the hooks hold the list
-            self.index += 1
+            acc[INDEX] += 1
             acc[START] = _monotonic_ns()
             return True
         return False
@@ -859,19 +878,18 @@ class StepTracker:
     def _seal(self) -> None:
         """Move the rows fast_close buffered into ``_rows`` as one block, before anything else is
         appended there or what the block's rows share (the marker, forward_watched) changes."""
-        buf = self._buf
-        if not buf:
+        if not self._buf:
             return
+        buf = self._buf[:]
+        self._buf.clear()
         n = len(buf) // ROW
-        self._rows.append(_Block(self.index - n, self.source, self._watched, buf))
+        self._rows.append(_Block(self.source, self._watched, buf))
         walls = self.walls_plain
         if self._need_walls and len(walls) < 10_000:  # the cProfile window's baseline
             walls.extend(buf[k + END] - buf[k + START] for k in range(0, min(n, 10_000 - len(walls)) * ROW, ROW))
-        self._buf = []
-        self._buf_extend = self._buf.extend
 
     def _fast_due(self, index: int, start: int, end_ns: int) -> None:
-        """A fast boundary at or after ``_due_ns``: its row, with CPU figures (covering the steps
+        """A fast boundary at or after ``acc[DUE]``: its row, with CPU figures (covering the steps
         since the last read) when a read is due, and the lines written when they are due."""
         cpu: tuple[Any, ...] = _NO_CPU
         if end_ns - self._ru_ns >= self.rusage_every_ns:
@@ -889,24 +907,27 @@ class StepTracker:
 
     def _set_due(self) -> None:
         """When a fast boundary next reads getrusage or writes the lines."""
-        self._due_ns = min(self._ru_ns + self.rusage_every_ns, self._last_write_ns + self.write_every_ns)
+        self.acc[DUE] = min(self._ru_ns + self.rusage_every_ns, self._last_write_ns + self.write_every_ns)
 
     def _plan_fast(self) -> None:
-        """Up to which step boundaries may take the fast path: none while an instrument records
-        or a row waits for GPU time, else until the next instrument is due (or ``--steps``)."""
+        """Up to which step boundaries may take the fast path: none while an instrument records,
+        a row waits for GPU time or CUDA is up (its steps record CUDA events), else until the next
+        instrument is due (or ``--steps``). A fast boundary does not ask about CUDA: one that comes up
+        between two plans is seen at the next boundary with a read due (``RUSAGE_EVERY_NS``), and
+        the steps closed until then have no GPU time."""
         self._set_due()
         c = self.cprofile
         self._need_walls = c.enabled and not c.done
         if (self.source == "none" or self.every_boundary or c.running or self._held or not self.in_step
-                or self.pending_boundary_ns is not None):
-            self._fast_last = 0  # (fast_close relies on it: no step in progress, or a boundary pending, is slow)
+                or self.pending_boundary_ns is not None or self._cuda_flag._initialized):
+            self.acc[FAST_LAST] = 0  # (the hooks rely on it: no step in progress, or a boundary pending, is slow)
             return
         until = self.max_steps if self.max_steps is not None else 1 << 62
         if self.profiler is not None:
             until = min(until, self.profiler.idle_until())
         if self._need_walls:
             until = min(until, c.start_step)
-        self._fast_last = until - 1
+        self.acc[FAST_LAST] = until - 1
 
     def _stop_if_requested(self) -> None:
         if self.stop_requested:
@@ -928,7 +949,7 @@ class StepTracker:
         was = self.source
         self.source = marker
         self._sync_hot()
-        self._fast_last = 0  # the next boundary takes the slow path: it starts the instruments over
+        self.acc[FAST_LAST] = 0  # the next boundary takes the slow path: it starts the instruments over
         detail = {"optimizer": self.optimizer_name, "module": self.root_name}.get(marker, "")
         self.markers.append((marker, first_step, detail))
         self.cand = None
@@ -1068,7 +1089,7 @@ class StepTracker:
         in a step, is inlined there): note the boundary, or establish the marker."""
         if not self.active:
             return
-        if id(optimizer) == self._marker_id and self.in_step and self.pending_boundary_ns is None:
+        if id(optimizer) == self.acc[MARKER] and self.in_step and self.pending_boundary_ns is None:
             self.pending_boundary_ns = time.monotonic_ns()  # the usual case: the marking optimizer stepped
             self.marks += 1
             return
@@ -1082,7 +1103,7 @@ class StepTracker:
             self.optimizer_name = type(optimizer).__qualname__
         if optimizer is not marker:
             return
-        self._marker_id = id(optimizer)
+        self.acc[MARKER] = id(optimizer)
         now = time.monotonic_ns()
         self.marks += 1
         self.optimizer_stepped = True
@@ -1199,7 +1220,7 @@ class StepTracker:
         if self.profiler is not None:
             self.profiler.discard_step()
         self.in_step = False
-        self._fast_last = 0  # (see _plan_fast)
+        self.acc[FAST_LAST] = 0  # (see _plan_fast)
         self.cuda.restart()
 
     # ------------------------------------------------------------------ the end

@@ -138,6 +138,52 @@ def test_phases_inside_the_optimizer_step_are_their_own(tmp_path):
         assert r["optimizer_ns"] < 40e6 and r["forward_ns"] + r["backward_ns"] + r["optimizer_ns"] <= r["wall_ns"], r
 
 
+NO_WINDOWS = ("--skip-first", "1000000000", "--no-cprofile", "--time-window", "off")
+
+
+@pytest.mark.parametrize(("shape", "marker"), [("accum", "optimizer"), ("manual", "backward")])
+def test_steps_the_hooks_close_inline_are_every_one_recorded(tmp_path, shape, marker):
+    """With no instrument due, the optimizer's and backward()'s hooks close the steps themselves
+    (StepTracker.fast_close, inlined): every step is a row, in order, with its own phases and
+    batches; the rows between two getrusage reads carry no CPU figures (they took that path)."""
+    copy_script("loops.py", tmp_path)
+    n = 240
+    args = ("--shape", shape, "--iters", str(n), *(("--accum", "1") if shape == "accum" else ()))
+    proc = run_profile("--no-report", "--out", "runs", *NO_WINDOWS, "loops.py", "--", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = steps(only_run_dir(tmp_path / "runs"))
+    assert [r["index"] for r in rows] == list(range(n)) and {r["marker"] for r in rows} == {marker}
+    for a, b in zip(rows, rows[1:], strict=False):
+        assert a["start_ns"] + a["wall_ns"] <= b["start_ns"], (a, b)
+    for r in rows[1:]:
+        assert r["forward_ns"] > 0 and r["backward_ns"] > 0 and r["micro_batches"] == 1, r
+        assert r["forward_ns"] + r["backward_ns"] + r["optimizer_ns"] + r["data_wait_ns"] <= r["wall_ns"], r
+        if marker == "optimizer":
+            assert r["optimizer_ns"] > 0 and r["batches"] == 1 and r["epoch"] == 0, r
+        else:
+            assert r["optimizer_ns"] == 0 and r["batches"] == 0 and r["epoch"] is None, r
+    fast = [r for r in rows[1:] if r["cpu_steps"] is None]
+    assert len(fast) > n // 2, f"{len(fast)} of {n} rows took the fast path"
+    # each getrusage read covers the steps since the one before (those after the last read have none)
+    read = [r for r in rows if r["cpu_steps"] is not None]
+    assert sum(r["cpu_steps"] for r in read) == read[-1]["index"] + 1
+
+
+def test_an_optimizer_step_the_grad_scaler_skips_is_still_a_step(tmp_path):
+    """GradScaler.step skips optimizer.step() when the gradients are not finite: that iteration is
+    still a step, whichever path (inline or not) closed the ones around it."""
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", *NO_WINDOWS, "loops.py", "--",
+                       "--shape", "scaler", "--iters", "60", "--inf-every", "7", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "scaler skipped 8" in proc.stdout
+    rows = steps(only_run_dir(tmp_path / "runs"))
+    assert [r["index"] for r in rows] == list(range(60)) and {r["marker"] for r in rows} == {"optimizer"}
+    assert all(r["batches"] == 1 for r in rows[1:])
+    skipped = [r for r in rows[1:] if r["optimizer_ns"] == 0]
+    assert [r["index"] for r in skipped] == [i for i in range(1, 60) if i % 7 == 6]
+
+
 @pytest.mark.parametrize("where", ["forward", "backward"])
 def test_a_script_that_raises_inside_a_marked_region(tmp_path, where):
     copy_script("loops.py", tmp_path)

@@ -10,6 +10,8 @@
 --shape lbfgs     LBFGS, whose step(closure) runs the forward and backward(): phases inside
                   the optimizer's; the forward and the backward each sleep --phase-ms
 --shape tensors   bare tensor arithmetic for --seconds, nothing torch would call a step
+--shape scaler    a GradScaler (CPU) over a DataLoader; the loss is infinite at every
+                  --inf-every'th iteration, so the scaler skips that optimizer step
 
 --iters N         loop iterations (batches); --raise-in forward|backward --raise-at K raises
                   inside that call at iteration K; --print-losses prints every loss (the
@@ -164,6 +166,27 @@ def lbfgs():
     return model
 
 
+def scaler():
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    amp_scaler = torch.amp.GradScaler("cpu")
+    loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
+    skipped = 0
+    for i, (x, y) in enumerate(loader):
+        loss = nn.functional.cross_entropy(model(x), y)
+        if ARGS.inf_every and i % ARGS.inf_every == ARGS.inf_every - 1:
+            loss = loss * float("inf")
+        before = amp_scaler.get_scale()
+        amp_scaler.scale(loss).backward()
+        amp_scaler.step(opt)
+        amp_scaler.update()
+        skipped += amp_scaler.get_scale() < before
+        opt.zero_grad()
+    print(f"scaler skipped {skipped}")
+    return model
+
+
 def data_only():
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     total = 0.0
@@ -185,19 +208,21 @@ def tensors():
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs"])
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
     p.add_argument("--collate-ms", type=float, default=0.0)
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--phase-ms", type=float, default=0.0)
+    p.add_argument("--inf-every", type=int, default=0)
     p.add_argument("--raise-in", choices=["forward", "backward"])
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
     p.add_argument("--save")
     ARGS = p.parse_args()
     torch.set_num_threads(1)
-    shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs}
+    shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
+              "scaler": scaler}
     model = shapes[ARGS.shape]()
     if ARGS.save and model is not None:
         torch.save(model, ARGS.save)  # pickles the whole module, hooks and all
