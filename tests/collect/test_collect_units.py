@@ -462,3 +462,47 @@ def test_summary_figures():
     assert summarize_steps(edge).p90_ms == 3.45
     empty = summary_lines(summarize_steps([]), "none", "failed", "boom", 1, "d", ["steps (none)"])
     assert "no training steps" in empty[0] and any("not collected: steps" in x for x in empty)
+
+
+# --------------------------------------------------------------------------- settings patches
+
+
+class _Prop:
+    """As torch.backends.ContextProp: a plain Python data descriptor."""
+
+    def __init__(self, getter, setter):
+        self.getter = getter
+        self.setter = setter
+
+    def __get__(self, obj, objtype):
+        return self.getter()
+
+    def __set__(self, obj, val):
+        self.setter(val)
+
+
+def test_a_recorded_flag_reads_through_torchs_own_descriptor_and_notes_every_set():
+    from gpudoctor.collect.patches import _recording_prop, _RecordingProp
+
+    box, notes = {"v": 1}, []
+    prop = _recording_prop(_Prop(lambda: box["v"], lambda v: box.update(v=v)), lambda: notes.append(box["v"]))
+    holder = type("Flags", (), {"enabled": prop})()
+    assert isinstance(prop, _Prop) and type(prop).__get__ is _Prop.__get__  # a read costs what it did
+    assert holder.enabled == 1
+    holder.enabled = 5
+    assert (holder.enabled, notes) == (5, [5])
+
+    class Slotted:  # no __dict__ to copy: the wrapper instead
+        __slots__ = ()
+
+        def __get__(self, obj, objtype):
+            return 7
+
+        def __set__(self, obj, val):
+            notes.append(("slotted", val))
+
+    wrapped = _recording_prop(Slotted(), lambda: notes.append("noted"))
+    assert isinstance(wrapped, _RecordingProp)
+    holder2 = type("Flags2", (), {"x": wrapped})()
+    holder2.x = 3
+    assert holder2.x == 7 and notes[-2:] == [("slotted", 3), "noted"]
