@@ -18,8 +18,12 @@ from collect_testlib import (
     only_run_dir,
     profiler_steps,
     run_profile,
+    settings,
+    site_lines,
     steps,
 )
+
+from gpudoctor.model import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -182,6 +186,20 @@ def test_an_optimizer_step_the_grad_scaler_skips_is_still_a_step(tmp_path):
     assert all(r["batches"] == 1 for r in rows[1:])
     skipped = [r for r in rows[1:] if r["optimizer_ns"] == 0]
     assert [r["index"] for r in skipped] == [i for i in range(1, 60) if i % 7 == 6]
+
+
+def test_an_autocast_site_that_appears_late_in_a_long_amp_loop_is_noted(tmp_path):
+    """After its first autocasts, a run looks at one in 17 (patches.AUTOCAST_EVERY): a site that
+    first runs late, taking turns with the training one, is still noted, at its own line."""
+    script = copy_script("loops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", *NO_WINDOWS, "loops.py", "--",
+                       "--shape", "amp", "--iters", "400", "--eval-from", "300", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = site_lines(script)
+    s = Settings.from_dict(settings(only_run_dir(tmp_path / "runs")))
+    got = sorted((a.call_site.file, a.call_site.line, a.dtype) for a in s.autocast)
+    assert got == [("loops.py", lines["train_autocast"], "torch.bfloat16"),
+                   ("loops.py", lines["eval_autocast"], "torch.bfloat16")]
 
 
 @pytest.mark.parametrize("where", ["forward", "backward"])

@@ -12,6 +12,8 @@
 --shape tensors   bare tensor arithmetic for --seconds, nothing torch would call a step
 --shape scaler    a GradScaler (CPU) over a DataLoader; the loss is infinite at every
                   --inf-every'th iteration, so the scaler skips that optimizer step
+--shape amp       training under torch.autocast (bfloat16) at every step; from iteration
+                  --eval-from on, each step also evaluates under an autocast of its own line
 
 --iters N         loop iterations (batches); --raise-in forward|backward --raise-at K raises
                   inside that call at iteration K; --print-losses prints every loss (the
@@ -187,6 +189,23 @@ def scaler():
     return model
 
 
+def amp():
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    for i in range(ARGS.iters):
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # SITE:train_autocast
+            loss = nn.functional.cross_entropy(model(x).float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if i >= ARGS.eval_from:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # SITE:eval_autocast
+                model(x)
+    return model
+
+
 def data_only():
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     total = 0.0
@@ -208,13 +227,14 @@ def tensors():
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler"])
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler", "amp"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
     p.add_argument("--collate-ms", type=float, default=0.0)
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--phase-ms", type=float, default=0.0)
     p.add_argument("--inf-every", type=int, default=0)
+    p.add_argument("--eval-from", type=int, default=0)
     p.add_argument("--raise-in", choices=["forward", "backward"])
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
@@ -222,7 +242,7 @@ def main():
     ARGS = p.parse_args()
     torch.set_num_threads(1)
     shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
-              "scaler": scaler}
+              "scaler": scaler, "amp": amp}
     model = shapes[ARGS.shape]()
     if ARGS.save and model is not None:
         torch.save(model, ARGS.save)  # pickles the whole module, hooks and all
