@@ -35,22 +35,34 @@ Targets (issue 2): whole run <= 1.03 and per step <= 1.01 with the default setti
 Hook cost per step (issue 12; ``--hooks-only`` runs this part alone): every step pays
 gpudoctor's hooks (the DataLoader, the root module, ``backward()``, ``optimizer.step()``)
 and its bookkeeping at the step boundary. ``benchmarks/hook_loop.py`` runs tiny loops of
-each marker's shape (steps of 15-150 µs, so that microseconds show), bare and under
-``gpudoctor profile`` with no instrument window (``--skip-first`` past the end,
-``--no-cprofile``, ``--time-window off``), interleaved; the cost is the difference of the
-median step times, in µs, the median over pairs (9 by default: on this shared 2-vCPU machine a
-burst of the host's noise can slow a whole run by 10-20 %, 30-50 µs on these steps, and each
-process's own memory layout moves its steps by a few µs: one optimizer loop's pairs gave 3 to
-26 µs for a cost measured at 13-15 µs in one process switching the hooks on and off every 25
-steps; the median of 9 pairs stands four outliers). The ``deep`` shape (a 300-submodule
-model) shows that the root-module hook is paid once per forward, not per submodule, next to
-what one no-op global module hook costs the same loop (``--global-hook``); its steps are
-too long for a few µs to show, so it is a comparison, not judged against the target.
-The loops' model is the script's own ``nn.Module`` class (as in most training scripts), whose
-``forward`` gpudoctor wraps on the class; the ``sequential`` shape, the ``optimizer`` loop
-with an ``nn.Sequential`` model (a torch class, hooked on the instance: ``nn.Module``'s slow
-path), is printed as a comparison.
-Target: <= 15 µs per step on every loop shape.
+each marker's shape (steps of 20-250 µs, so that microseconds show) under ``gpudoctor
+profile`` with no instrument window (``--skip-first`` past the end, ``--no-cprofile``,
+``--time-window off``). Two measures:
+
+- judged, in one process: ``hook_loop.py --ab-hooks`` switches gpudoctor's hooks off (the
+  original functions put back) and on again every 25 steps; the cost is the median step
+  time with the hooks on minus the median with them off, in µs, the median over 5 runs
+  (``--ab-runs``) of 12,000 steps. Both medians come from the same seconds of the same
+  process, so neither the host's noise nor the process's memory layout enters the
+  difference: the runs of one shape agree within ~1.5 µs;
+- end to end, printed, not judged: the same loops bare and under ``gpudoctor profile``,
+  process against process, interleaved, the median over pairs (9 by default) of the
+  difference of median step times. It adds whatever else differs in a profiled process,
+  but cannot resolve a few µs on this shared 2-vCPU machine: the median step of the
+  230 µs ``optimizer`` loop drifts by up to 10 µs within one run and differs by as much
+  between two runs; with gpudoctor's step hooks taken out of the patches (a one-off
+  build), 21 pairs still gave 1.4 µs (pairs -8.6 to 12.0), 11 more 3.3 µs.
+
+The ``deep`` shape (a 300-submodule model) shows that the root-module hook is paid once per
+forward, not per submodule, next to what one no-op global module hook costs the same loop
+(``--global-hook``, end to end); its steps are too long for a few µs to matter, so it is a
+comparison, not judged against the target. The loops' model is the script's own
+``nn.Module`` class (as in most training scripts), whose ``forward`` gpudoctor wraps on the
+class; the ``sequential`` shape, the ``optimizer`` loop with an ``nn.Sequential`` model (a
+torch class, hooked on the instance: ``nn.Module``'s slow path), and the ``amp`` shape, the
+``optimizer`` loop under ``torch.autocast`` at every step (whose bfloat16 work leaves each hook
+colder, and whose autocast gpudoctor also watches), are printed as comparisons.
+Target: <= 15 µs per step on every judged loop shape, in one process.
 """
 
 from __future__ import annotations
@@ -72,8 +84,18 @@ HOOK_LOOP = HERE / "hook_loop.py"
 TARGET_WHOLE = 1.03
 TARGET_STEP = 1.01
 TARGET_HOOK_US = 15.0
-HOOK_SHAPES = ("optimizer", "backward", "module", "dataloader", "sequential", "deep")
-COMPARISONS = ("sequential", "deep")  # printed, not judged against the target (see the module docstring)
+HOOK_SHAPES = ("optimizer", "amp", "backward", "module", "dataloader", "sequential", "deep")
+COMPARISONS = ("amp", "sequential", "deep")  # printed, not judged against the target (see the module docstring)
+# what hook_loop.py --ab-hooks must find to switch, by shape (parts of the names it reports)
+AB_SWITCHED = {
+    "optimizer": ("SGD.step", "torch.autograd.backward", "__next__", "MLP.forward"),
+    "amp": ("SGD.step", "torch.autograd.backward", "__next__", "MLP.forward", "autocast.__init__"),
+    "backward": ("torch.autograd.backward", "MLP.forward"),
+    "module": ("MLP.forward",),
+    "dataloader": ("__next__",),
+    "sequential": ("SGD.step", "torch.autograd.backward", "__next__", "Sequential instance"),
+    "deep": ("Sequential instance",),
+}
 
 
 def _children_cpu() -> float:
@@ -146,24 +168,67 @@ def _median_step_us(path: str) -> float:
     return statistics.median(ns[100:] or ns) / 1e3  # the first steps warm up
 
 
-def hook_costs(work: str, pairs: int, steps: int) -> bool:
-    """The hook cost per step of each loop shape (see the module docstring); True when every
-    shape meets the target."""
-    out_dir = os.path.join(work, "hook-runs")
-    print(f"overhead: hook cost per step, {pairs} pairs of {steps} steps per shape ({min(pairs, 3)} for comparisons) "
-          "(bare vs gpudoctor profile without instrument windows)")
-    print(f"{'shape':>10} | {'bare µs':>8} {'prof µs':>8} {'cost µs':>8} {'ratio':>6} | pairs (cost µs)")
+def _profile_hook_loop(work: str, loop_args: list[str]) -> None:
+    """hook_loop.py under gpudoctor profile with no instrument window."""
+    _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", os.path.join(work, "hook-runs"),
+          "--skip-first", "1000000000", "--no-cprofile", "--time-window", "off", str(HOOK_LOOP), "--", *loop_args], work)
+
+
+def hook_costs_ab(work: str, runs: int, steps: int, shapes: tuple[str, ...] = HOOK_SHAPES) -> bool:
+    """The hook cost per step of each loop shape, in one profiled process that switches the hooks
+    off and on every 25 steps (see the module docstring); True when every judged shape meets the
+    target."""
+    print(f"overhead: hook cost per step, in one profiled process switching gpudoctor's hooks off and on every 25 "
+          f"steps: {runs} runs of {steps} steps per shape")
+    print(f"{'shape':>10} | {'on µs':>8} {'off µs':>8} {'cost µs':>8} {'ratio':>6} | runs (cost µs) | switched")
     ok = True
-    for shape in HOOK_SHAPES:
+    for shape in shapes:
+        on_med, off_med, costs = [], [], []
+        switched: list[str] = []
+        for i in range(runs):
+            path = os.path.join(work, f"hook-{shape}-ab{i}.json")
+            _profile_hook_loop(work, ["--shape", shape, "--steps", str(steps), "--ab-hooks", "--step-times", path])
+            with open(path, encoding="utf-8") as f:
+                got = json.load(f)
+            switched = got["switched"]
+            missing = [w for w in AB_SWITCHED[shape] if not any(w in name for name in switched)]
+            if missing:
+                sys.exit(f"overhead: {shape}: gpudoctor's {', '.join(missing)} hook not found to switch "
+                         f"(switched: {', '.join(switched) or 'nothing'})")
+            on = statistics.median(ns for ns, st in zip(got["ns"], got["on"], strict=True) if st == 1) / 1e3
+            off = statistics.median(ns for ns, st in zip(got["ns"], got["on"], strict=True) if st == 0) / 1e3
+            on_med.append(on)
+            off_med.append(off)
+            costs.append(on - off)
+        cost = statistics.median(costs)
+        if shape in COMPARISONS:
+            verdict = "comparison"
+        else:
+            ok &= cost <= TARGET_HOOK_US
+            verdict = _verdict(cost, TARGET_HOOK_US)
+        on, off = statistics.median(on_med), statistics.median(off_med)
+        print(f"{shape:>10} | {on:8.1f} {off:8.1f} {cost:8.1f} {on / off:6.3f} | {' '.join(f'{c:.1f}' for c in costs)}"
+              f"  ({verdict}) | {', '.join(switched)}")
+    print(f"overhead: hook cost per step: {'every shape' if ok else 'NOT every shape'} within {TARGET_HOOK_US:g} µs")
+    return ok
+
+
+def hook_costs(work: str, pairs: int, steps: int, shapes: tuple[str, ...] = HOOK_SHAPES) -> None:
+    """The whole cost of gpudoctor profile per step of each loop shape, process against process
+    (see the module docstring): the end-to-end check of :func:`hook_costs_ab` (none with 0 pairs)."""
+    if pairs <= 0:
+        return
+    print(f"overhead: end to end, {pairs} pairs of {steps} steps per shape ({min(pairs, 3)} for comparisons) "
+          "(bare vs gpudoctor profile without instrument windows; processes differ by several µs, see the docstring)")
+    print(f"{'shape':>10} | {'bare µs':>8} {'prof µs':>8} {'cost µs':>8} {'ratio':>6} | pairs (cost µs)")
+    for shape in shapes:
         loop_args = ["--shape", shape, "--steps", str(steps)]
         bare, prof, glob = [], [], []
         for i in range(min(pairs, 3) if shape in COMPARISONS else pairs):
             b = os.path.join(work, f"hook-{shape}-bare{i}.json")
             p = os.path.join(work, f"hook-{shape}-prof{i}.json")
             _run([sys.executable, str(HOOK_LOOP), *loop_args, "--step-times", b], work)
-            _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir,
-                  "--skip-first", "1000000000", "--no-cprofile", "--time-window", "off",
-                  str(HOOK_LOOP), "--", *loop_args, "--step-times", p], work)
+            _profile_hook_loop(work, [*loop_args, "--step-times", p])
             bare.append(_median_step_us(b))
             prof.append(_median_step_us(p))
             if shape == "deep":
@@ -172,19 +237,11 @@ def hook_costs(work: str, pairs: int, steps: int) -> bool:
                 glob.append(_median_step_us(g))
         costs = [pp - bb for pp, bb in zip(prof, bare, strict=True)]
         cost = statistics.median(costs)
-        if shape in COMPARISONS:
-            verdict = "comparison"
-        else:
-            ok &= cost <= TARGET_HOOK_US
-            verdict = _verdict(cost, TARGET_HOOK_US)
         print(f"{shape:>10} | {statistics.median(bare):8.1f} {statistics.median(prof):8.1f} {cost:8.1f} "
-              f"{statistics.median(prof) / statistics.median(bare):6.3f} | {' '.join(f'{c:.1f}' for c in costs)}"
-              f"  ({verdict})")
+              f"{statistics.median(prof) / statistics.median(bare):6.3f} | {' '.join(f'{c:.1f}' for c in costs)}")
         if glob:
             g_cost = statistics.median(gg - bb for gg, bb in zip(glob, bare, strict=True))
             print(f"{'':>10} | one no-op global module forward pre-hook would cost {g_cost:.1f} µs per step here")
-    print(f"overhead: hook cost per step: {'every shape' if ok else 'NOT every shape'} within {TARGET_HOOK_US:g} µs")
-    return ok
 
 
 def main() -> None:
@@ -193,14 +250,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1, help="torch threads in the training script")
     ap.add_argument("--hook-pairs", type=int, default=9,
-                    help="pairs per judged loop shape for the hook cost (the comparison shapes run at most 3)")
-    ap.add_argument("--hook-steps", type=int, default=3000, help="steps per run for the hook cost")
+                    help="pairs per loop shape for the hook cost end to end (the comparison shapes run at most "
+                         "3; 0: none)")
+    ap.add_argument("--hook-steps", type=int, default=3000, help="steps per run for the hook cost, end to end")
+    ap.add_argument("--ab-runs", type=int, default=5, help="profiled runs per loop shape switching the hooks off and on")
+    ap.add_argument("--ab-steps", type=int, default=12000, help="steps per run switching the hooks off and on")
     ap.add_argument("--hooks-only", action="store_true", help="measure the hook cost per step only")
+    ap.add_argument("--hook-shapes", default=",".join(HOOK_SHAPES),
+                    help=f"comma-separated loop shapes for the hook cost (default: all of {','.join(HOOK_SHAPES)})")
     ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
     args = ap.parse_args()
     if args.pairs < 5:
         sys.exit("overhead: at least 5 pairs")
 
+    shapes = tuple(s for s in args.hook_shapes.split(",") if s)
+    unknown = sorted(set(shapes) - set(HOOK_SHAPES))
+    if unknown or not shapes:
+        sys.exit(f"overhead: --hook-shapes: unknown {', '.join(unknown) or '(none given)'}; "
+                 f"choose from {', '.join(HOOK_SHAPES)}")
     work = tempfile.mkdtemp(prefix="gpudoctor-overhead-")
     if args.hooks_only:
         try:
@@ -208,7 +275,8 @@ def main() -> None:
         except OSError:
             load = ""
         print(f"overhead: {os.cpu_count()} CPUs,{load}")
-        hook_costs(work, args.hook_pairs, args.hook_steps)
+        hook_costs_ab(work, args.ab_runs, args.ab_steps, shapes)
+        hook_costs(work, args.hook_pairs, args.hook_steps, shapes)
         print(f"overhead: runs kept in {work}")
         return
     out_dir = os.path.join(work, "runs")
@@ -276,7 +344,8 @@ def main() -> None:
         )
     )
     print(f"overhead: their sum over the bare run's wall time: {1 + own:.3f} ({_verdict(1 + own, TARGET_WHOLE)})")
-    hook_costs(work, args.hook_pairs, args.hook_steps)
+    hook_costs_ab(work, args.ab_runs, args.ab_steps, shapes)
+    hook_costs(work, args.hook_pairs, args.hook_steps, shapes)
     print(f"overhead: runs kept in {work}")
 
 
