@@ -864,7 +864,7 @@ class StepTracker:
 
         The hot path of every step: the row is ``acc`` itself (its end filled in) copied onto a list of
         ints (see "Cost" above). The optimizer's and ``backward()``'s hooks do the same inline
-        (tests/collect/test_steps_fast.py holds them to this method)."""
+        (tests/collect/test_collect_loops_e2e.py checks the rows they write)."""
         acc = self.acc
         if acc[INDEX] < acc[FAST_LAST] and end_ns < acc[DUE]:
             acc[END] = end_ns
