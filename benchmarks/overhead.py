@@ -51,7 +51,7 @@ profile`` with no instrument window (``--skip-first`` past the end, ``--no-cprof
   but cannot resolve a few µs on this shared 2-vCPU machine: the median step of the
   230 µs ``optimizer`` loop drifts by up to 10 µs within one run and differs by as much
   between two runs; with gpudoctor's step hooks taken out of the patches (a one-off
-  build), 21 pairs still gave 1.4 µs (pairs -8.6 to 12.0), 11 more 3.3 µs.
+  build), four runs of 11-21 pairs gave 0.5 to 3.3 µs (pairs -9.7 to 12.7).
 
 The ``deep`` shape (a 300-submodule model) shows that the root-module hook is paid once per
 forward, not per submodule, next to what one no-op global module hook costs the same loop
@@ -177,7 +177,9 @@ def _profile_hook_loop(work: str, loop_args: list[str]) -> None:
 def hook_costs_ab(work: str, runs: int, steps: int, shapes: tuple[str, ...] = HOOK_SHAPES) -> bool:
     """The hook cost per step of each loop shape, in one profiled process that switches the hooks
     off and on every 25 steps (see the module docstring); True when every judged shape meets the
-    target."""
+    target (none measured with 0 runs)."""
+    if runs <= 0:
+        return True
     print(f"overhead: hook cost per step, in one profiled process switching gpudoctor's hooks off and on every 25 "
           f"steps: {runs} runs of {steps} steps per shape")
     print(f"{'shape':>10} | {'on µs':>8} {'off µs':>8} {'cost µs':>8} {'ratio':>6} | runs (cost µs) | switched")
@@ -253,7 +255,8 @@ def main() -> None:
                     help="pairs per loop shape for the hook cost end to end (the comparison shapes run at most "
                          "3; 0: none)")
     ap.add_argument("--hook-steps", type=int, default=3000, help="steps per run for the hook cost, end to end")
-    ap.add_argument("--ab-runs", type=int, default=5, help="profiled runs per loop shape switching the hooks off and on")
+    ap.add_argument("--ab-runs", type=int, default=5,
+                    help="profiled runs per loop shape switching the hooks off and on (0: none)")
     ap.add_argument("--ab-steps", type=int, default=12000, help="steps per run switching the hooks off and on")
     ap.add_argument("--hooks-only", action="store_true", help="measure the hook cost per step only")
     ap.add_argument("--hook-shapes", default=",".join(HOOK_SHAPES),
