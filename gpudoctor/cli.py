@@ -15,7 +15,6 @@ cannot drive the terminal.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from pathlib import Path
@@ -114,50 +113,20 @@ def use_color(flag: bool | None, is_tty: bool, env: dict[str, str] | os._Environ
     return is_tty
 
 
-def _os_reason(err: OSError) -> str:
-    name = errno.errorcode.get(err.errno or 0, "")
-    return f"{err.strerror or err}" + (f" ({name})" if name else "")
-
-
 def write_output(path: str, text: str, what: str = "report") -> None:
-    """``-o FILE``: written to a temporary name beside it, flushed to disk, then renamed into place.
+    """``-o FILE`` for every command: ``gpudoctor.output`` says what each kind of path gets (a regular
+    file is replaced atomically, a FIFO, a device or ``/dev/stdout`` written through, a symlink followed
+    and kept, a folder refused); every failure is a one-line ``UsageError`` (exit 2)."""
+    from gpudoctor.output import write_output as write
 
-    A reader never sees half a report, a failure leaves an earlier FILE as it was, and
-    every failure is a one-line ``UsageError`` (exit 2) with the path and the system's reason.
-    """
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except OSError as err:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise UsageError(f"-o {path}: cannot write the {what}: {_os_reason(err)}; pass -o with a writable path") from None
+    write(path, text, what, say=say)
 
 
 def check_output_writable(path: str | None) -> None:
     """Before a long run: can ``-o FILE`` be written at all? (exit 2 now, rather than after the run)."""
-    if not path:
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"-o {path}: is a folder; pass a file name")
-    probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
-    try:
-        with open(probe, "w", encoding="utf-8"):
-            pass
-    except OSError as err:
-        raise UsageError(f"-o {path}: cannot write the report there: {_os_reason(err)}; pass -o with a writable path") from None
-    try:
-        probe.unlink()
-    except OSError:
-        pass
+    from gpudoctor.output import check_output_writable as check
+
+    check(path)
 
 
 def write_run_report(report, run_dir: Path) -> None:
