@@ -11,7 +11,7 @@ from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 from gpudoctor.model.verify import Verification
 
-REPORT_SCHEMA_VERSION = 3  # 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
+REPORT_SCHEMA_VERSION = 4  # 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
 
 
 class Severity(str, Enum):
@@ -89,16 +89,31 @@ class Claim(Serde):
 
 @dataclass(frozen=True, slots=True)
 class Gain(Serde):
-    """What fixing it is worth: the share of step time at stake and the speed-up bound.
+    """What fixing it is worth: the share of step time at stake (an upper bound), and what the
+    fix is expected to win.
 
     A finding that claims parts of a ledger gains its granted, exclusive share of them: the
-    gains of the findings of one ledger add up to at most its time (docs/account.md)."""
+    gains of the findings of one ledger add up to at most its time (docs/account.md). That
+    share is an **upper bound**: the step after the fix is at least ``1 - share`` of it. The
+    *expected* share comes from the model stated in the rule's documentation (Tensor Core
+    speed-ups, the workers recommended, pinned bandwidth …): ``expected_fraction`` of the
+    granted share, so that it never exceeds the bound and shrinks with it when another
+    finding wins the time first."""
 
     share_pct: float | None  # of step time; None when it cannot be put in time (static)
-    speedup_bound: float | None  # 1 / (1 - share)
+    speedup_bound: float | None  # 1 / (1 - share): the most the fix can give
     note: str = ""  # how it was estimated
     claims: tuple[Claim, ...] = ()  # the ledger parts it claims; share_pct is what they were granted
     included_in: tuple[str, ...] = ()  # codes of findings that own part of what it claims ("included in GD102")
+    expected_share_pct: float | None = None  # of step time, by the rule's model (<= share_pct); None: no model
+    expected_speedup: float | None = None  # 1 / (1 - expected share)
+    expected_fraction: float | None = None  # the share of its time at stake the rule's model expects the fix to win
+    expected_note: str = ""  # the model, with its factors filled in
+
+    @property
+    def rank_pct(self) -> float | None:
+        """What ranks it: the expected share where the rule has a model, else the bound."""
+        return self.expected_share_pct if self.expected_share_pct is not None else self.share_pct
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,14 +216,16 @@ class RankSummary(Serde):
 @dataclass(frozen=True, slots=True)
 class Action(Serde):
     """One step of the projection: a finding's fix and what the step would take after it and
-    every action before it (an upper bound: each part removed entirely)."""
+    every action before it: expected (the rules' models) and at least (each part removed entirely)."""
 
     code: str
     name: str
-    gain_pct: float  # the finding's exclusive share of step time
-    step_ns_after: int  # the step time after this fix and the ones listed before it
+    gain_pct: float  # the finding's exclusive share of step time: an upper bound of what it wins
+    step_ns_after: int  # the step time after this fix and the ones before it, if each won its whole share: a lower bound
     rank: int | None = None
     components: tuple[str, ...] = ()  # the parts it wins back
+    expected_pct: float | None = None  # the share its rule's model expects the fix to win (<= gain_pct)
+    step_ns_expected: int | None = None  # the step time expected after this fix and the ones before it
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,8 +139,12 @@ def gain_text(g: Gain | None) -> str:
     if g.share_pct is not None and g.share_pct <= 0 and g.included_in:
         return f"none of its own: its time is included in {', '.join(g.included_in)}"
     parts = []
+    if g.expected_share_pct is not None:
+        parts.append(f"expected −{pct(g.expected_share_pct)} of step time"
+                     + (f", about {number(g.expected_speedup)}× faster" if g.expected_speedup is not None else "")
+                     + (f" ({g.expected_note})" if g.expected_note else ""))
     if g.share_pct is not None:
-        parts.append(f"{pct(g.share_pct)} of step time at stake")
+        parts.append(f"{'at most ' if g.expected_share_pct is not None else ''}{pct(g.share_pct)} of step time at stake")
     if g.speedup_bound is not None:
         parts.append(f"up to {number(g.speedup_bound)}× faster")
     text = ", ".join(parts)
@@ -165,10 +169,21 @@ def account_now(a: Account) -> str:
 
 
 def action_text(a: Action) -> str:
-    """``GD201 dataloader-stall: −50.5% of step time → ≤ 7.19 s per step``."""
-    after = f" → ≤ {duration(a.step_ns_after)} per step" if a.step_ns_after else ""
+    """``GD401 no-amp: −22.0% expected (up to −37.0%) of step time → about 136 ms (≥ 109 ms) per step``.
+
+    The bound is the whole share at stake: the step after the fix is at least its figure (≥). An
+    action whose rule has no model shows the bound alone: ``−50.5% at most → ≥ 7.19 s``."""
     rank = f" (rank {a.rank})" if a.rank is not None else ""
-    return f"{a.code} {a.name}{rank}: −{pct(a.gain_pct)} of step time{after}"
+    if a.expected_pct is not None:
+        gain = f"−{pct(a.expected_pct)} expected (up to −{pct(a.gain_pct)}) of step time"
+        after = ""
+        if a.step_ns_expected and a.step_ns_after:
+            after = f" → about {duration(a.step_ns_expected)} (≥ {duration(a.step_ns_after)}) per step"
+        elif a.step_ns_after:
+            after = f" → ≥ {duration(a.step_ns_after)} per step"
+        return f"{a.code} {a.name}{rank}: {gain}{after}"
+    after = f" → ≥ {duration(a.step_ns_after)} per step" if a.step_ns_after else ""
+    return f"{a.code} {a.name}{rank}: up to −{pct(a.gain_pct)} of step time{after}"
 
 
 def account_parts(a: Account) -> list[tuple[str, float, int, str]]:

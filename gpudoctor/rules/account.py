@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from gpudoctor.model.findings import Account, Action, Finding, Gain
+from gpudoctor.model.findings import Account, Action, Finding
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
 from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
 
@@ -89,15 +89,22 @@ def assign_gains(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
         note = f.gain.note
         if included:
             note = (note + "; " if note else "") + "included in " + ", ".join(included) + " (its fix wins that time first)"
-        gain = RuleContext.gain(share, note)
+        gain = RuleContext.gain(share, note, f.gain.expected_fraction, f.gain.expected_note)
         out.append(
             replace(
                 f,
                 severity=ctx.severity(share),
-                gain=Gain(gain.share_pct, gain.speedup_bound, gain.note, claims, included),
+                gain=replace(gain, claims=claims, included_in=included),
             )
         )
     return out
+
+
+def _expected_pct(f: Finding, granted_pct: float) -> float | None:
+    """The expected share of one ledger's step a finding's fix wins: its rule's fraction of what it was
+    granted there (None without a model)."""
+    frac = f.gain.expected_fraction
+    return None if frac is None else granted_pct * frac
 
 
 def is_headline(f: Finding) -> bool:
@@ -195,19 +202,24 @@ def build_account(ctx: RuleContext, findings: list[Finding]) -> Account | None:
     mine = [f for f in findings if any(c.ledger == ledger.key for c in f.gain.claims)]
     gained = [(f, sum(100.0 * c.granted_ns / c.total_ns for c in f.gain.claims if c.ledger == ledger.key))
               for f in mine]
-    gained = [(f, pct) for f, pct in gained if pct >= _MIN_ACTION_PCT]
-    gained.sort(key=lambda fp: (-fp[1], fp[0].code))
+    gained = [(f, pct, _expected_pct(f, pct)) for f, pct in gained if pct >= _MIN_ACTION_PCT]
+    # ranked by what the fix is expected to win (its rule's model), the bound where a rule has none
+    gained.sort(key=lambda fpe: (-(fpe[2] if fpe[2] is not None else fpe[1]), -fpe[1], fpe[0].code))
     actions = []
-    left = 100.0
-    for f, pct in gained[:TOP_ACTIONS]:
+    left = left_expected = 100.0
+    for f, pct, exp in gained[:TOP_ACTIONS]:
         left -= pct
+        left_expected -= exp if exp is not None else pct
         after = int(round(step_ns * max(left, 0.0) / 100.0)) if step_ns else 0
+        expected_after = int(round(step_ns * max(left_expected, 0.0) / 100.0)) if step_ns else None
         comps = tuple(c.component for c in f.gain.claims if c.granted_ns > 0)
-        actions.append(Action(f.code, f.name, round(pct, 4), after, f.rank, comps))
-    claimed = round(sum(pct for _, pct in gained), 4)
+        actions.append(Action(f.code, f.name, round(pct, 4), after, f.rank, comps,
+                              round(exp, 4) if exp is not None else None, expected_after))
+    claimed = round(sum(pct for _, pct, _ in gained), 4)
     notes = [
-        "each action removes its exclusive share of the step, after the ones before it: an upper bound "
-        "(a fix shortens its part; it may not remove it)"
+        "each action's expected gain is its rule's model (its documentation states it); the bound is its whole "
+        "exclusive share of the step, after the ones before it: the step after a fix is at least the bound's "
+        "figure (a fix shortens its part; it may not remove it)"
     ]
     if ledger.basis == "gpu":
         notes.append("GPU idle time is won only by host-side fixes, kernel time only by faster kernels (docs/account.md)")

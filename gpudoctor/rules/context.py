@@ -22,6 +22,7 @@ per-rank results of a multi-trace run into one finding.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -510,12 +511,22 @@ class RuleContext:
         return Severity.INFO
 
     @staticmethod
-    def gain(share_pct: float | None, note: str = "") -> Gain:
+    def gain(share_pct: float | None, note: str = "", expected: float | None = None,
+             expected_note: str = "") -> Gain:
+        """The gain of a share of step time at stake (the bound) and, with ``expected`` (the
+        fraction of it the rule's model expects the fix to win, 0..1), the expected gain."""
         if share_pct is None:
-            return Gain(None, None, note)
+            return Gain(None, None, note, expected_note=expected_note)
         share = max(0.0, min(share_pct, 99.9))
+        exp_share = exp_speedup = fraction = None
+        if expected is not None and math.isfinite(expected):
+            fraction = round(max(0.0, min(float(expected), 1.0)), 4)
+            exp_share = round(share * fraction, 4)
+            exp_speedup = round(1.0 / (1.0 - exp_share / 100.0), 3)
         # 4 decimals, as the ledger's parts: one quantity shows one value in every table
-        return Gain(round(share, 4), round(1.0 / (1.0 - share / 100.0), 3), note)
+        return Gain(round(share, 4), round(1.0 / (1.0 - share / 100.0), 3), note,
+                    expected_share_pct=exp_share, expected_speedup=exp_speedup, expected_fraction=fraction,
+                    expected_note=expected_note if fraction is not None else "")
 
     def finding(
         self,
@@ -534,13 +545,17 @@ class RuleContext:
         claims: Sequence[tuple[Component, int | None]] = (),
         ledger: Ledger | None = None,
         severity_pct: float | None = None,
+        expected: float | None = None,
+        expected_note: str = "",
     ) -> Finding:
         """A finding of the rule being run. With ``claims`` (parts of ``ledger``, each whole
         (None) or up to a measured ns), the share of step time at stake is what they amount to,
         and the engine later grants each part to one finding only (docs/account.md); without,
         ``share_pct`` is the share of step time at stake where no ledger splits it (or None).
         ``severity_pct``: a figure that is not a share of step time (CPU demand, system CPU, the
-        other ranks' wait) but sets the severity on the same scale; the gain note says what it is."""
+        other ranks' wait) but sets the severity on the same scale; the gain note says what it is.
+        ``expected``: the fraction (0..1) of the share at stake that the rule's model (stated in its
+        documentation) expects the fix to win, ``expected_note`` that model with its factors."""
         claimed: tuple[Claim, ...] = ()
         if claims and ledger is not None and ledger.total_ns > 0:
             out = []
@@ -550,7 +565,7 @@ class RuleContext:
                 out.append(Claim(comp.value, ledger.key, want, want, part, ledger.total_ns))
             claimed = tuple(out)
             share_pct = 100.0 * sum(c.requested_ns for c in claimed) / ledger.total_ns
-        gain = self.gain(share_pct, gain_note)
+        gain = self.gain(share_pct, gain_note, expected, expected_note)
         return Finding(
             code=self.code,
             name=self.name,
