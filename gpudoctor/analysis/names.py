@@ -48,6 +48,8 @@ ASYNC_COPY_CALLS = frozenset(
         "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync", "hipMemsetD32Async", "hipMemsetD8Async",
     }
 )
+# Launches of a whole CUDA / HIP graph: every kernel of the graph shares the launch's correlation id.
+GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 MALLOC_CALLS = frozenset({"cudaMalloc", "cudaMallocAsync", "cuMemAlloc", "cuMemAlloc_v2", "hipMalloc", "hipMallocAsync", "hipExtMallocWithFlags"})
 FREE_CALLS = frozenset({"cudaFree", "cudaFreeAsync", "cuMemFree", "cuMemFree_v2", "hipFree", "hipFreeAsync"})
 
@@ -71,6 +73,13 @@ _LOSS_OP = re.compile(
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero",
                       "aten::tolist", "aten::unique", "aten::_unique2", "aten::masked_select", "aten::repeat_interleave"})
 _HOST_COLLECTIVE = re.compile(r"^(nccl|gloo|rccl|mpi|ucc|xccl):")
+# What torch.compile leaves in a trace: the frame Dynamo compiled ("Torch-Compiled Region: 0/1", frame
+# 0, its second compilation), AOTAutograd's autograd function around the forward and backward graphs
+# ("CompiledFunction", "CompiledFunctionBackward"), and Inductor's call of a compiled graph
+# ("## Call CompiledFxGraph <hash> ##", a user annotation)
+_COMPILED_REGION = re.compile(r"^Torch-Compiled Region")
+_COMPILED_FUNCTION = re.compile(r"^CompiledFunction(Backward)?$")
+_COMPILED_GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph ")
 
 # --- device kernels --------------------------------------------------------------------------
 
@@ -83,6 +92,11 @@ _TENSOR_CORE = re.compile(
     re.IGNORECASE,
 )
 _TF32 = re.compile(r"tf32", re.IGNORECASE)
+# Inductor's generated kernels: Triton on a GPU (triton_poi_ pointwise, triton_red_ reduction, triton_per_
+# persistent reduction, triton_tem_ templates such as its own matmuls; "triton__0d1d…" in PyTorch 2.0),
+# C++ on a CPU (cpp_fused_…)
+_TRITON_KERNEL = re.compile(r"^triton_")
+_INDUCTOR_CPP_KERNEL = re.compile(r"^cpp_fused_")
 _CONV_KERNEL = re.compile(r"(conv|implicit_?gemm|wgrad|dgrad|fprop|winograd|im2col|miopen)", re.IGNORECASE)
 _COMM_KERNEL = re.compile(r"^(nccl|rccl)|ncclDevKernel|ncclKernel|cross_device_reduce|all_?reduce_kernel", re.IGNORECASE)
 _OPTIMIZER_KERNEL = re.compile(r"(multi_tensor_apply|fused_adam|FusedAdam|adam|sgd|lamb|foreach)", re.IGNORECASE)
@@ -166,6 +180,7 @@ class NameClasses:
         self.sync_call = in_set(names, SYNC_CALLS)
         self.sync_copy_call = in_set(names, SYNC_COPY_CALLS)
         self.launch_call = in_set(names, LAUNCH_CALLS)
+        self.graph_launch_call = in_set(names, GRAPH_LAUNCH_CALLS)
         self.async_copy_call = in_set(names, ASYNC_COPY_CALLS)
         self.malloc_call = in_set(names, MALLOC_CALLS)
         self.free_call = in_set(names, FREE_CALLS)
@@ -178,6 +193,11 @@ class NameClasses:
         self.loss_op = matches(names, _LOSS_OP)
         self.sync_op = in_set(names, SYNC_OPS)
         self.host_collective = matches(names, _HOST_COLLECTIVE)
+        self.compiled_region = matches(names, _COMPILED_REGION)
+        self.compiled_function = matches(names, _COMPILED_FUNCTION)
+        self.compiled_graph_call = matches(names, _COMPILED_GRAPH_CALL)
+        self.triton_kernel = matches(names, _TRITON_KERNEL)
+        self.inductor_cpp_kernel = matches(names, _INDUCTOR_CPP_KERNEL)
         self.tensor_core = matches(names, _TENSOR_CORE)
         self.tf32 = matches(names, _TF32)
         self.conv_kernel = matches(names, _CONV_KERNEL)

@@ -28,7 +28,11 @@ Gap causes, gap by gap (``GapCause``), in this order:
      the detail names it) or outside profiled ops (Python, I/O, an unprofiled thread …).
 2. The work was launched before the gap began (it was queued): ``short`` when the gap is
    under ``SHORT_GAP_NS`` (launch latency scale), else ``dependency`` (it waited on
-   another stream, an event, a collective).
+   another stream, an event, a collective). Work that a graph launch issued
+   (``cudaGraphLaunch``, ``hipGraphLaunch``: each node of the graph carries the launch's
+   correlation id) was never launched on its own: a queued gap before it is the graph's
+   own scheduling of its nodes and dependencies, ``dependency`` however short, never
+   launch latency.
 
 ``idle_gaps`` returns every gap with its cause (``GapTable``): the ledger of
 ``analysis.ledger`` charges the idle time of a step from the same table, so the
@@ -62,6 +66,7 @@ HOST_SHARE = 0.5  # share of the gap a host activity must cover to explain it
 TOP_GAPS = 20
 DETAIL_GAPS = 400  # gaps (the longest) whose host-side detail is looked up
 TIMELINE_BUCKETS = 100
+GRAPH_GAP_DETAIL = "queued in a graph launch: a node waited on its dependencies (in the graph, another stream, an event)"
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)  # <10 µs … ≥100 ms
 
 
@@ -177,9 +182,11 @@ def classify_gaps(
     short_gap_ns: int = SHORT_GAP_NS,
     sync_tolerance_ns: int = SYNC_TOLERANCE_NS,
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    graphed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Cause code (index into ``CAUSES``) of each gap. ``next_launch``: host start time of the
-    runtime call that launched the activity ending the gap (-1 when unknown)."""
+    runtime call that launched the activity ending the gap (-1 when unknown); ``graphed``: that
+    call was a graph launch (a queued gap before it is then a dependency, however short)."""
     host = host or HostState(view)
     n = len(g_s)
     causes = np.full(n, CAUSES.index(GapCause.OTHER), np.int8)
@@ -201,6 +208,8 @@ def classify_gaps(
     c[host_wait & sync] = CAUSES.index(GapCause.SYNC)
     c[host_wait & dl] = CAUSES.index(GapCause.DATALOADER)
     short = ~host_wait & ((g_e - g_s) < short_gap_ns)
+    if graphed is not None:
+        short &= ~graphed
     c[~host_wait & ~short] = CAUSES.index(GapCause.DEPENDENCY)
     c[short] = CAUSES.index(GapCause.SHORT)
     return c
@@ -273,7 +282,8 @@ class GapTable:
 
     ``window`` is the index of the window each gap lies in (0 when the gaps are cut from the
     span of GPU activity: one window); ``cause`` indexes ``CAUSES``; ``launch`` is the host start
-    of the runtime call that launched the activity ending the gap (-1 when unknown).
+    of the runtime call that launched the activity ending the gap (-1 when unknown); ``graphed``
+    says that call was a graph launch (None: no gap ends at graph-issued work).
     """
 
     device: int
@@ -285,6 +295,7 @@ class GapTable:
     window: np.ndarray
     cause: np.ndarray
     launch: np.ndarray
+    graphed: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -320,9 +331,13 @@ def idle_gaps(
     next_dev = np.where(has_next, first[np.minimum(k, max(len(first) - 1, 0))], -1) if len(first) else np.full(len(g_s), -1)
     launch_idx = np.where(next_dev >= 0, view.dev_launch[np.maximum(next_dev, 0)] if len(view.dev_launch) else -1, -1)
     next_launch = np.where(launch_idx >= 0, view.h_ts[np.maximum(launch_idx, 0)] if len(view.h_ts) else -1, -1)
+    graphed = None
+    if len(launch_idx) and len(view.h_name):
+        graphed = (launch_idx >= 0) & view.host_is(view.names.graph_launch_call)[np.maximum(launch_idx, 0)]
+        graphed = graphed if graphed.any() else None
     host = host or HostState(view)
-    causes = classify_gaps(view, g_s, g_e, next_launch, host, short_gap_ns=short_gap_ns)
-    return GapTable(device, kind, w_s, w_e, g_s, g_e, g_w, causes, next_launch)
+    causes = classify_gaps(view, g_s, g_e, next_launch, host, short_gap_ns=short_gap_ns, graphed=graphed)
+    return GapTable(device, kind, w_s, w_e, g_s, g_e, g_w, causes, next_launch, graphed)
 
 
 def device_utilization(
@@ -362,6 +377,9 @@ def device_utilization(
     order = np.argsort(-lengths, kind="stable")[:DETAIL_GAPS]
     details: dict[int, str] = {}
     for i in order.tolist():
+        if gaps.graphed is not None and gaps.graphed[i] and CAUSES[causes[i]] == GapCause.DEPENDENCY:
+            details[i] = GRAPH_GAP_DETAIL
+            continue
         details[i] = gap_detail(host, CAUSES[causes[i]], int(g_s[i]), int(g_e[i]), int(next_launch[i]))
     cause_totals = []
     for ci, cause in enumerate(CAUSES):

@@ -179,6 +179,9 @@ class Nvml:
             temp = self._get(d, "temp", nv.nvmlDeviceGetTemperature, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
             thr_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
             thr = self._get(d, "throttle", thr_fn)
+            app_sm = self._get(d, "app_clock", getattr(nv, "nvmlDeviceGetApplicationsClock", None), getattr(nv, "NVML_CLOCK_SM", 1))
+            max_sm = self._get(d, "max_clock", getattr(nv, "nvmlDeviceGetMaxClockInfo", None), getattr(nv, "NVML_CLOCK_SM", 1))
+            limit = self._get(d, "power_limit", getattr(nv, "nvmlDeviceGetEnforcedPowerLimit", None))
             tx = rx = None
             if self.pcie_indices is None or d.index in self.pcie_indices:
                 tx = self._get(d, "pcie", nv.nvmlDeviceGetPcieThroughput, getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
@@ -198,6 +201,10 @@ class Nvml:
                     throttle_reasons=throttle_names(int(thr)) if thr is not None else (),
                     pcie_tx_kbps=float(tx) if tx is not None else None,
                     pcie_rx_kbps=float(rx) if rx is not None else None,
+                    app_sm_clock_mhz=int(app_sm) if app_sm else None,
+                    max_sm_clock_mhz=int(max_sm) if max_sm else None,
+                    power_limit_w=limit / 1000.0 if limit else None,
+                    throttle_read=thr is not None,
                 )
             )
         return out

@@ -12,7 +12,7 @@ and the root module (``markers``: the ``backward`` and ``module`` step markers),
 epochs, time blocked waiting for a batch), ``autocast``, the cuDNN / cuBLAS / TF32
 switches and ``set_float32_matmul_precision``, ``use_deterministic_algorithms``,
 ``set_num_threads``, ``DataParallel`` / ``DistributedDataParallel``,
-``torch.compile``, ``torch.cuda.empty_cache``.
+``torch.compile`` (and from then on what it compiles: ``compile_watch``), ``torch.cuda.empty_cache``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collect.callsite import FrameClassifier
+from gpudoctor.collect.compile_watch import CompileWatch, monotonic_clock
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
 from gpudoctor.collect.steps import (
@@ -76,6 +77,26 @@ def _recording_prop(inner: Any, note: Callable[[], None]) -> Any:
 AUTOCAST_ALL = 256
 AUTOCAST_EVERY = 17
 
+
+
+def passed_args(sig: inspect.Signature | None, obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...] | None:
+    """The names of the arguments a call passed (by position or by name), in the signature's order:
+    what the script chose, as against what it left at the default; None when the call cannot be
+    bound to the signature."""
+    if sig is None:
+        return None
+    try:
+        bound = sig.bind_partial(obj, *args, **kwargs)
+    except TypeError:
+        return None
+    names: list[str] = []
+    for name, value in list(bound.arguments.items())[1:]:  # the first is the object itself
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            names.extend(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            names.append(name)
+    return tuple(names)
 
 class _RecordingProp:
     """Wraps a data descriptor of torch's module classes: set as before, then note the call site."""
@@ -144,7 +165,13 @@ class Patcher:
         BackwardWatch(self.torch, self.tracker, self.capture.error).install()
 
     def _root_module(self) -> None:
-        watch = RootModuleWatch(self.torch, self.tracker, self.capture.error)
+        frames = self.frames
+
+        def site_of(frame: Any) -> Any:
+            f = frames.user_frame(frame)
+            return frames.site(f) if f is not None else None
+
+        watch = RootModuleWatch(self.torch, self.tracker, self.capture.error, site_of)
         watch.install()
         self.root_watch = watch
 
@@ -282,10 +309,15 @@ class Patcher:
         orig_iter = DataLoader.__iter__
         orig_next = BaseIter.__next__
 
+        try:
+            init_sig: inspect.Signature | None = inspect.signature(orig_init)
+        except (TypeError, ValueError):
+            init_sig = None
+
         def init(self: Any, *args: Any, **kwargs: Any) -> None:
             orig_init(self, *args, **kwargs)
             site = patcher._site()
-            patcher._safe("DataLoader", lambda: capture.note_dataloader(self, site))
+            patcher._safe("DataLoader", lambda: capture.note_dataloader(self, site, passed_args(init_sig, self, args, kwargs)))
 
         def iter_(self: Any) -> Any:
             it = orig_iter(self)
@@ -577,6 +609,10 @@ class Patcher:
                 if a.get("options"):
                     options["options"] = sorted(str(k) for k in a["options"])
                 capture.note_wrapper("torch.compile", site, name, options)
+                if capture.compile_watch is None:  # compilations, recompilations, graph breaks: from now on
+                    watch = CompileWatch(torch, lambda: tracker.index, monotonic_clock(tracker.t0), capture.mark_dirty)
+                    capture.compile_watch = watch
+                    watch.install()
 
             patcher._safe("torch.compile", note)
             watch = patcher.root_watch

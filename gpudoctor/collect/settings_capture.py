@@ -114,6 +114,11 @@ class SettingsCapture:
         self._flags_snapshot: tuple[FlagSetting, ...] | None = None
         self._device_type = "cpu"
         self.injector: Any = None  # a --verify trial's collect.inject.Injector: its account goes into `injected`
+        self.compile_watch: Any = None  # a collect.compile_watch.CompileWatch once the script called torch.compile
+
+    def mark_dirty(self) -> None:
+        """Something changed that settings.json keeps: written again at the next step boundary."""
+        self.dirty = True
 
     def error(self, what: str, err: BaseException) -> None:
         msg = f"{what}: {type(err).__name__}: {err}"
@@ -122,7 +127,8 @@ class SettingsCapture:
 
     # ------------------------------------------------------------------ DataLoader
 
-    def note_dataloader(self, loader: Any, site: CallSite | None) -> None:
+    def note_dataloader(self, loader: Any, site: CallSite | None, passed: tuple[str, ...] | None = None) -> None:
+        """A DataLoader was built at ``site``; ``passed``: the arguments the call gave (None: unknown)."""
         if id(loader) in self._dataloaders and self._dataloaders[id(loader)].loader_ref() is loader:
             return  # a subclass calling DataLoader.__init__ through super()
         dataset = getattr(loader, "dataset", None)
@@ -152,6 +158,7 @@ class SettingsCapture:
             "multiprocessing_context": ctx_name,
             "has_worker_init_fn": getattr(loader, "worker_init_fn", None) is not None,
             "dataset_len": dataset_len,
+            "passed_args": tuple(passed) if passed is not None else None,
         }
         entry = _DataLoaderEntry(site, loader, fields)
         self._dataloaders[id(loader)] = entry
@@ -335,4 +342,14 @@ class SettingsCapture:
             cpu_count=cpu_count,
             env=capture_env(os.environ),
             injected=self.injector.applied() if self.injector is not None else (),
+            compile=self._compile_state(),
         )
+
+    def _compile_state(self) -> Any:
+        if self.compile_watch is None:
+            return None
+        try:
+            return self.compile_watch.state()
+        except Exception as err:  # what torch.compile did is a note, never a failed settings.json
+            self.error("torch.compile state", err)
+            return None

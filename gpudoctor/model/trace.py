@@ -89,6 +89,7 @@ class HostEvents:
     input_dims: array = field(default_factory=_i)  # index into Timeline.strings ("Input Dims" JSON); NO_VALUE
     input_types: array = field(default_factory=_i)  # index into Timeline.strings ("Input type" JSON); NO_VALUE
     flags: array = field(default_factory=_b)  # HOST_FLAG_* bits
+    concrete_inputs: array = field(default_factory=_i)  # index into Timeline.strings ("Concrete Inputs" JSON); NO_VALUE
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -157,7 +158,7 @@ class Timeline:
 
     path: str
     names: tuple[str, ...] = ()  # event names; the name columns index this
-    strings: tuple[str, ...] = ()  # "Input Dims" / "Input type" values (compact JSON text)
+    strings: tuple[str, ...] = ()  # "Input Dims" / "Input type" / "Concrete Inputs" values (compact JSON text)
     threads: tuple[str, ...] = ()  # "pid/tid" labels; HostEvents.thread indexes this
     host: HostEvents = field(default_factory=HostEvents)
     device: DeviceEvents = field(default_factory=DeviceEvents)
@@ -250,6 +251,7 @@ class TimelineBuilder:
         input_dims: str | None = None,
         input_types: str | None = None,
         flags: int = 0,
+        concrete_inputs: str | None = None,
     ) -> int:
         h = self.host
         h.kind.append(int(kind))
@@ -262,6 +264,7 @@ class TimelineBuilder:
         h.input_dims.append(self.string_id(input_dims))
         h.input_types.append(self.string_id(input_types))
         h.flags.append(int(flags))
+        h.concrete_inputs.append(self.string_id(concrete_inputs))
         return len(h.ts_ns) - 1
 
     def add_device(

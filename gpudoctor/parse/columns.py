@@ -57,6 +57,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     bytes: Union[int, str] = NO_VALUE  # noqa: UP007
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     sequence: int = msgspec.field(default=NO_VALUE, name="Sequence number")
     fwd_thread: int = msgspec.field(default=NO_VALUE, name="Fwd thread id")
     total_allocated: int = msgspec.field(default=NO_VALUE, name="Total Allocated")
@@ -256,6 +257,7 @@ def event_from_dict(d: dict[str, Any]) -> tuple[Event | None, str]:
             bytes=_int(a.get("bytes")),
             input_dims=_raw(a.get("Input Dims")),
             input_type=_raw(a.get("Input type")),
+            concrete=_raw(a.get("Concrete Inputs")),
             sequence=_int(a.get("Sequence number")),
             fwd_thread=_int(a.get("Fwd thread id")),
             total_allocated=_int(a.get("Total Allocated")),
@@ -298,6 +300,7 @@ _EXT = attrgetter("external_id")
 _EXT_LEGACY = attrgetter("external_id_legacy")
 _DIMS = attrgetter("input_dims")
 _TYPES = attrgetter("input_type")
+_CONCRETE = attrgetter("concrete")
 _SEQ = attrgetter("sequence")
 _FWD = attrgetter("fwd_thread")
 _DEVICE = attrgetter("device")
@@ -384,10 +387,10 @@ def _intern_raw(table: dict[bytes, int], getter: Any, args: list[Args]) -> np.nd
 # the columns of a ColumnBuilder; those of interned ids are remapped when parts are joined
 COLUMNS = (
     "h_kind", "h_name", "h_ts", "h_dur", "h_thread", "h_corr", "h_ext", "h_dims", "h_types", "h_flags",
-    "d_kind", "d_name", "d_ts", "d_dur", "d_device", "d_stream", "d_corr", "d_ext", "d_bytes",
+    "h_concrete", "d_kind", "d_name", "d_ts", "d_dur", "d_device", "d_stream", "d_corr", "d_ext", "d_bytes",
     "m_ts", "m_device", "m_alloc", "m_reserved", "m_delta", "f_ts", "f_id", "f_start",
 )
-_INTERNED = frozenset(("h_name", "h_thread", "h_dims", "h_types", "d_name"))
+_INTERNED = frozenset(("h_name", "h_thread", "h_dims", "h_types", "h_concrete", "d_name"))
 
 
 class ColumnBuilder:
@@ -412,6 +415,7 @@ class ColumnBuilder:
         self.names: dict[str, int] = {}
         self.dims: dict[bytes, int] = {b"": NO_VALUE}
         self.types: dict[bytes, int] = {b"": NO_VALUE}
+        self.concrete: dict[bytes, int] = {b"": NO_VALUE}  # "Concrete Inputs"
         self.threads: dict[tuple[Any, Any], int] = {}
         self.codes_seen: set[int] = set()
         self.unknown: Counter[str] = Counter()
@@ -429,6 +433,7 @@ class ColumnBuilder:
         self.h_dims = array("i")
         self.h_types = array("i")
         self.h_flags = array("b")
+        self.h_concrete = array("i")
         # device
         self.d_kind = array("b")
         self.d_name = array("i")
@@ -586,6 +591,7 @@ class ColumnBuilder:
             ext = np.full(k, NO_VALUE, np.int64)
             dims = np.full(k, NO_VALUE, np.int32)
             types = np.full(k, NO_VALUE, np.int32)
+            concrete = np.full(k, NO_VALUE, np.int32)
             flags = np.zeros(k, np.int8)
             runtime = (kinds == HostKind.RUNTIME) | (kinds == HostKind.DRIVER)
             calls = np.flatnonzero(runtime)  # correlation and external ids
@@ -599,6 +605,9 @@ class ColumnBuilder:
                 ext[ops] = _external_ids(args)
                 dims[ops] = _intern_raw(self.dims, _DIMS, args)
                 types[ops] = _intern_raw(self.types, _TYPES, args)
+                shaped = np.flatnonzero(dims[ops] != NO_VALUE)  # Concrete Inputs come with Input Dims only
+                if len(shaped):
+                    concrete[ops[shaped]] = _intern_raw(self.concrete, _CONCRETE, _take(args, shaped))
                 flags[ops] = ((_ints(_SEQ, args) != NO_VALUE) * HOST_FLAG_SEQUENCE
                               | (_ints(_FWD, args) != NO_VALUE) * HOST_FLAG_FWD_THREAD).astype(np.int8)
             self.h_kind.frombytes(kinds.tobytes())
@@ -611,6 +620,7 @@ class ColumnBuilder:
             self.h_dims.frombytes(dims.tobytes())
             self.h_types.frombytes(types.tobytes())
             self.h_flags.frombytes(flags.tobytes())
+            self.h_concrete.frombytes(concrete.tobytes())
         dsel = np.flatnonzero(~on_host)
         if len(dsel):
             dev = _take(sub, dsel)
@@ -684,6 +694,7 @@ class ColumnBuilder:
         threads = _remap(self.threads, other.threads)
         dims = _remap_raw(self.dims, other.dims)
         types = _remap_raw(self.types, other.types)
+        concrete = _remap_raw(self.concrete, other.concrete)
 
         def mapped(col: array, table: np.ndarray, code: str) -> array:
             a = np.frombuffer(col, dtype=np.int32) if len(col) else np.zeros(0, np.int32)
@@ -694,6 +705,7 @@ class ColumnBuilder:
         self.h_thread += mapped(other.h_thread, threads, "i")
         self.h_dims += mapped(other.h_dims, dims, "i")
         self.h_types += mapped(other.h_types, types, "i")
+        self.h_concrete += mapped(other.h_concrete, concrete, "i")
         self.d_name += mapped(other.d_name, names, "i")
         for col in COLUMNS:
             if col not in _INTERNED:
@@ -787,8 +799,8 @@ class ColumnBuilder:
             rocm = any(("AMD" in d.name or "Instinct" in d.name or "Radeon" in d.name) for d in header.devices)
         has_runtime = bool(len(h_kind_np) and np.any((h_kind_np == HostKind.RUNTIME) | (h_kind_np == HostKind.DRIVER)))
         platform = ("rocm" if rocm else "cuda") if (has_gpu or has_runtime) else "cpu"
-        strings, dims_ids, types_ids = _canonical_strings(self.dims, self.types)
-        for col, table in (("h_dims", dims_ids), ("h_types", types_ids)):
+        strings, dims_ids, types_ids, concrete_ids = _canonical_strings(self.dims, self.types, self.concrete)
+        for col, table in (("h_dims", dims_ids), ("h_types", types_ids), ("h_concrete", concrete_ids)):
             a = np.frombuffer(getattr(self, col), dtype=np.int32) if len(getattr(self, col)) else np.zeros(0, np.int32)
             if len(a) and len(table):
                 setattr(self, col, _to_array("i", np.where(a >= 0, table[np.maximum(a, 0)], a).astype(np.int32)))
@@ -821,7 +833,7 @@ class ColumnBuilder:
             host=HostEvents(
                 kind=self.h_kind, name=self.h_name, ts_ns=h_ts, dur_ns=h_dur, thread=self.h_thread,
                 correlation=self.h_corr, external_id=self.h_ext, input_dims=self.h_dims,
-                input_types=self.h_types, flags=self.h_flags,
+                input_types=self.h_types, flags=self.h_flags, concrete_inputs=self.h_concrete,
             ),
             device=DeviceEvents(
                 kind=self.d_kind, name=self.d_name, ts_ns=d_ts, dur_ns=d_dur, device=self.d_device,
@@ -856,14 +868,16 @@ def _remap_raw(mine: dict[bytes, int], theirs: dict[bytes, int]) -> np.ndarray:
     return out
 
 
-def _canonical_strings(dims: dict[bytes, int], types: dict[bytes, int]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """The interned "Input Dims" and "Input type" texts as one table in one spelling
+def _canonical_strings(
+    dims: dict[bytes, int], types: dict[bytes, int], concrete: dict[bytes, int]
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """The interned "Input Dims", "Input type" and "Concrete Inputs" texts as one table in one spelling
     (Kineto's own: ``[[64, 32], []]``), so a re-indented file gives the same strings; and
     each table's id -> string index."""
     out: list[str] = []
     index: dict[str, int] = {}
     maps = []
-    for table in (dims, types):
+    for table in (dims, types, concrete):
         remap = np.empty(max(len(table) - 1, 0), dtype=np.int32)
         for b, i in table.items():
             if not b:
@@ -879,7 +893,7 @@ def _canonical_strings(dims: dict[bytes, int], types: dict[bytes, int]) -> tuple
                 out.append(s)
             remap[i] = j
         maps.append(remap)
-    return tuple(out), maps[0], maps[1]
+    return tuple(out), maps[0], maps[1], maps[2]
 
 
 _BLOCK = 1 << 18

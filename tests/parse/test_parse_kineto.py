@@ -321,7 +321,7 @@ def test_timeline_helpers():
     assert tl.has_gpu_activity and tl.info.record_shapes and tl.info.platform == "cuda"
     assert tl.name_of(tl.host.name[0]) == "aten::mm" and tl.name_of(99) == ""
     assert tl.string_of(tl.host.input_types[0]) == '["float"]' and tl.string_of(-1) == ""
-    assert tl.nbytes == 1 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 4 + 1) + 2 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8)
+    assert tl.nbytes == 1 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 4 + 1 + 4) + 2 * (1 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8)
 
 
 def test_the_decompressing_thread_stops_at_once_with_its_queue_full(monkeypatch):

@@ -42,6 +42,9 @@ SCENARIOS = {
     "rnn_manual_updates": ("GD203",),  # backward(): parameters updated by hand, batches sliced from text
     "inference_over_tensors": ("GD701",),  # the root module's forward: inference over a list of tensors
     "grad_accumulation_slow_collate": ("GD201",),  # optimizer.step() over 4 micro-batches each
+    # issue 26: compiled code (torch.compile, backend aot_eager on this CPU machine)
+    "compiled_tiny_batch": ("GD103",),  # compiled and still launch-bound: a larger batch, never "compile it"
+    "recompiles_every_step": ("GD105",),  # dynamic=False on a length that changes every batch
 }
 GPU_ONLY = {"pageable_copies", "host_sync_every_step", "fp32_convnet", "cudnn_benchmark_off", "empty_cache_every_step"}
 SCRIPTS = sorted(p.stem for p in SAMPLES.glob("*.py") if not p.name.startswith("_"))

@@ -1,0 +1,529 @@
+"""GPU acceptance run: gpudoctor's CUDA path, end to end, on the GPU this machine has.
+
+One command, ready for the day a GPU is lent (docs/gpu-acceptance.md)::
+
+    python benchmarks/gpu_acceptance.py              # on a CUDA machine: run and check everything
+    python benchmarks/gpu_acceptance.py --dry-run    # anywhere: print the plan, run nothing
+    python benchmarks/gpu_acceptance.py --out $OUT   # also write the results and the fixtures' bundle there
+
+Without CUDA (no GPU, or a CPU build of torch) it says what it would check and exits 0.
+On a CUDA machine it runs ``gpudoctor profile`` on every script of ``sample_scripts/`` (their
+``Expected:`` docstring lines, as ``benchmarks/accuracy.py`` reads them) and on two roofline
+probes it writes itself (the same MLP in FP32 and in BF16 autocast), one run at a time, and
+checks each run:
+
+- ``run``: the profile ran to the end and wrote ``report.json``;
+- ``expected``: every planted finding appears (the baseline: nothing at warning or above);
+- ``nvml``: real NVML samples (utilization and memory read, two or more);
+- ``cuda events``: step times from CUDA events (``StepRecord.gpu_ns``) in most steps;
+- ``trace``: a Kineto trace with GPU kernels of a named device;
+- ``roofline``: the device is in the table of GPU peaks (``analysis/peaks.py``) and no op class
+  beats its precision's peak; on the probes, the GEMMs reach a plausible share of it and GD405
+  flags the FP32 one, not the BF16 one.
+
+Then ``gpudoctor verify`` measures the fixes of two planted runs whose fixes gpudoctor injects
+(pinned copies, cudnn.benchmark), and each run's directory, trimmed to one trace, is written under
+``tests/fixtures/gpu/<scenario>/`` for later tests (``index.json`` says what each holds), bundled
+as ``gpu_fixtures.tar.gz`` in ``--out``. Everything stops at ``--budget-s`` so that the command
+fits the device tool's 10-minute limit; what did not fit is reported and fails the run.
+
+Exit status: 0 all checks passed (or no CUDA here: skipped), 1 a check failed or did not fit,
+2 gpudoctor cannot run here (a dependency missing: the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from accuracy import MALLOC_ENV, Scenario, discover, gpu_count  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
+BUNDLE_NAME = "gpu_fixtures.tar.gz"
+BUNDLE_MAX_BYTES = 15 * 2**20  # the device tool returns files of at most 16 MiB
+TRACE_MAX_BYTES = 3 * 2**20  # a fixture keeps one trace, at most this large
+VERIFY = ("pageable_copies", "cudnn_benchmark_off")  # fixes gpudoctor injects, that show on a GPU
+ALARMS = ("error", "warning")
+MIN_EVENT_STEPS_PCT = 50.0  # steps that must carry a CUDA-event time
+# The probes' GEMMs (8192-wide linears, forward and backward): cuBLAS reaches 60-80% of an H100's
+# dense peak at this size in BF16 (798 TFLOP/s measured on the lent H100, docs/gpu-acceptance.md),
+# and most of the FP32 peak without Tensor Cores; below this share the FLOP accounting or the
+# ops → kernels attribution is wrong
+PROBE_MIN_PEAK_PCT = 20.0
+PROBE_MAX_PEAK_PCT = 100.0
+
+PROBE = '''"""Roofline probe ({what}): two 8192-wide linears, forward and backward, every step.
+
+Expected: {expected}
+Needs: GPU
+"""
+
+import argparse
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--fixed", action="store_true")
+    steps = p.parse_args().steps
+    torch.manual_seed(0)
+    n = 8192
+    model = nn.Sequential(nn.Linear(n, n), nn.ReLU(), nn.Linear(n, n)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    x = torch.randn(4096, n, device="cuda")
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled={amp}):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+# what each probe must show: GD405 flags the FP32 GEMMs (compute-bound, far below the Tensor Core
+# peak) and not the BF16 ones; other findings are not the probes' business
+PROBES: dict[str, dict[str, Any]] = {
+    "probe_fp32_matmul": {"what": "FP32", "expected": "GD405", "absent": "", "amp": False, "dtypes": ("fp32", "tf32")},
+    "probe_bf16_matmul": {"what": "BF16 autocast", "expected": "none", "absent": "GD405", "amp": True,
+                          "dtypes": ("bf16",)},
+}
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(slots=True)
+class Task:
+    name: str
+    script: Path
+    expected: tuple[str, ...]
+    probe: bool = False
+    verify: bool = False
+    absent: tuple[str, ...] = ()  # codes that must not appear
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.expected and not self.absent
+
+
+def plan(scenarios: list[Scenario], probes_dir: Path | None) -> list[Task]:
+    """The runs in order: the probes, the scenarios that need a GPU, the two to verify, the rest,
+    so that what only a GPU can show is checked first if the budget runs out."""
+    tasks = [Task(name, (probes_dir or Path("<temp>")) / f"{name}.py",
+                  () if spec["expected"] == "none" else (spec["expected"],), probe=True,
+                  absent=(spec["absent"],) if spec["absent"] else ())
+             for name, spec in PROBES.items()]
+    ordered = sorted(scenarios, key=lambda s: (not s.needs_gpu, s.name not in VERIFY, s.name))
+    tasks += [Task(s.name, s.path, s.expected, verify=s.name in VERIFY) for s in ordered]
+    return tasks
+
+
+def plan_text(tasks: list[Task], args: argparse.Namespace) -> str:
+    lines = [
+        "gpudoctor GPU acceptance run: the plan",
+        f"  {len(tasks)} runs of `gpudoctor profile --steps {args.steps}`, one at a time, each stopped after "
+        f"{args.run_timeout_s:g} s; all of it within {args.budget_s:g} s:",
+    ]
+    for t in tasks:
+        what = ", ".join(t.expected) if t.expected else "no finding at warning or above" if t.is_baseline else ""
+        what += f"{', ' if what else ''}no {', '.join(t.absent)}" if t.absent else ""
+        extra = " + gpudoctor verify" if t.verify else ""
+        lines.append(f"    {t.name:<32} expects {what}{extra}")
+    lines += [
+        "  each run is checked for:",
+        "    run         the profile ends and writes report.json",
+        "    expected    every planted finding appears (the baseline: none at warning or above)",
+        "    nvml        real NVML samples: utilization and memory read, 2 or more",
+        f"    cuda events step times from CUDA events in at least {MIN_EVENT_STEPS_PCT:g}% of the steps",
+        "    trace       a Kineto trace with GPU kernels of a named device",
+        "    roofline    the device is in analysis/peaks.py and no op class beats its peak; on the probes "
+        f"the GEMMs reach {PROBE_MIN_PEAK_PCT:g}-{PROBE_MAX_PEAK_PCT:g}% of their precision's peak",
+        f"  gpudoctor verify (budget {args.verify_budget_s:g} s each) on: {', '.join(VERIFY)}: the fix is "
+        "tried and not refuted",
+        f"  fixtures: each run directory, one trace of at most {TRACE_MAX_BYTES >> 20} MiB, under "
+        f"{_rel(Path(args.fixtures))}/<run>/ with index.json",
+    ]
+    if args.out:
+        lines.append(f"  results: {args.out}/acceptance.json, acceptance.txt and {BUNDLE_NAME} (the fixtures)")
+    return "\n".join(lines)
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass(slots=True)
+class Check:
+    name: str
+    ok: bool | None  # None: does not apply to this run
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Outcome:
+    name: str
+    expected: list[str]
+    run_dir: str = ""
+    wall_s: float = 0.0
+    checks: list[Check] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+    verify: Check | None = None
+    fixture: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks) and (self.verify is None or self.verify.ok is not False)
+
+
+def check_expected(task: Task, report: dict) -> Check:
+    findings = report.get("findings", [])
+    codes = [f["code"] for f in findings]
+    if task.is_baseline:
+        alarms = [f"{f['code']} ({f['severity']})" for f in findings if f["severity"] in ALARMS]
+        return Check("expected", not alarms, "alarms: " + ", ".join(alarms) if alarms else "no alarm")
+    missing = [c for c in task.expected if c not in codes]
+    unwanted = [c for c in task.absent if c in codes]
+    why = (f"missing {', '.join(missing)}; " if missing else "") + (f"unwanted {', '.join(unwanted)}; " if unwanted else "")
+    return Check("expected", not missing and not unwanted, why + "found " + (", ".join(codes) or "nothing"))
+
+
+def check_nvml(run: Any) -> Check:
+    samples = run.samples.gpu if run.samples is not None else ()
+    real = [g for g in samples if g.util_pct is not None and g.mem_total_bytes]
+    if run.manifest is not None and not run.manifest.collected_ok("nvml"):
+        return Check("nvml", False, f"not collected: {run.manifest.not_collected_reason('nvml') or 'no reason given'}")
+    return Check("nvml", len(real) >= 2, f"{len(real)} of {len(samples)} samples with utilization and memory")
+
+
+def check_cuda_events(run: Any) -> Check:
+    steps = run.steps
+    timed = [s for s in steps if s.gpu_ns is not None and s.gpu_ns > 0]
+    pct = 100.0 * len(timed) / len(steps) if steps else 0.0
+    return Check("cuda events", bool(steps) and pct >= MIN_EVENT_STEPS_PCT,
+                 f"{len(timed)} of {len(steps)} steps timed by CUDA events")
+
+
+def check_trace(report: dict) -> Check:
+    metrics = (report.get("run") or {}).get("metrics") or []
+    gpu = [m for m in metrics if m.get("has_gpu_activity")]
+    if not gpu:
+        return Check("trace", False, f"{len(metrics)} trace(s), none with GPU kernels")
+    names = sorted({d.get("name", "") for m in gpu for d in m.get("devices", [])} - {""})
+    return Check("trace", bool(names), f"{len(gpu)} trace(s) with kernels on {', '.join(names) or 'an unnamed device'}")
+
+
+def _rooflines(report: dict) -> list[dict]:
+    metrics = (report.get("run") or {}).get("metrics") or []
+    return [m["roofline"] for m in metrics if m.get("roofline")]
+
+
+def check_roofline(task: Task, report: dict) -> Check:
+    rooflines = _rooflines(report)
+    if not rooflines:
+        return Check("roofline", None if not task.probe else False, "no roofline (no kernels in the trace)")
+    r = rooflines[0]
+    if r.get("peak") is None:
+        return Check("roofline", False, f"device {r.get('device_name')!r} is not in analysis/peaks.py: add it")
+    over = [f"{x['op_class']} {x['dtype']} at {x['peak_pct']:.1f}% of peak" for r_ in rooflines for x in r_["rows"]
+            if x["op_class"] != "elementwise" and x.get("peak_pct") is not None and x["peak_pct"] > PROBE_MAX_PEAK_PCT]
+    if over:
+        return Check("roofline", False, "beyond the peak: " + "; ".join(over))
+    detail = f"{r['peak']['name']}"
+    if r.get("achieved_tflops") is not None:
+        detail += f": {r['achieved_tflops']:.1f} TFLOP/s, {r.get('peak_pct') or 0:.1f}% of peak, MFU {r.get('mfu_pct') or 0:.1f}%"
+    if not task.probe:
+        return Check("roofline", True, detail)
+    dtypes = PROBES[task.name]["dtypes"]
+    rows = [x for x in r["rows"] if x["op_class"] == "matmul" and x["dtype"] in dtypes]
+    if not rows:
+        return Check("roofline", False, f"no matmul row in {'/'.join(dtypes)}: " + detail)
+    row = max(rows, key=lambda x: x["kernel_ns"])
+    pct = row.get("peak_pct")
+    ok = pct is not None and PROBE_MIN_PEAK_PCT <= pct <= PROBE_MAX_PEAK_PCT
+    return Check("roofline", ok, f"matmul {row['dtype']}: {row['achieved_tflops']} TFLOP/s, {pct}% of its "
+                 f"{row['peak_tflops']} TFLOP/s peak ({r['peak']['name']})")
+
+
+def check_status(run: Any) -> Check:
+    """The script ran to its end, or to ``--steps`` (gpudoctor profile exits 0 either way)."""
+    mf = run.manifest
+    if mf is None:
+        return Check("run", False, "no manifest.json")
+    ok = mf.status.value in ("completed", "stopped")
+    return Check("run", ok, mf.status.value + (f" ({mf.status_detail})" if mf.status_detail else ""))
+
+
+def check_run(task: Task, run_dir: Path, report: dict) -> list[Check]:
+    from gpudoctor.parse.rundir import read_run_dir  # noqa: PLC0415
+
+    run, _ = read_run_dir(run_dir)
+    return [check_status(run), check_expected(task, report), check_nvml(run), check_cuda_events(run),
+            check_trace(report), check_roofline(task, report)]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _env() -> dict[str, str]:
+    env = {**MALLOC_ENV, **os.environ, "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def profile(task: Task, runs_dir: Path, steps: int, timeout_s: float) -> tuple[Path | None, dict | None, str, float]:
+    """(run directory, report, error, seconds) of one ``gpudoctor profile`` run."""
+    out = runs_dir / task.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out), "--steps", str(steps), str(task.script)]
+    log = out.with_suffix(".log")
+    start = time.perf_counter()
+    try:
+        with log.open("w", encoding="utf-8") as fh:
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env(), timeout=timeout_s)
+        error = "" if proc.returncode == 0 else f"gpudoctor profile exited {proc.returncode} (log: {log})"
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {timeout_s:g} s (log: {log})"
+    wall = time.perf_counter() - start
+    dirs = [d for d in out.iterdir() if d.is_dir() and (d / "manifest.json").is_file()]
+    if len(dirs) != 1:
+        tail = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
+        return None, None, error or f"no run directory: {tail}", wall
+    report_path = dirs[0] / "report.json"
+    if not report_path.is_file():
+        return dirs[0], None, error or "no report.json", wall
+    return dirs[0], json.loads(report_path.read_text(encoding="utf-8")), error, wall
+
+
+def verify(task: Task, run_dir: Path, budget_s: float, timeout_s: float) -> Check:
+    cmd = [sys.executable, "-m", "gpudoctor", "verify", str(run_dir), "--verify-budget", str(budget_s),
+           "--verify-trials", "2"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Check("verify", False, f"timed out after {timeout_s:g} s")
+    if proc.returncode not in (0, 1):
+        return Check("verify", False, f"gpudoctor verify exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    return verification_check(task, report)
+
+
+def verification_check(task: Task, report: dict) -> Check:
+    """Confirmed passes; inconclusive passes with its reason (a noisy machine); refuted, not tried or
+    no verification at all fails."""
+    for f in report.get("findings", []):
+        if f["code"] not in task.expected:
+            continue
+        v = f.get("verification")
+        if not v:
+            return Check("verify", False, f"{f['code']}: no verification recorded")
+        speed = f" {v['speedup']:.2f}x" if v.get("speedup") else ""
+        ci = f" [{v['ci'][0]:.2f}-{v['ci'][1]:.2f}]" if v.get("ci") else ""
+        return Check("verify", v["status"] in ("confirmed", "inconclusive"),
+                     f"{f['code']} {v['status']}{speed}{ci}: {v.get('reason', '')}".strip())
+    return Check("verify", False, "the expected finding is absent: nothing to verify")
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def save_fixture(name: str, run_dir: Path, fixtures: Path, outcome: Outcome) -> str:
+    """The run directory trimmed to what later tests read: its records and its first trace of at most
+    ``TRACE_MAX_BYTES`` (no cProfile, no report: ``gpudoctor analyze`` makes that again); ``index.json``
+    beside them says what was expected and found."""
+    dest = fixtures / name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for fname in ("manifest.json", "settings.json", "steps.jsonl", "samples.jsonl"):
+        if (run_dir / fname).is_file():
+            shutil.copy2(run_dir / fname, dest / fname)
+    traces = sorted(run_dir.rglob("*.pt.trace.json.gz"))
+    kept = next((t for t in traces if t.stat().st_size <= TRACE_MAX_BYTES), None)
+    if kept is not None:
+        shutil.copy2(kept, dest / kept.name)
+    index_path = fixtures / "index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else {}
+    index[name] = {
+        "expected": outcome.expected,
+        "found": outcome.found,
+        "checks": {c.name: c.ok for c in outcome.checks},
+        "trace": kept.name if kept is not None else None,
+        "traces_left_out": len(traces) - (kept is not None),
+    }
+    index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return _rel(dest)
+
+
+def bundle(fixtures: Path, target: Path, max_bytes: int = BUNDLE_MAX_BYTES) -> list[str]:
+    """``fixtures`` as one gzipped tar of at most ``max_bytes`` (the device tool's file limit): the
+    largest traces are left out until it fits. The paths left out."""
+    files = sorted(p for p in fixtures.rglob("*") if p.is_file())
+    left_out: list[str] = []
+    while True:
+        with tarfile.open(target, "w:gz") as tar:
+            for p in files:
+                tar.add(p, arcname=str(p.relative_to(fixtures)))
+        if target.stat().st_size <= max_bytes:
+            return left_out
+        traces = [p for p in files if p.name.endswith(".pt.trace.json.gz")]
+        if not traces:
+            raise RuntimeError(f"{target}: over {max_bytes} bytes without any trace")
+        biggest = max(traces, key=lambda p: p.stat().st_size)
+        files.remove(biggest)
+        left_out.append(str(biggest.relative_to(fixtures)))
+
+
+# --------------------------------------------------------------------------- output
+
+
+def table(outcomes: list[Outcome]) -> str:
+    names = ("run", "expected", "nvml", "cuda events", "trace", "roofline")
+    header = ("run", *names, "verify", "verdict")
+
+    def mark(c: Check | None) -> str:
+        return "-" if c is None or c.ok is None else ("ok" if c.ok else "FAIL")
+
+    rows = []
+    for o in outcomes:
+        by = {c.name: c for c in o.checks}
+        rows.append((o.name, *(mark(by.get(n)) for n in names), mark(o.verify), "ok" if o.ok else "FAIL"))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() for r in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for o in outcomes:
+        for c in [*o.checks, *([o.verify] if o.verify else [])]:
+            if c.detail and (c.ok is False or c.name in ("roofline", "verify")):
+                lines.append(f"  {o.name}: {c.name}: {'FAIL ' if c.ok is False else ''}{c.detail}")
+    return "\n".join(lines)
+
+
+def _missing_dependency() -> str:
+    for module in ("msgspec", "numpy", "scipy", "psutil", "click", "pynvml"):
+        try:
+            __import__(module)
+        except ImportError:
+            return module
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dry-run", "--list", dest="dry_run", action="store_true", help="print the plan and run nothing")
+    p.add_argument("--only", action="append", metavar="NAME", help="run only this scenario or probe (repeatable)")
+    p.add_argument("--steps", type=int, default=30, help="steps of each profiled run (default 30)")
+    p.add_argument("--run-timeout-s", type=float, default=90.0, help="the most one profile run may take (default 90)")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="the most the whole run may take; what does not fit is reported (default 480)")
+    p.add_argument("--verify-budget-s", type=float, default=45.0, help="trial time of each verify (default 45)")
+    p.add_argument("--fixtures", default=str(FIXTURES), help="where the run directories go (default tests/fixtures/gpu)")
+    p.add_argument("--out", default=os.environ.get("OUT") or None,
+                   help="write acceptance.json, acceptance.txt and the fixtures' bundle here (default: $OUT when set)")
+    p.add_argument("--keep", metavar="DIR", help="keep the full run directories under DIR")
+    args = p.parse_args(argv)
+
+    only = set(args.only or ())
+    scenarios = discover()
+    known = {t.name for t in plan(scenarios, None)}
+    if only - known:
+        p.error(f"no scenario or probe named {', '.join(sorted(only - known))} (have: {', '.join(sorted(known))})")
+    tasks = [t for t in plan(scenarios, None) if not only or t.name in only]
+    if args.dry_run:
+        print(plan_text(tasks, args))
+        return 0
+    missing = _missing_dependency()
+    if missing:
+        print(f"gpu_acceptance: gpudoctor needs the Python package {missing!r}, which is not installed here; "
+              "install it (on the device machine: carry its wheel, docs/gpu-acceptance.md)", file=sys.stderr)
+        return 2
+    gpus = gpu_count()
+    if gpus == 0:
+        print("gpu_acceptance: skipped: no CUDA device here (torch.cuda.is_available() is False, or torch is "
+              "missing or a CPU build). On a CUDA machine this run would do the following.\n")
+        print(plan_text(tasks, args))
+        return 0
+
+    start = time.perf_counter()
+    deadline = start + args.budget_s
+    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="gpudoctor-gpu-acceptance-"))
+    work.mkdir(parents=True, exist_ok=True)
+    probes_dir = work / "probes"
+    probes_dir.mkdir(exist_ok=True)
+    for name, spec in PROBES.items():
+        (probes_dir / f"{name}.py").write_text(PROBE.format(**spec), encoding="utf-8")
+    tasks = [t for t in plan(scenarios, probes_dir) if not only or t.name in only]
+    fixtures = Path(args.fixtures).resolve()
+    fixtures.mkdir(parents=True, exist_ok=True)
+    print(f"gpu_acceptance: {gpus} CUDA device(s); {len(tasks)} runs, budget {args.budget_s:g} s; runs under {work}",
+          file=sys.stderr)
+    outcomes: list[Outcome] = []
+    not_run: list[str] = []
+    for task in tasks:
+        left = deadline - time.perf_counter()
+        if left < 20:
+            not_run.append(task.name)
+            continue
+        outcome = Outcome(task.name, list(task.expected))
+        run_dir, report, error, outcome.wall_s = profile(task, work / "runs", args.steps, min(args.run_timeout_s, left))
+        if run_dir is not None:
+            outcome.run_dir = str(run_dir)
+        if error or report is None or run_dir is None:
+            outcome.checks.append(Check("run", False, error or "no report"))
+        else:
+            outcome.found = [f["code"] for f in report.get("findings", [])]
+            outcome.checks += check_run(task, run_dir, report)
+            left = deadline - time.perf_counter()
+            if task.verify and left > 30:
+                outcome.verify = verify(task, run_dir, min(args.verify_budget_s, left - 20), left - 5)
+            elif task.verify:
+                outcome.verify = Check("verify", False, "did not fit the budget")
+        if run_dir is not None:
+            outcome.fixture = save_fixture(task.name, run_dir, fixtures, outcome)
+        outcomes.append(outcome)
+        print(f"  {task.name:<32} {'ok' if outcome.ok else 'FAIL'}  {outcome.wall_s:5.1f} s", file=sys.stderr)
+    wall = time.perf_counter() - start
+    text = table(outcomes)
+    passed = sum(o.ok for o in outcomes)
+    summary = (f"gpu_acceptance: {passed}/{len(outcomes)} runs passed every check"
+               + (f"; {len(not_run)} did not fit the {args.budget_s:g} s budget: {', '.join(not_run)}" if not_run else "")
+               + f" ({wall:.0f} s)")
+    print(text + "\n\n" + summary)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        left_out = bundle(fixtures, out / BUNDLE_NAME) if any(fixtures.iterdir()) else []
+        result = {"gpus": gpus, "wall_s": round(wall, 1), "not_run": not_run, "bundle_left_out": left_out,
+                  "outcomes": [asdict(o) for o in outcomes]}
+        (out / "acceptance.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        (out / "acceptance.txt").write_text(text + "\n\n" + summary + "\n", encoding="utf-8")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if passed == len(outcomes) and not not_run else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

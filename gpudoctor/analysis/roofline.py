@@ -1,0 +1,748 @@
+"""The roofline: the work the ops did (from their input shapes), how fast their kernels did it, and
+how that compares with the device's peak (``analysis.peaks``).
+
+**Work.** ``estimate(name, dims, types, concrete)`` turns one op's ``Input Dims``, ``Input type``
+and, where the trace has them, ``Concrete Inputs`` (stride, padding, causal flags …) into FLOPs and
+bytes, in the conventions of model FLOPs (a multiply-add is 2 FLOPs; nothing recomputed counts):
+
+- *matmul* (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``addbmm``, ``matmul``, ``linear``, ``mv``,
+  ``addmv``, ``_addmm_activation``, ``_scaled_mm``): ``2·batch·M·K·N``, batch dims broadcast;
+- *conv* (``conv1d/2d/3d``, ``convolution``, ``_convolution``, ``cudnn_``/``miopen_convolution``,
+  the transposed ones and ``convolution_backward``): ``2·N·(output pixels)·(weight elements)``,
+  the output size from stride, padding and dilation, so a forward convolution needs Concrete
+  Inputs (PyTorch 2.x records them); the backward op's ``grad_output`` gives it without, and its
+  ``output_mask`` (else both) says whether the input's and the weight's gradients are computed
+  (one forward's FLOPs each); a transposed convolution's FLOPs follow from its input alone;
+- *attention* (``scaled_dot_product_attention`` and its flash / efficient / cuDNN ops, forward
+  and backward): ``2·batch·Lq·Lk·(E + Ev)``, halved (exactly: the pairs a top-left causal mask
+  keeps) when ``is_causal`` is set; the backward is twice the forward (FlashAttention's recomputed
+  ``QKᵀ`` is hardware work, not model FLOPs). Their inner ``_flash_attention_*`` /
+  ``_efficient_attention_*`` ops are left to their callers (their layout differs);
+- *elementwise* (add, mul, activations, their backward, copies, fills …): one FLOP per output
+  element; these are memory-bound by nature and are reported by bandwidth.
+
+Bytes are the least device-memory traffic: every tensor input read once and every output
+written once, in its dtype (an estimate: caches make it less, a kernel that makes several passes
+more).
+
+**Ops → kernels.** A kernel belongs to the op inside which its launch call ran: the innermost
+modelled op that encloses the runtime call (the call with the kernel's correlation id) on the
+call's thread, which holds for traces whose kernels carry the op's external id and for older
+ones (PyTorch 1.x) whose kernels carry only the correlation id. Without a launch call the
+kernel's external id names the op. An op that encloses another modelled op gives way to it
+(``linear`` → ``addmm``; ``conv2d`` → ``cudnn_convolution``), so no FLOP counts twice; a kernel
+launched by a graph launch (CUDA/HIP graphs) is not attributed. An op's FLOPs are divided by its
+kernels' GPU time: achieved TFLOP/s per class and precision, and GB/s.
+
+**Against the peak.** Each row's precision picks its peak: float32 inputs whose kernels are
+TF32 kernels by name (``tf32``, Ampere's ``s1688``-style tensor-op shapes) ran in TF32 on NVIDIA.
+``peak_pct`` is the time the FLOPs need at each row's peak, % of their kernels' time; MFU (model
+FLOPs utilization) the same time, % of the window (the ProfilerStep windows, else the span of
+GPU activity). A row is *compute-bound* when its FLOPs per byte reach the ridge point (its peak
+÷ the memory bandwidth). An unknown device gets no share of peak, and a note says why.
+
+**Elementwise chains.** Runs of ``CHAIN_MIN_KERNELS`` or more consecutive ATen elementwise kernels
+(by name) on one stream: each reads and writes device memory, where ``torch.compile`` would fuse
+the run into about one kernel's traffic (``chain_fused_ns`` takes the longest kernel of each run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.analysis.peaks import match_device, peak_tflops
+from gpudoctor.analysis.view import TraceView, Windows
+from gpudoctor.model.metrics import DeviceInfo, DevicePeak, Roofline, RooflineRow, WindowKind
+
+__all__ = ["CHAIN_MIN_KERNELS", "OpWork", "causal_pairs", "estimate", "op_class", "roofline"]
+
+CHAIN_MIN_KERNELS = 3  # a run of this many elementwise kernels in a row on one stream is a chain
+TF32_KERNEL_SHARE = 0.5  # float32 ops whose kernels spend more than this share in Tensor Core kernels ran in TF32
+
+COMPUTE_CLASSES = ("matmul", "conv", "attention")
+
+# dtype as Kineto writes it (``c10::`` stripped) -> (precision, bytes per element)
+_DTYPES: dict[str, tuple[str, int]] = {
+    "float": ("fp32", 4), "double": ("fp64", 8), "half": ("fp16", 2), "bfloat16": ("bf16", 2),
+    "float8_e4m3fn": ("fp8", 1), "float8_e5m2": ("fp8", 1), "float8_e4m3fnuz": ("fp8", 1),
+    "float8_e5m2fnuz": ("fp8", 1), "float8_e8m0fnu": ("fp8", 1),
+    "int": ("other", 4), "long": ("other", 8), "long int": ("other", 8), "short": ("other", 2),
+    "short int": ("other", 2), "signed char": ("other", 1), "unsigned char": ("other", 1),
+    "bool": ("other", 1), "complex<float>": ("other", 8), "complex<double>": ("other", 16),
+    "complex<c10::half>": ("other", 4),
+}
+
+_MATMUL = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul", "aten::linear",
+    "aten::mv", "aten::addmv", "aten::_addmm_activation", "aten::_scaled_mm",
+})
+_CONV_STRIDE_FIRST = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"})
+_CONV_PADDING_FIRST = frozenset({"aten::cudnn_convolution", "aten::miopen_convolution",
+                                 "aten::miopen_depthwise_convolution"})
+_CONV_TRANSPOSE = frozenset({"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+                             "aten::cudnn_convolution_transpose", "aten::miopen_convolution_transpose"})
+_CONV_BACKWARD = "aten::convolution_backward"
+# name -> (index of q, index of is_causal, backward)
+_ATTENTION: dict[str, tuple[int, int, bool]] = {
+    "aten::scaled_dot_product_attention": (0, 5, False),
+    "aten::_scaled_dot_product_flash_attention": (0, 4, False),
+    "aten::_scaled_dot_product_efficient_attention": (0, 6, False),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 6, False),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11, True),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14, True),
+}
+_POINTWISE = re.compile(
+    r"^aten::(add|sub|rsub|mul|div|true_divide|neg|abs|exp|exp2|expm1|log|log2|log10|log1p|sqrt|rsqrt|pow|"
+    r"reciprocal|sigmoid|tanh|relu|relu6|gelu|silu|mish|hardswish|hardsigmoid|hardtanh|leaky_relu|elu|selu|celu|"
+    r"softplus|threshold|clamp|clamp_min|clamp_max|clip|where|masked_fill|lerp|addcmul|addcdiv|maximum|minimum|"
+    r"fmax|fmin|fill|zero|copy|_to_copy|sign|sgn|sin|cos|erf|erfc|floor|ceil|round|trunc|fmod|remainder|eq|ne|"
+    r"lt|le|gt|ge|logical_not|logical_and|logical_or|bitwise_and|bitwise_or|bitwise_not|nan_to_num|"
+    r"native_dropout|native_dropout_backward|threshold_backward|gelu_backward|silu_backward|sigmoid_backward|"
+    r"tanh_backward|hardswish_backward|hardtanh_backward|leaky_relu_backward|elu_backward|softplus_backward|"
+    r"mish_backward)_?$"
+)
+_WRITE_ONLY = re.compile(r"^aten::(fill|zero)_$")
+# ATen's elementwise kernels (CUDA and ROCm): vectorized_/unrolled_elementwise_kernel, elementwise_kernel
+_ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel")
+_GRAPH_LAUNCH = re.compile(r"GraphLaunch")
+# float32 inputs on TF32 Tensor Cores: cuBLAS/CUTLASS names say "tf32", or the single-precision
+# tensor-op shapes of Ampere's kernels ("s1688gemm", "tensorop_s1688"); "xmma" alone does not tell
+# (cuBLAS's FP32 SIMT kernels are xmma kernels too: "xmma_gemm_f32f32")
+_TF32_KERNEL = re.compile(r"tf32|s1688|s16816|s16832|tensorop_s\d", re.IGNORECASE)
+
+
+def op_class(name: str) -> str | None:
+    """"matmul", "conv", "attention" or "elementwise" for the ops the roofline models, else None."""
+    if name in _MATMUL:
+        return "matmul"
+    if name in _CONV_STRIDE_FIRST or name in _CONV_PADDING_FIRST or name in _CONV_TRANSPOSE or name == _CONV_BACKWARD:
+        return "conv"
+    if name in _ATTENTION:
+        return "attention"
+    if _POINTWISE.match(name):
+        return "elementwise"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OpWork:
+    """What one op instance computed and moved, by its input shapes."""
+
+    op_class: str  # "matmul", "conv", "attention", "elementwise"
+    flops: int
+    bytes: int
+    dtype: str  # "fp32", "bf16", "fp16", "fp8", "fp64", "other"
+
+
+# --------------------------------------------------------------------------- reading the args
+
+
+def _dtype(text: object) -> tuple[str, int] | None:
+    if not isinstance(text, str) or not text:
+        return None
+    t = text.strip().lower()
+    if t.startswith("c10::"):
+        t = t[5:]
+    return _DTYPES.get(t)
+
+
+def _shape(dims: list, i: int) -> tuple[int, ...] | None:
+    if i >= len(dims):
+        return None
+    d = dims[i]
+    if not isinstance(d, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
+        return None
+    return tuple(d)
+
+
+def _tensor(dims: list, types: list, i: int) -> tuple[tuple[int, ...], str, int] | None:
+    """(shape, precision, element size) of argument ``i`` when it is a tensor."""
+    shape = _shape(dims, i)
+    dt = _dtype(types[i]) if i < len(types) else None
+    if shape is None or dt is None:
+        return None
+    return shape, dt[0], dt[1]
+
+
+def _concrete(concrete: list, i: int) -> str:
+    if i >= len(concrete) or not isinstance(concrete[i], str):
+        return ""
+    return concrete[i].strip().strip("'\"")
+
+
+def _int_list(text: str) -> list[int] | None:
+    t = text.strip()
+    if not t:
+        return None
+    if not t.startswith("["):
+        try:
+            return [int(t)]
+        except ValueError:
+            return None
+    try:
+        return [int(x) for x in t.strip("[]").split(",") if x.strip()]
+    except ValueError:
+        return None
+
+
+def _bool_list(text: str) -> list[bool] | None:
+    t = text.strip()
+    if not t.startswith("["):
+        return None
+    items = [x.strip() for x in t.strip("[]").split(",") if x.strip()]
+    if not items or any(x not in ("True", "False", "true", "false", "1", "0") for x in items):
+        return None
+    return [x in ("True", "true", "1") for x in items]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def _per_dim(values: list[int] | None, n: int) -> list[int] | None:
+    """A per-dimension list (one value stands for every dimension); None when it does not fit."""
+    if values is None:
+        return None
+    if len(values) == 1:
+        return values * n
+    return values if len(values) == n else None
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _matmul(name: str, dims: list, types: list) -> OpWork | None:
+    if name in ("aten::addmm", "aten::_addmm_activation", "aten::baddbmm", "aten::addbmm", "aten::addmv"):
+        a_i, b_i, bias_i = 1, 2, 0
+    elif name == "aten::linear":
+        return _linear(dims, types)
+    else:
+        a_i, b_i, bias_i = 0, 1, None
+    a, b = _tensor(dims, types, a_i), _tensor(dims, types, b_i)
+    if a is None or b is None:
+        return None
+    (sa, dta, za), (sb, _, zb) = a, b
+    if name in ("aten::mv", "aten::addmv"):
+        if len(sa) != 2 or len(sb) != 1 or sa[1] != sb[0]:
+            return None
+        m, k, n, batch = sa[0], sa[1], 1, 1
+    else:
+        if not sa or not sb:
+            return None
+        ma = (1, *sa) if len(sa) == 1 else sa
+        mb = (*sb, 1) if len(sb) == 1 else sb
+        m, k = ma[-2], ma[-1]
+        k2, n = mb[-2], mb[-1]
+        if k != k2:
+            return None
+        if name in ("aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::_scaled_mm") and (len(sa) != 2 or len(sb) != 2):
+            return None
+        try:
+            batch_shape = np.broadcast_shapes(tuple(ma[:-2]), tuple(mb[:-2]))
+        except ValueError:
+            return None
+        batch = math.prod(batch_shape)
+        if name == "aten::addbmm":  # sums the batch into one M×N output
+            out = m * n
+            flops = 2 * batch * m * k * n
+            extra = _extra_bytes(dims, types, bias_i)
+            return OpWork("matmul", flops, _numel(sa) * za + _numel(sb) * zb + out * za + extra, dta)
+    flops = 2 * batch * m * k * n
+    extra = _extra_bytes(dims, types, bias_i)
+    return OpWork("matmul", flops, _numel(sa) * za + _numel(sb) * zb + batch * m * n * za + extra, dta)
+
+
+def _extra_bytes(dims: list, types: list, i: int | None) -> int:
+    if i is None:
+        return 0
+    t = _tensor(dims, types, i)
+    return _numel(t[0]) * t[2] if t is not None else 0
+
+
+def _linear(dims: list, types: list) -> OpWork | None:
+    x, w = _tensor(dims, types, 0), _tensor(dims, types, 1)
+    if x is None or w is None or not x[0] or len(w[0]) != 2 or x[0][-1] != w[0][1]:
+        return None
+    (sx, dt, z), (sw, _, zw) = x, w
+    rows = _numel(sx[:-1])
+    k, n = sw[1], sw[0]
+    return OpWork("matmul", 2 * rows * k * n,
+                  _numel(sx) * z + _numel(sw) * zw + rows * n * z + _extra_bytes(dims, types, 2), dt)
+
+
+def _split_conv_input(si: tuple[int, ...], sw: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(batch, spatial dims) of a convolution input, batched or not, for a weight of rank 2 + d."""
+    d = len(sw) - 2
+    if d < 1 or d > 3:
+        return None
+    if len(si) == d + 2:
+        return si[0], si[2:]
+    if len(si) == d + 1:  # unbatched
+        return 1, si[1:]
+    return None
+
+
+def _conv_forward(name: str, dims: list, types: list, concrete: list) -> OpWork | None:
+    i, w = _tensor(dims, types, 0), _tensor(dims, types, 1)
+    if i is None or w is None:
+        return None
+    (si, dt, z), (sw, _, zw) = i, w
+    split = _split_conv_input(si, sw)
+    if split is None:
+        return None
+    n, spatial = split
+    d = len(spatial)
+    transposed = name in _CONV_TRANSPOSE or (
+        name in ("aten::convolution", "aten::_convolution") and _concrete(concrete, 6) == "True")
+    bias = _extra_bytes(dims, types, 2) if name not in ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose") else 0
+    if transposed:  # each input pixel meets every weight element of its group
+        flops = 2 * n * _numel(spatial) * _numel(sw)
+        out_channels = sw[1] * _groups(name, concrete)
+        stride = _per_dim(_int_list(_concrete(concrete, 3)), d) if name in _CONV_STRIDE_FIRST or name.startswith(
+            "aten::conv_transpose") else None
+        out_pixels = _numel(tuple(s * (stride[j] if stride else 1) for j, s in enumerate(spatial)))
+        return OpWork("conv", flops, _numel(si) * z + _numel(sw) * zw + n * out_channels * out_pixels * z + bias, dt)
+    if name in _CONV_STRIDE_FIRST:
+        stride_t, padding_t, dilation_t = _concrete(concrete, 3), _concrete(concrete, 4), _concrete(concrete, 5)
+    else:  # padding first (cudnn/miopen): the first int list after the weight
+        first = next((j for j in range(2, len(concrete)) if _concrete(concrete, j).startswith("[")), None)
+        if first is None:
+            return None
+        padding_t, stride_t, dilation_t = (_concrete(concrete, first), _concrete(concrete, first + 1),
+                                           _concrete(concrete, first + 2))
+    kernel = sw[2:]
+    stride = _per_dim(_int_list(stride_t), d)
+    dilation = _per_dim(_int_list(dilation_t), d) or [1] * d
+    if stride is None:
+        return None
+    if padding_t.lower() == "same":
+        out = [math.ceil(s / stride[j]) for j, s in enumerate(spatial)]
+    else:
+        padding = [0] * d if padding_t.lower() == "valid" else _per_dim(_int_list(padding_t), d)
+        if padding is None:
+            return None
+        out = [(s + 2 * padding[j] - dilation[j] * (kernel[j] - 1) - 1) // stride[j] + 1 for j, s in enumerate(spatial)]
+    if any(o <= 0 for o in out):
+        return None
+    out_pixels = math.prod(out)
+    flops = 2 * n * out_pixels * _numel(sw)
+    return OpWork("conv", flops, _numel(si) * z + _numel(sw) * zw + n * sw[0] * out_pixels * z + bias, dt)
+
+
+def _groups(name: str, concrete: list) -> int:
+    idx = {"aten::convolution": 8, "aten::_convolution": 8, "aten::conv_transpose1d": 6, "aten::conv_transpose2d": 6,
+           "aten::conv_transpose3d": 6}.get(name)
+    if idx is None:
+        return 1
+    g = _int_list(_concrete(concrete, idx))
+    return g[0] if g and len(g) == 1 and g[0] > 0 else 1
+
+
+def _conv_backward(dims: list, types: list, concrete: list) -> OpWork | None:
+    go, i, w = _tensor(dims, types, 0), _tensor(dims, types, 1), _tensor(dims, types, 2)
+    if go is None or i is None or w is None:
+        return None
+    (sgo, dt, z), (si, _, zi), (sw, _, zw) = go, i, w
+    transposed = _concrete(concrete, 7) == "True"
+    side = _split_conv_input(si if transposed else sgo, sw)
+    if side is None:
+        return None
+    n, spatial = side
+    forward = 2 * n * _numel(spatial) * _numel(sw)
+    mask = _bool_list(_concrete(concrete, 10)) or [True, True, True]
+    mask = (mask + [True, True, True])[:3]
+    flops = forward * (int(mask[0]) + int(mask[1]))
+    if flops <= 0:
+        return None
+    nbytes = (_numel(sgo) * z + _numel(si) * zi + _numel(sw) * zw
+              + (_numel(si) * zi if mask[0] else 0) + (_numel(sw) * zw if mask[1] else 0))
+    return OpWork("conv", flops, nbytes, dt)
+
+
+def causal_pairs(lq: int, lk: int) -> int:
+    """Query-key pairs a top-left causal mask keeps (``is_causal`` in PyTorch's SDPA): query ``i``
+    sees keys ``0..i``."""
+    if lq <= lk:
+        return lq * (lq + 1) // 2
+    return lk * (lk + 1) // 2 + (lq - lk) * lk
+
+
+def _attention(name: str, dims: list, types: list, concrete: list) -> OpWork | None:
+    qi, ci, backward = _ATTENTION[name]
+    q, k, v = _tensor(dims, types, qi), _tensor(dims, types, qi + 1), _tensor(dims, types, qi + 2)
+    if q is None or k is None or v is None:
+        return None
+    (sq, dt, z), (sk, _, zk), (sv, _, zv) = q, k, v
+    if len(sq) < 2 or len(sk) < 2 or len(sv) < 2 or sq[-1] != sk[-1] or sk[-2] != sv[-2]:
+        return None
+    batch = _numel(sq[:-2])
+    lq, lk, e, ev = sq[-2], sk[-2], sq[-1], sv[-1]
+    pairs = causal_pairs(lq, lk) if _concrete(concrete, ci) == "True" else lq * lk
+    forward = 2 * batch * pairs * (e + ev)
+    out = batch * lq * ev * z
+    qkv = _numel(sq) * z + _numel(sk) * zk + _numel(sv) * zv
+    if backward:  # reads grad_out, q, k, v, out; writes dq, dk, dv
+        return OpWork("attention", 2 * forward, 2 * out + 2 * qkv, dt)
+    return OpWork("attention", forward, qkv + out, dt)
+
+
+def _elementwise(name: str, dims: list, types: list) -> OpWork | None:
+    tensors = [t for j in range(len(dims)) if (t := _tensor(dims, types, j)) is not None]
+    if not tensors:
+        return None
+    try:
+        out_shape = tuple(np.broadcast_shapes(*(t[0] for t in tensors)))
+    except ValueError:
+        out_shape = max((t[0] for t in tensors), key=_numel)
+    out = _numel(out_shape)
+    reads = sum(_numel(t[0]) * t[2] for t in tensors)
+    if _WRITE_ONLY.match(name):
+        reads = 0
+    elif name == "aten::copy_":  # the destination is written, not read
+        reads -= _numel(tensors[0][0]) * tensors[0][2]
+    return OpWork("elementwise", out, max(0, reads) + out * tensors[0][2], tensors[0][1])
+
+
+def estimate(name: str, dims: list, types: list, concrete: list | None = None) -> OpWork | None:
+    """The FLOPs and bytes of one op from its recorded inputs (None: not a modelled op, or its
+    shapes do not say: a forward convolution without Concrete Inputs, mismatched shapes …)."""
+    concrete = concrete or []
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    try:
+        if name in _MATMUL:
+            return _matmul(name, dims, types)
+        if name == _CONV_BACKWARD:
+            return _conv_backward(dims, types, concrete)
+        if name in _CONV_STRIDE_FIRST or name in _CONV_PADDING_FIRST or name in _CONV_TRANSPOSE:
+            return _conv_forward(name, dims, types, concrete)
+        if name in _ATTENTION:
+            return _attention(name, dims, types, concrete)
+        if _POINTWISE.match(name):
+            return _elementwise(name, dims, types)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
+        return None
+    return None
+
+
+# --------------------------------------------------------------------------- ops -> kernels
+
+
+def _innermost(idx: np.ndarray, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Of nested host events (per thread), those that enclose none of the others."""
+    if len(idx) < 2:
+        return idx
+    s = idx[np.lexsort((-end[idx], ts[idx], thread[idx]))]
+    contains_next = (thread[s][1:] == thread[s][:-1]) & (ts[s][1:] < end[s][:-1])
+    keep = np.ones(len(s), bool)
+    keep[:-1] = ~contains_next
+    return s[keep]
+
+
+def _outermost(idx: np.ndarray, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Of nested host events (per thread), those that no other encloses."""
+    if len(idx) < 2:
+        return idx
+    s = idx[np.lexsort((-end[idx], ts[idx], thread[idx]))]
+    keep = np.ones(len(s), bool)
+    th = thread[s]
+    cuts = np.r_[0, np.flatnonzero(th[1:] != th[:-1]) + 1, len(s)]
+    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        e = end[s[lo:hi]]
+        reach = np.maximum.accumulate(e)
+        keep[lo + 1 : hi] = ts[s[lo + 1 : hi]] >= reach[:-1]
+    return s[keep]
+
+
+class _Disjoint:
+    """Host events that do not overlap on their thread, for "which one encloses time t on thread th"."""
+
+    def __init__(self, idx: np.ndarray, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> None:
+        self.idx = idx[np.lexsort((ts[idx], thread[idx]))]
+        self.ts, self.end, self.thread = ts[self.idx], end[self.idx], thread[self.idx]
+
+    def find(self, q_thread: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray | None = None) -> np.ndarray:
+        """Position (into ``idx``) of the event enclosing each query on its thread, -1 where none."""
+        out = np.full(len(q_ts), -1, np.int64)
+        if not len(self.idx) or not len(q_ts):
+            return out
+        q_end = q_ts if q_end is None else q_end
+        for th in np.unique(self.thread).tolist():
+            q = np.flatnonzero(q_thread == th)
+            if not len(q):
+                continue
+            lo = int(np.searchsorted(self.thread, th, side="left"))
+            hi = int(np.searchsorted(self.thread, th, side="right"))
+            k = np.searchsorted(self.ts[lo:hi], q_ts[q], side="right") - 1
+            kk = np.maximum(k, 0)
+            ok = (k >= 0) & (q_end[q] <= self.end[lo:hi][kk])
+            out[q[ok]] = lo + kk[ok]
+        return out
+
+
+def _device_info(devices: tuple[DeviceInfo, ...], device: int) -> DeviceInfo | None:
+    for d in devices:
+        if d.index == device:
+            return d
+    return devices[0] if devices else None
+
+
+def _is_amd(name: str, platform: str) -> bool:
+    n = name.lower()
+    return platform == "rocm" or any(w in n for w in ("amd", "instinct", "radeon"))
+
+
+def _pct(a: float, b: float) -> float | None:
+    return round(100.0 * a / b, 3) if b > 0 else None
+
+
+def _row(op_class: str, dtype: str, ops: int, kernels: int, ns: int, flops: int, nbytes: int,
+         peak: DevicePeak | None, top: str) -> RooflineRow:
+    tflops = flops / ns / 1e3 if ns > 0 else None  # FLOP/ns = GFLOP/s
+    gbps = nbytes / ns if ns > 0 else None  # B/ns = GB/s
+    intensity = flops / nbytes if nbytes > 0 else None
+    pk = peak_tflops(peak, dtype)
+    bound = ""
+    if pk and peak is not None and intensity is not None:
+        ridge = pk * 1e3 / peak.memory_gbps  # FLOP per byte where the two roofs meet
+        bound = "compute" if intensity >= ridge else "memory"
+    return RooflineRow(
+        op_class=op_class, dtype=dtype, ops=ops, kernels=kernels, kernel_ns=ns, estimated_flops=flops,
+        estimated_bytes=nbytes,
+        achieved_tflops=round(tflops, 3) if tflops is not None else None,
+        achieved_gbps=round(gbps, 3) if gbps is not None else None,
+        intensity_flop_per_byte=round(intensity, 3) if intensity is not None else None,
+        peak_tflops=pk,
+        peak_pct=_pct(tflops, pk) if tflops is not None and pk else None,
+        bandwidth_pct=_pct(gbps, peak.memory_gbps) if gbps is not None and peak is not None else None,
+        bound=bound, top_op=top,
+    )
+
+
+def _chains(view: TraceView, kidx: np.ndarray) -> tuple[int, int, int, int, int, int]:
+    """(elementwise kernels, their ns, chains, kernels in chains, chain ns, fused ns) of the kernels."""
+    ew = view.dev_is(_name_table(view, _ELEMENTWISE_KERNEL))[kidx]
+    n_ew, ns_ew = int(ew.sum()), int(view.d_dur[kidx][ew].sum())
+    if not n_ew:
+        return 0, 0, 0, 0, 0, 0
+    order = np.lexsort((view.d_ts[kidx], view.d_stream[kidx]))
+    k = kidx[order]
+    flag = ew[order]
+    stream = view.d_stream[k]
+    dur = view.d_dur[k]
+    # a run breaks where the stream changes or a kernel is not elementwise
+    start = np.r_[True, (stream[1:] != stream[:-1]) | ~flag[:-1]]
+    run_id = np.cumsum(start) - 1
+    sel = np.flatnonzero(flag)
+    ids, inv, counts = np.unique(run_id[sel], return_inverse=True, return_counts=True)
+    sums = np.bincount(inv, weights=dur[sel]).astype(np.int64)
+    longest = np.zeros(len(ids), np.int64)
+    np.maximum.at(longest, inv, dur[sel])
+    long_runs = counts >= CHAIN_MIN_KERNELS
+    return (n_ew, ns_ew, int(long_runs.sum()), int(counts[long_runs].sum()), int(sums[long_runs].sum()),
+            int(longest[long_runs].sum()))
+
+
+def _name_table(view: TraceView, rx: re.Pattern[str]) -> np.ndarray:
+    return np.fromiter((rx.search(n) is not None for n in view.tl.names), bool, len(view.tl.names))
+
+
+def roofline(view: TraceView, windows: Windows | None = None, devices: tuple[DeviceInfo, ...] = ()) -> Roofline | None:
+    """The roofline of the busiest device's kernels that start in the windows (None: no kernels)."""
+    windows = windows or view.windows
+    device = view.primary_device
+    if device is None:
+        return None
+    kidx = np.flatnonzero(view.is_kernel & (view.d_device == device))
+    if windows.from_steps and len(kidx):
+        kidx = kidx[windows.index_of(view.d_ts[kidx]) >= 0]
+    if not len(kidx):
+        return None
+    info = _device_info(devices, device)
+    name = info.name if info is not None else ""
+    peak = match_device(name, info.compute_capability if info else None, info.total_memory_bytes if info else None)
+    amd = _is_amd(name, view.tl.info.platform)
+    notes: list[str] = []
+    if peak is None:
+        notes.append(f"device {name!r} is not in the table of GPU peaks (gpudoctor/analysis/peaks.py): "
+                     "achieved throughput is given without a share of peak" if name else
+                     "the trace does not name its GPU: achieved throughput is given without a share of peak")
+    kernel_ns = int(view.d_dur[kidx].sum())
+    if windows.from_steps:
+        window_ns = windows.total_ns
+    else:
+        act = np.flatnonzero(view.is_activity & (view.d_device == device))
+        window_ns = int(view.d_end[act].max() - view.d_ts[act].min())
+    n_ew, ns_ew, chains, chain_kernels, chain_ns, fused_ns = _chains(view, kidx)
+    base = dict(device=device, device_name=name, peak=peak,
+                window=WindowKind.STEPS if windows.from_steps else WindowKind.SPAN, window_ns=window_ns,
+                kernel_ns=kernel_ns, elementwise_kernels=n_ew, elementwise_ns=ns_ew,
+                chain_min_kernels=CHAIN_MIN_KERNELS, chains=chains, chain_kernels=chain_kernels,
+                chain_ns=chain_ns, chain_fused_ns=fused_ns)
+    if not bool(((view.h_dims >= 0) & view.is_cpu_op).any()):
+        notes.append("no input shapes in the trace (record_shapes): the ops' FLOPs cannot be estimated")
+        return Roofline(**base, notes=tuple(notes))
+    rows, figures, peak_ns, more_notes = _attribute(view, kidx, peak, amd)
+    notes.extend(more_notes)
+    mfu = _pct(peak_ns, window_ns) if figures["peak_pct"] is not None else None
+    return Roofline(**base, **figures, mfu_pct=mfu, rows=tuple(rows), notes=tuple(notes))
+
+
+def _attribute(view: TraceView, kidx: np.ndarray, peak: DevicePeak | None,
+               amd: bool) -> tuple[list[RooflineRow], dict, float, list[str]]:
+    """Rows by class and precision, the overall figures, the time the FLOPs need at peak (ns) and notes."""
+    tl = view.tl
+    names = tl.names
+    classes = [op_class(n) for n in names]
+    cls_code = np.array([COMPUTE_CLASSES.index(c) if c in COMPUTE_CLASSES else (3 if c == "elementwise" else -1)
+                         for c in classes], np.int8)
+    cand = np.flatnonzero(view.is_cpu_op & (view.h_dims >= 0))
+    if len(cls_code):
+        cand = cand[cls_code[view.h_name[cand]] >= 0]
+    # one estimate per distinct (name, dims, types, concrete)
+    concrete_col = view.h_concrete if len(view.h_concrete) == len(view.h_name) else np.full(len(view.h_name), -1, np.int32)
+    keys = np.stack([view.h_name[cand], view.h_dims[cand], view.h_types[cand], concrete_col[cand]], axis=1)
+    flops = np.zeros(len(cand), np.int64)
+    nbytes = np.zeros(len(cand), np.int64)
+    dtypes: list[str] = []
+    dtype_idx = np.zeros(len(cand), np.int16)
+    ok = np.zeros(len(cand), bool)
+    if len(cand):
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        parsed: dict[int, list] = {}
+
+        def load(i: int) -> list:
+            if i < 0:
+                return []
+            v = parsed.get(i)
+            if v is None:
+                try:
+                    v = json.loads(tl.string_of(i))
+                except ValueError:
+                    v = []
+                parsed[i] = v if isinstance(v, list) else []
+            return parsed[i]
+
+        u_flops = np.zeros(len(uniq), np.int64)
+        u_bytes = np.zeros(len(uniq), np.int64)
+        u_dtype = np.zeros(len(uniq), np.int16)
+        u_ok = np.zeros(len(uniq), bool)
+        for j, (n, d, t, c) in enumerate(uniq.tolist()):
+            w = estimate(names[n], load(d), load(t), load(c))
+            if w is None:
+                continue
+            u_ok[j] = True
+            u_flops[j], u_bytes[j] = min(w.flops, 2**62), min(w.bytes, 2**62)
+            if w.dtype not in dtypes:
+                dtypes.append(w.dtype)
+            u_dtype[j] = dtypes.index(w.dtype)
+        flops, nbytes, dtype_idx, ok = u_flops[inv], u_bytes[inv], u_dtype[inv], u_ok[inv]
+    ccode = cls_code[view.h_name[cand]] if len(cand) else np.zeros(0, np.int8)
+    ts, end, thread = view.h_ts, view.h_end, view.h_thread
+    compute = _innermost(cand[ok & (ccode < 3)], ts, end, thread)
+    c_look = _Disjoint(compute, ts, end, thread)
+    # elementwise ops outside every modelled compute op; ops of compute kind without an estimate
+    def outside_compute(idx: np.ndarray) -> np.ndarray:
+        pos = c_look.find(thread[idx], ts[idx], end[idx])
+        return idx[pos < 0]
+
+    elementwise = _innermost(outside_compute(cand[ok & (ccode == 3)]), ts, end, thread)
+    e_look = _Disjoint(elementwise, ts, end, thread)
+    unmodelled = _outermost(outside_compute(cand[~ok & (ccode < 3)]), ts, end, thread)
+    u_look = _Disjoint(unmodelled, ts, end, thread)
+    # each kernel's launch call (not a graph launch), else its external id
+    launch = view.dev_launch[kidx]
+    graph = _name_table(view, _GRAPH_LAUNCH)
+    has_launch = launch >= 0
+    safe = np.maximum(launch, 0)
+    from_graph = has_launch & graph.take(view.h_name[safe]) if len(graph) else np.zeros(len(kidx), bool)
+    lt, lth = ts[safe], thread[safe]
+
+    def attribute(look: _Disjoint) -> np.ndarray:
+        pos = np.full(len(kidx), -1, np.int64)
+        q = np.flatnonzero(has_launch & ~from_graph)
+        pos[q] = look.find(lth[q], lt[q])
+        rest = np.flatnonzero(~has_launch)
+        if len(rest) and len(look.idx):
+            op = view.op_of_external(view.d_ext[kidx[rest]])
+            order = np.argsort(look.idx)
+            at = np.searchsorted(look.idx[order], op)
+            atc = np.minimum(at, len(order) - 1)
+            hit = (op >= 0) & (look.idx[order][atc] == op)
+            pos[rest[hit]] = order[atc[hit]]
+        return pos
+
+    c_pos = attribute(c_look)
+    e_pos = np.where(c_pos < 0, attribute(e_look), -1)
+    u_pos = np.where((c_pos < 0) & (e_pos < 0), attribute(u_look), -1)
+    dur = view.d_dur[kidx]
+    tc = _name_table(view, _TF32_KERNEL)[view.d_name[kidx]] if len(names) else np.zeros(len(kidx), bool)
+    cand_pos = np.full(len(view.h_name), -1, np.int64)  # host index -> position in cand
+    cand_pos[cand] = np.arange(len(cand))
+    labels = [*dtypes, "tf32"]  # precision codes: dtypes' own, then float32 on TF32 kernels
+    rows: list[RooflineRow] = []
+    totals = {"flops": 0, "ns": 0, "peak_ns": 0.0, "peak_kernel_ns": 0, "by_dtype": {}}
+    notes: list[str] = []
+    for look, pos, compute_rows in ((c_look, c_pos, True), (e_look, e_pos, False)):
+        if not len(look.idx):
+            continue
+        m = pos >= 0
+        n_ops = len(look.idx)
+        op_ns = np.bincount(pos[m], weights=dur[m], minlength=n_ops).astype(np.int64)
+        op_k = np.bincount(pos[m], minlength=n_ops)
+        op_tc = np.bincount(pos[m], weights=(dur * tc)[m], minlength=n_ops)
+        used = np.flatnonzero(op_k > 0)  # ops with a kernel in the window
+        js = cand_pos[look.idx[used]]
+        dt = dtype_idx[js].astype(np.int64)
+        if compute_rows and not amd and "fp32" in dtypes:
+            on_tf32 = (dt == dtypes.index("fp32")) & (op_tc[used] > TF32_KERNEL_SHARE * op_ns[used])
+            dt = np.where(on_tf32, len(dtypes), dt)
+        name_ids = view.h_name[look.idx[used]].astype(np.int64)
+        key = cls_code[name_ids].astype(np.int64) * (len(labels) + 1) + dt
+        for k in np.unique(key).tolist():
+            sel = key == k
+            ps, jj = used[sel], js[sel]
+            cls = COMPUTE_CLASSES[k // (len(labels) + 1)] if k // (len(labels) + 1) < 3 else "elementwise"
+            d = labels[k % (len(labels) + 1)]
+            ns, fl, by = int(op_ns[ps].sum()), int(flops[jj].sum()), int(nbytes[jj].sum())
+            ids, inv_n = np.unique(name_ids[sel], return_inverse=True)
+            per_name = np.bincount(inv_n.reshape(-1), weights=op_ns[ps])
+            top = names[int(ids[int(np.argmax(per_name))])]
+            rows.append(_row(cls, d, len(ps), int(op_k[ps].sum()), ns, fl, by, peak, top))
+            if compute_rows:
+                totals["flops"] += fl
+                totals["ns"] += ns
+                totals["by_dtype"][d] = totals["by_dtype"].get(d, 0) + fl
+                pk = peak_tflops(peak, d)
+                if pk:
+                    totals["peak_ns"] += fl / (pk * 1e3)
+                    totals["peak_kernel_ns"] += ns
+                elif peak is not None:
+                    notes.append(f"{cls} in {d}: {peak.name} has no {d} peak in the table; left out of the share of peak")
+    rows.sort(key=lambda r: (-r.kernel_ns, r.op_class, r.dtype))
+    u_ns = int(dur[u_pos >= 0].sum())
+    if u_ns:
+        u_names = sorted({names[int(view.h_name[u_look.idx[p]])] for p in np.unique(u_pos[u_pos >= 0]).tolist()})
+        notes.append(f"{u_ns / 1e6:.3f} ms of kernels of matmul/conv/attention ops without usable shapes "
+                     f"({', '.join(u_names[:4])}{' …' if len(u_names) > 4 else ''}): not in the FLOPs"
+                     + ("; a forward convolution needs Concrete Inputs (stride, padding), which PyTorch records "
+                        "from 2.x on" if any("conv" in n for n in u_names) else ""))
+    ns_all = totals["ns"]
+    kernel_ns = int(dur.sum())
+    figures = dict(
+        modelled_kernel_ns=ns_all,
+        modelled_pct=_pct(ns_all, kernel_ns),
+        estimated_flops=totals["flops"],
+        achieved_tflops=round(totals["flops"] / ns_all / 1e3, 3) if ns_all else None,
+        peak_pct=_pct(totals["peak_ns"], totals["peak_kernel_ns"]) if totals["peak_kernel_ns"] else None,
+        dtype=max(sorted(totals["by_dtype"]), key=lambda k: totals["by_dtype"][k]) if totals["by_dtype"] else "",
+        unmodelled_ns=u_ns,
+    )
+    return rows, figures, float(totals["peak_ns"]), notes
