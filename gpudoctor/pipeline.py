@@ -28,6 +28,7 @@ import ctypes
 import dataclasses
 import multiprocessing
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -55,7 +56,9 @@ POOL_MIN_BYTES = 2 << 20  # several traces smaller than this in all (on disk) ar
 # ~30 ms, the passes it would run take ~0.3 s at 1.5 M events (measured on the 327 MB benchmark trace)
 BESIDE_MIN_EVENTS = 400_000
 CLUSTER_EXTRA = "pip install 'gpudoctor[cluster]'"
-CONNECT_TIMEOUT = "10s"  # how long --cluster waits for the scheduler to answer
+CONNECT_TIMEOUT_S = 10  # how long --cluster waits for a TCP connection to the scheduler
+HANDSHAKE_TIMEOUT_S = 15  # and for the scheduler to answer Dask's handshake (and to take the run's data)
+GATHER_TIMEOUT_S = 3600.0  # and for the workers to analyze every trace
 
 
 def available_cores() -> int:
@@ -97,6 +100,9 @@ def _read(path: Path, parts: int = 1, executor: Executor | None = None,
         return load_trace(path)
     except TraceFormatError as err:
         return err
+    except RecursionError:  # JSON nested deeper than a decoder recurses: no Kineto trace nests so
+        return TraceFormatError(str(path), "its JSON nests deeper than any Kineto trace",
+                                "the file is malformed or not a trace; re-record it or pass another trace file")
 
 
 def _read_in_parts(path: Path, parts: int, meanwhile: Callable[[], object] | None) -> Timeline | TraceFormatError:
@@ -242,13 +248,7 @@ def _map_cluster(plan: InputPlan, run: RunData, address: str) -> list[TraceOutco
         from distributed import Client
     except ImportError:
         raise UsageError(f"--cluster needs Dask's distributed scheduler, which is not installed: {CLUSTER_EXTRA}") from None
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as err:
-        raise UsageError(
-            f"--cluster {address}: no Dask scheduler answered there ({err}); start one with `dask scheduler` "
-            "and workers with `dask worker ADDRESS`, then pass the scheduler's address (tcp://HOST:8786)"
-        ) from None
+    client = _connect(Client, address)
     with client:
         try:
             versions = client.run(_worker_version)
@@ -268,10 +268,85 @@ def _map_cluster(plan: InputPlan, run: RunData, address: str) -> list[TraceOutco
                 f"{__version__}; install the same version everywhere"
             )
         remote = [dataclasses.replace(j, path=j.path.resolve()) for j in plan.jobs]
-        shared = client.scatter(run, broadcast=True)
+        shared = client.scatter(run, broadcast=True, timeout=HANDSHAKE_TIMEOUT_S)
         futures = client.map(_analyze_remote, remote, [shared] * len(remote),
                              [str(j.path) for j in plan.jobs], pure=False)
-        return client.gather(futures)
+        import time
+
+        deadline = time.monotonic() + GATHER_TIMEOUT_S
+        out = []
+        for k, fut in enumerate(futures):
+            try:
+                out.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                raise UsageError(f"--cluster {address}: {len(futures) - k} of {len(futures)} traces were not analyzed "
+                                 f"within {GATHER_TIMEOUT_S:g} s; check the workers (`dask worker` logs) or analyze "
+                                 "without --cluster") from None
+        return out
+
+
+_ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def check_cluster_address(address: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` (or ``tls://``) → (host, port); anything else is a one-line usage error,
+    before any connection is tried."""
+    m = _ADDRESS.match(address.strip()) if isinstance(address, str) else None
+    port = int(m.group(3)) if m else 0
+    if m is None or not 0 < port < 65536:
+        raise UsageError(f"--cluster {address!r}: not a Dask scheduler address; pass tcp://HOST:PORT "
+                         "(the address `dask scheduler` prints, e.g. tcp://10.0.0.5:8786)")
+    return m.group(2).strip("[]"), port
+
+
+def _connect(client_cls, address: str):
+    """A Dask client of the scheduler at ``address``, or a one-line ``UsageError``, within bounded time.
+
+    The address is checked first, then a plain TCP connection is tried (``CONNECT_TIMEOUT_S``), then
+    the Dask handshake runs in a daemon thread for at most ``HANDSHAKE_TIMEOUT_S``: a port that
+    accepts and never answers, or answers bytes that are not Dask's, gives "did not answer as a Dask
+    scheduler" instead of a hang, a MemoryError or a traceback. distributed's own log lines and the
+    tracebacks of a half-made client are kept off stderr (``logging.getLogger("distributed")``)."""
+    import logging
+    import socket
+    import threading
+
+    host, port = check_cluster_address(address)
+    hint = ("start one with `dask scheduler` and workers with `dask worker ADDRESS`, then pass the "
+            "scheduler's address (tcp://HOST:8786)")
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as err:
+        raise UsageError(f"--cluster {address}: no Dask scheduler answered there ({err.strerror or err}); {hint}") from None
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+    box: dict[str, object] = {}
+
+    class _Client(client_cls):  # type: ignore[misc, valid-type]
+        def __del__(self) -> None:
+            # a client whose handshake failed would wait 2 × the timeout to close a connection to a
+            # peer that never answers, then print a traceback: drop it instead
+            if getattr(self, "status", "closed") not in ("closed", "newly-created"):
+                self.status = "closed"
+                try:
+                    self._loop_runner.stop()
+                except Exception:  # noqa: BLE001 - a half-made client may lack it
+                    pass
+
+    def start() -> None:
+        try:
+            box["client"] = _Client(address, timeout=f"{HANDSHAKE_TIMEOUT_S}s", set_as_default=False)
+        except BaseException as err:  # noqa: BLE001 - anything the handshake raises is the peer's answer
+            box["error"] = f"{type(err).__name__}: {str(err)[:120]}"
+
+    t = threading.Thread(target=start, name="gpudoctor-cluster-connect", daemon=True)
+    t.start()
+    t.join(HANDSHAKE_TIMEOUT_S + 2)
+    if "client" in box:
+        return box["client"]
+    why = str(box.get("error", "no answer"))
+    raise UsageError(f"--cluster {address}: a server accepts connections there but did not answer as a Dask "
+                     f"scheduler within {HANDSHAKE_TIMEOUT_S} s ({why}); {hint}")
 
 
 def _one_large_trace(paths: Sequence[str | Path], jobs: int | None) -> tuple[Path, int] | None:

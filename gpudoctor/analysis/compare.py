@@ -54,6 +54,7 @@ from gpudoctor.analysis.ranks import steady_of
 from gpudoctor.analysis.stats import (
     CONFIDENCE_PCT,
     RESAMPLES,
+    SpeedupStats,
     bootstrap_speedup_ci,
     mann_whitney_p,
     speedup_stats,
@@ -94,6 +95,15 @@ def _p90(values: Sequence[int]) -> int:
     vals = sorted(values)
     k = max(0, min(len(vals) - 1, -(-90 * len(vals) // 100) - 1))
     return vals[k]
+
+
+def _medians_only(a: list[float], b: list[float], confidence_pct: float) -> SpeedupStats:
+    """The medians of two samples too small for a test or an interval (a side with one step)."""
+    med_a = float(statistics.median(a)) if a else 0.0
+    med_b = float(statistics.median(b)) if b else 0.0
+    return SpeedupStats(med_a, med_b, med_a / med_b if med_b > 0 else None,
+                        100.0 * (med_b - med_a) / med_a if med_a > 0 else None, None, None, None,
+                        "none (too few steps)", confidence_pct)
 
 
 def _step_times(values: Sequence[int], window: str) -> StepTimes:
@@ -353,7 +363,10 @@ def _step_change(
     per_sample = bool(batch_a and batch_b and batch_a != batch_b)
     xa = [v / batch_a for v in basis.a] if per_sample and batch_a else [float(v) for v in basis.a]
     xb = [v / batch_b for v in basis.b] if per_sample and batch_b else [float(v) for v in basis.b]
-    st = speedup_stats(xa, xb, confidence_pct, resamples)
+    if len(xa) >= 2 and len(xb) >= 2:
+        st = speedup_stats(xa, xb, confidence_pct, resamples)
+    else:  # a side of one step (or none): medians only, the verdict below says there are too few to tell
+        st = _medians_only(xa, xb, confidence_pct)
     med_a, med_b = st.median_a, st.median_b
     speedup, change, p, test = st.speedup, st.change_pct, st.p_value, st.test
     lo, hi = st.ci_low, st.ci_high

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import marshal
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gpudoctor.model.run import (
     Collected,
     ExceptionInfo,
     GpuSample,
+    HostSample,
     Manifest,
     ProcessSample,
     PstatsEntry,
@@ -46,24 +48,49 @@ CHILD_STATE = ".child-state.json"  # the training process's account, left when g
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 RUN_DIR_FILES = (MANIFEST, SETTINGS, STEPS, SAMPLES, PSTATS)
 PSTATS_TOP = 40  # functions kept from profile.pstats, by cumulative time
+PSTATS_LOADER_TOP = 30  # and those with the most self time inside the DataLoader's fetch (GD201)
 
 
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in RUN_DIR_FILES)
 
 
-def rank_files(run_dir: Path, name: str) -> list[tuple[int | None, Path]]:
+def confined(run_dir: Path, name: str, notes: list[str] | None = None) -> Path | None:
+    """``run_dir / name`` when it is a regular file that resolves inside the run directory; None
+    otherwise, with a note when it exists but is not read (a symlink out of the run, a FIFO, a
+    device). A run directory is untrusted input: its fixed-name files are confined as the manifest's
+    paths are."""
+    p = run_dir / name
+    if not (p.exists() or p.is_symlink()):
+        return None
+    if safe.inside(run_dir, name) is None:
+        if notes is not None:
+            notes.append(f"{safe.terminal_line(name)} not read: it leads out of the run directory (a symlink?)")
+        return None
+    kind = safe.not_regular(p)
+    if kind:
+        if notes is not None:
+            notes.append(f"{safe.terminal_line(name)} not read: it is {kind}, not a file")
+        return None
+    return p
+
+
+def rank_files(run_dir: Path, name: str, notes: list[str] | None = None) -> list[tuple[int | None, Path]]:
     """``name`` and its rank-tagged copies of a distributed run (``steps.rank3.jsonl`` for
-    ``steps.jsonl``, written by each rank of a torchrun job): the plain file first, then by rank."""
+    ``steps.jsonl``, written by each rank of a torchrun job): the plain file first, then by rank.
+    Only regular files inside the run directory (``confined``)."""
     stem, dot, ext = name.partition(".")
     out: list[tuple[int | None, Path]] = []
-    if (run_dir / name).is_file():
-        out.append((None, run_dir / name))
+    plain = confined(run_dir, name, notes)
+    if plain is not None:
+        out.append((None, plain))
     tagged = []
     for p in run_dir.glob(f"{stem}.rank*{dot}{ext}"):
         middle = p.name[len(stem) + len(".rank"): len(p.name) - len(dot + ext)]
-        if middle.isdigit() and p.is_file():
-            tagged.append((int(middle), p))
+        if middle.isdigit():
+            q = confined(run_dir, p.name, notes)
+            if q is not None:
+                tagged.append((int(middle), q))
     return out + sorted(tagged)
 
 
@@ -71,6 +98,9 @@ def read_manifest(run_dir: Path) -> Manifest | None:
     p = run_dir / MANIFEST
     if not p.is_file():
         return None
+    if safe.inside(run_dir, MANIFEST) is None or safe.not_regular(p):
+        raise RunDirError(f"{p}: the manifest is not a regular file inside the run directory (a symlink out of it?); "
+                          "refusing a damaged or hostile run directory: re-run `gpudoctor profile`")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -112,7 +142,7 @@ def check_manifest_paths(run_dir: Path, manifest: Manifest) -> None:
 
 def read_settings(run_dir: Path, notes: list[str]) -> Settings | None:
     """``settings.json``; in a distributed run, the lowest rank's ``settings.rank<R>.json``."""
-    files = rank_files(run_dir, SETTINGS)
+    files = rank_files(run_dir, SETTINGS, notes)
     if not files:
         notes.append(f"{SETTINGS} is missing: the script's settings (DataLoader, flags, optimizer) are unknown")
         return None
@@ -156,61 +186,168 @@ def _jsonl(p: Path, notes: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_steps(run_dir: Path, notes: list[str]) -> tuple[StepRecord, ...]:
-    """``steps.jsonl``, and every rank's ``steps.rank<R>.jsonl`` of a distributed run (rank set)."""
-    files = rank_files(run_dir, STEPS)
+def read_steps(run_dir: Path, notes: list[str], max_step_ns: int | None = None) -> tuple[StepRecord, ...]:
+    """``steps.jsonl``, and every rank's ``steps.rank<R>.jsonl`` of a distributed run (rank set).
+    Records outside physical bounds (``_physical_step``; ``max_step_ns``: the run's length) are
+    dropped with a note, as the trace reader drops impossible events."""
+    files = rank_files(run_dir, STEPS, notes)
     if not files:
         notes.append(f"{STEPS} is missing: no per-step records (wall time, data wait)")
         return ()
     steps = []
     for rank, p in files:
-        skipped = 0
+        skipped = absurd = 0
         for row in _jsonl(p, notes):
             try:
                 rec = StepRecord.from_dict(row)
-            except (TypeError, ValueError, KeyError):
+            except (TypeError, ValueError, KeyError, OverflowError):
                 skipped += 1
+                continue
+            if not _physical_step(rec, max_step_ns):
+                absurd += 1
                 continue
             if rank is not None and rec.rank is None:
                 rec = dataclasses.replace(rec, rank=rank)
             steps.append(rec)
         if skipped:
             notes.append(f"{p.name}: {skipped} record(s) without the required fields skipped")
+        if absurd:
+            notes.append(f"{p.name}: {absurd} record(s) with values no step can have (negative, not finite, or a "
+                         "step longer than the run) dropped")
     return tuple(steps)
 
 
+def _finite_non_negative(v: object) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+
+
+def _physical_step(rec: StepRecord, max_step_ns: int | None) -> bool:
+    """A step record whose figures a step can have: times finite, not negative, a wall time above 0 and,
+    when the run's length is known, no longer than the run; the data wait within the step."""
+    for f in dataclasses.fields(rec):
+        if f.name.endswith("_ns") or f.name in ("cpu_steps", "micro_batches"):
+            if not _finite_non_negative(getattr(rec, f.name)):
+                return False
+    if not isinstance(rec.wall_ns, int) or rec.wall_ns <= 0:
+        return False
+    if max_step_ns is not None and rec.wall_ns > max_step_ns:
+        return False
+    return rec.data_wait_ns is None or rec.data_wait_ns <= rec.wall_ns
+
+
 def read_samples(run_dir: Path, notes: list[str]) -> Samples | None:
-    p = run_dir / SAMPLES
-    if not p.is_file():
+    p = confined(run_dir, SAMPLES, notes)
+    if p is None:
         notes.append(f"{SAMPLES} is missing: no NVML/psutil samples")
         return None
     process: list[ProcessSample] = []
     gpu: list[GpuSample] = []
+    host: list[HostSample] = []
     interval_ms = None
     cpu_count = None
+    memory_bytes = None
     skipped = 0
+    absurd = 0
     for row in _jsonl(p, notes):
         kind = row.get("kind")
+        if kind in ("process", "gpu", "host") and not _physical_sample(row):
+            absurd += 1
+            continue
         try:
             if kind == "process":
                 process.append(ProcessSample.from_dict(row))
             elif kind == "gpu":
                 gpu.append(GpuSample.from_dict(row))
+            elif kind == "host":
+                host.append(HostSample.from_dict(row))
             elif kind == "meta":
                 v = row.get("interval_ms")
                 interval_ms = float(v) if isinstance(v, (int, float)) else interval_ms
                 c = row.get("system_cpu_count")
                 cpu_count = int(c) if isinstance(c, int) else cpu_count
+                mem = row.get("system_memory_bytes")
+                memory_bytes = int(mem) if isinstance(mem, int) and mem > 0 else memory_bytes
         except (TypeError, ValueError, KeyError):
             skipped += 1
     if skipped:
         notes.append(f"{SAMPLES}: {skipped} sample(s) without the required fields skipped")
-    return Samples(process=tuple(process), gpu=tuple(gpu), interval_ms=interval_ms, system_cpu_count=cpu_count)
+    if absurd:
+        notes.append(f"{SAMPLES}: {absurd} sample(s) with values no sample can have (negative, not finite, a "
+                     "utilization over 100%) dropped")
+    return Samples(process=tuple(process), gpu=tuple(gpu), interval_ms=interval_ms, system_cpu_count=cpu_count,
+                   host=tuple(host), system_memory_bytes=memory_bytes)
+
+
+def _physical_sample(row: dict[str, Any]) -> bool:
+    """A sample's numbers finite and not negative; utilizations (GPU, memory) at most 100%."""
+    for key, v in row.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not math.isfinite(v) or (v < 0 and key not in ("rank",)):
+            return False
+        if key in ("util_pct", "mem_util_pct") and v > 100.0:
+            return False
+    return True
+
+
+def _is_loader_fetch(key: tuple[Any, ...]) -> bool:
+    """The DataLoader's fetch (``torch/utils/data/_utils/fetch.py``: ``_MapDatasetFetcher.fetch``,
+    ``_IterableDatasetFetcher.fetch``): the dataset's ``__getitem__`` and the ``collate_fn`` of one batch."""
+    file, _line, func = key
+    return func == "fetch" and str(file).replace("\\", "/").endswith("utils/data/_utils/fetch.py")
+
+
+def loader_times(stats: dict[Any, Any]) -> dict[Any, tuple[float, float]]:
+    """Each function's (self, cumulative) seconds spent inside the DataLoader's fetch, from a
+    cProfile statistics dictionary (``{(file, line, func): (cc, nc, tt, ct, callers)}``).
+
+    A fetch call counts whole. Any other function gets, along each caller edge, the edge's time
+    (cProfile records a callee's tt and ct per caller) times the share of that caller's own time
+    that lies inside the fetch; its share is its time inside over its cumulative time, capped at
+    1. Exact where each function is called from one place; where a caller is partly inside,
+    the edge's time is assumed spread evenly over its calls. Self-recursive edges are skipped
+    (the outer call's times cover them). Empty when no fetch ran in this process (workers)."""
+    roots = [k for k in stats if _is_loader_fetch(k)]
+    if not roots:
+        return {}
+    callees: dict[Any, list[Any]] = {}
+    for key, value in stats.items():
+        callers = value[4] if len(value) > 4 and isinstance(value[4], dict) else {}
+        for caller in callers:
+            if caller != key:
+                callees.setdefault(caller, []).append(key)
+    share: dict[Any, float] = {k: 1.0 for k in roots}
+    out: dict[Any, tuple[float, float]] = {k: (float(stats[k][2]), float(stats[k][3])) for k in roots}
+    todo = list(roots)
+    budget = 50 * len(stats) + 1000  # a bound on updates: cycles converge slowly, never loop forever
+    while todo and budget > 0:
+        caller = todo.pop()
+        for key in callees.get(caller, ()):
+            if key in share and share[key] >= 1.0:
+                continue
+            budget -= 1
+            value = stats[key]
+            tt_in = ct_in = 0.0
+            for c, edge in value[4].items():
+                f = share.get(c, 0.0)
+                if f > 0.0 and c != key:
+                    tt_in += f * float(edge[2])
+                    ct_in += f * float(edge[3])
+            ct = float(value[3])
+            new = min(1.0, ct_in / ct) if ct > 0 else 0.0
+            if new - share.get(key, 0.0) > 1e-6:
+                share[key] = new
+                out[key] = (min(float(value[2]), tt_in), min(ct, ct_in))
+                todo.append(key)
+    return out
 
 
 def read_pstats(run_dir: Path, notes: list[str], top: int = PSTATS_TOP) -> tuple[PstatsEntry, ...]:
-    """The ``top`` functions of ``profile.pstats`` by cumulative time (marshal format of cProfile)."""
-    files = rank_files(run_dir, PSTATS)  # a distributed run: the lowest rank's profile.rank<R>.pstats
+    """The ``top`` functions of ``profile.pstats`` by cumulative time (marshal format of cProfile),
+    and, when the training process ran the DataLoader's fetch itself (``num_workers=0``), the
+    ``PSTATS_LOADER_TOP`` functions with the most self time inside it and the fetch itself, each
+    with its time inside the fetch (:func:`loader_times`)."""
+    files = rank_files(run_dir, PSTATS, notes)  # a distributed run: the lowest rank's profile.rank<R>.pstats
     if not files:
         notes.append(f"{PSTATS} is missing: no cProfile of the script")
         return ()
@@ -220,17 +357,24 @@ def read_pstats(run_dir: Path, notes: list[str], top: int = PSTATS_TOP) -> tuple
             stats = marshal.load(fh)
         if not isinstance(stats, dict):
             raise ValueError("not a pstats dictionary")
+        loader = loader_times(stats)
         rows = []
         for key, value in stats.items():
             file, line, func = key
             _cc, nc, tt, ct = value[:4]
+            in_tt, in_ct = loader.get(key, (0.0, 0.0))
             rows.append(PstatsEntry(file=str(file), line=int(line), function=str(func), calls=int(nc),
-                                    tottime_s=float(tt), cumtime_s=float(ct)))
-    except (OSError, EOFError, ValueError, TypeError) as err:
+                                    tottime_s=float(tt), cumtime_s=float(ct),
+                                    loader_tottime_s=round(in_tt, 6), loader_cumtime_s=round(in_ct, 6)))
+    except (OSError, EOFError, ValueError, TypeError, IndexError, AttributeError) as err:
         notes.append(f"{PSTATS} could not be read ({type(err).__name__}: {err})")
         return ()
     rows.sort(key=lambda e: (-e.cumtime_s, e.file, e.line, e.function))
-    return tuple(rows[:top])
+    inside = sorted((i for i, e in enumerate(rows) if e.loader_tottime_s > 0.0),
+                    key=lambda i: -rows[i].loader_tottime_s)[:PSTATS_LOADER_TOP]
+    fetch = (i for i, e in enumerate(rows) if _is_loader_fetch((e.file, e.line, e.function)))
+    keep = set(range(min(top, len(rows)))) | set(inside) | set(fetch)
+    return tuple(rows[i] for i in sorted(keep))
 
 
 def trace_paths(run_dir: Path, manifest: Manifest | None, notes: list[str]) -> list[Path]:
@@ -371,7 +515,10 @@ def read_run_dir(run_dir: Path) -> tuple[RunData, list[Path]]:
     notes: list[str] = []
     manifest = read_manifest(run_dir)
     settings = read_settings(run_dir, notes)
-    steps = read_steps(run_dir, notes)
+    run_ns = None
+    if manifest is not None and isinstance(manifest.duration_s, (int, float)) and manifest.duration_s > 0:
+        run_ns = int(manifest.duration_s * 1e9 * 1.01) + 1_000_000_000  # clocks differ by a little; a second's slack
+    steps = read_steps(run_dir, notes, run_ns)
     if manifest is None:
         notes.append(f"{MANIFEST} is missing: how the run was started and ended is unknown")
     elif manifest.status == RunStatus.RUNNING:

@@ -3,7 +3,7 @@
 Each function takes values that are already in the report and returns one
 ``<svg class="plot">`` element: stacked bars, overlaid bars, lines, vertical and
 horizontal bars. The only arithmetic here is layout: scales, tick positions and
-coordinates. Every label and tooltip is HTML-escaped.
+coordinates. Every label and tooltip is escaped by ``_fmt.markup`` (controls shown as escapes).
 
 Why hand-written SVG rather than matplotlib: the report must open offline as one
 file, render the same in every browser, and be byte-for-byte reproducible for
@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
+
+from gpudoctor.report._fmt import markup
 
 WIDTH = 760
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 30, 30
@@ -26,7 +27,8 @@ GRID = "#e3e3e3"
 
 
 def esc(text: object) -> str:
-    return escape(str(text), quote=True)
+    """Labels and tooltips come from traces (kernel names): ``_fmt.markup``, as every HTML text."""
+    return markup(text)
 
 
 def _n(x: float) -> str:

@@ -95,6 +95,16 @@ def test_too_few_steps_to_tell() -> None:
     assert st.speedup == pytest.approx(2.0, rel=0.05)  # still shown
 
 
+@pytest.mark.parametrize("n_a", [2, 1])
+def test_a_side_of_one_steady_step_or_none_is_too_few_not_a_crash(n_a: int) -> None:
+    """A side of one steady step (two steps, the first left out) gave exit 4: scipy's bootstrap needs two
+    or more observations. The documented answer: too few steps to tell."""
+    c = cmp(run(n=n_a, wall_ms=100), run(source="runs/b", n=40, wall_ms=50))
+    st = c.step_time
+    assert st.verdict in (StepTimeVerdict.TOO_FEW_STEPS, StepTimeVerdict.NOT_MEASURED)
+    assert st.ci_low is None and st.ci_high is None
+
+
 def test_profiled_steps_are_left_out_when_enough_plain_steps_remain() -> None:
     # steps 5..14 under the profiler are 3x slower in A only: they must not decide the comparison
     windows = {i: "active" for i in range(5, 15)}

@@ -172,3 +172,62 @@ def test_single_trace_file_and_usage_errors(tmp_path):
     bad.write_text('{"traceEvents": [{"ph": "X"}, ')
     with pytest.raises(TraceFormatError, match="bad.json"):
         load_inputs([bad])
+
+
+# --------------------------------------------------------------------------- untrusted run directories
+
+
+def test_absurd_step_and_sample_values_are_dropped_with_a_note(tmp_path):
+    """"p90 16666666666666665984.0 min", "waits inf% of step time": values no step can have were reported
+    as facts. Dropped with a note, as the trace reader drops impossible events."""
+    d = make_run(tmp_path / "run", m=manifest(duration_s=10.0))
+    good = [StepRecord(index=i, start_ns=i * 100, wall_ns=100, data_wait_ns=10).to_dict() for i in range(3)]
+    bad = [
+        {**good[0], "index": 3, "wall_ns": 10**21},  # longer than the 10 s run
+        {**good[0], "index": 4, "wall_ns": -5},
+        {**good[0], "index": 5, "wall_ns": 0},
+        {**good[0], "index": 6, "data_wait_ns": 500},  # waits longer than the step
+    ]
+    lines = [json.dumps(s) for s in good + bad] + ['{"index": 7, "start_ns": 0, "wall_ns": 100, "data_wait_ns": Infinity}']
+    (d / "steps.jsonl").write_text("\n".join(lines) + "\n")
+    samples = [
+        {"kind": "meta", "interval_ms": 200, "system_cpu_count": 8},
+        {"kind": "process", **ProcessSample(t_ns=1, pid=5, role="main", cpu_pct=99.0, rss_bytes=10, threads=3).to_dict()},
+        {"kind": "process", **ProcessSample(t_ns=2, pid=5, role="main", cpu_pct=-3.0, rss_bytes=10, threads=3).to_dict()},
+        {"kind": "gpu", **GpuSample(t_ns=1, index=0, util_pct=50.0).to_dict()},
+        {"kind": "gpu", **GpuSample(t_ns=2, index=0, util_pct=250.0).to_dict()},
+    ]
+    (d / "samples.jsonl").write_text("\n".join(json.dumps(s) for s in samples) + "\n")
+    run, _ = read_run_dir(d)
+    assert [s.index for s in run.steps] == [0, 1, 2]
+    assert len(run.samples.process) == 1 and len(run.samples.gpu) == 1
+    notes = " ".join(run.notes)
+    assert "5 record(s) with values no step can have" in notes
+    assert "2 sample(s) with values no sample can have" in notes
+
+
+@pytest.mark.parametrize("name", ["steps.jsonl", "settings.json", "samples.jsonl", "profile.pstats"])
+def test_a_fixed_name_file_that_leads_out_of_the_run_is_not_read(name, tmp_path):
+    d = make_run(tmp_path / "run")
+    outside = tmp_path / f"elsewhere-{name}"
+    (d / name).rename(outside)
+    (d / name).symlink_to(outside)
+    run, _ = read_run_dir(d)
+    assert any(name in n and "leads out of the run directory" in n for n in run.notes), run.notes
+    if name == "steps.jsonl":
+        assert run.steps == ()
+    if name == "settings.json":
+        assert run.settings is None
+    if name == "samples.jsonl":
+        assert run.samples is None
+    if name == "profile.pstats":
+        assert run.pstats == ()
+
+
+def test_a_manifest_that_leads_out_of_the_run_is_refused(tmp_path):
+    d = make_run(tmp_path / "run")
+    outside = tmp_path / "elsewhere.json"
+    (d / "manifest.json").rename(outside)
+    (d / "manifest.json").symlink_to(outside)
+    with pytest.raises(RunDirError, match="not a regular file inside the run directory"):
+        read_run_dir(d)

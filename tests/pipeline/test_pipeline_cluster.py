@@ -91,7 +91,7 @@ def test_no_scheduler_there(tmp_path, monkeypatch):
 
     import gpudoctor.pipeline as pipeline
 
-    monkeypatch.setattr(pipeline, "CONNECT_TIMEOUT", "2s")
+    monkeypatch.setattr(pipeline, "CONNECT_TIMEOUT_S", 2)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -118,3 +118,71 @@ def test_cli_error_is_one_line(tmp_path):
     proc = run_gpudoctor("analyze", "--cluster", f"tcp://127.0.0.1:{port}", str(folder), timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpudoctor: error: --cluster")
+
+
+# --------------------------------------------------------------------------- peers that are not schedulers
+
+
+class _Peer:
+    """A TCP server on loopback that accepts and then stays silent, or answers garbage."""
+
+    def __init__(self, answer: bytes = b"") -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        self.conns: list = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            if self.answer:
+                try:
+                    c.sendall(self.answer)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("answer", [b"", bytes(range(256)) * 64], ids=["silent", "garbage"])
+def test_a_peer_that_is_not_a_scheduler_is_one_line_exit_2_in_bounded_time(tmp_path, answer):
+    """A port that accepts and never answers hung analyze for 420 s and more; one that answers garbage
+    gave exit 4 (MemoryError: Unable to allocate 3.07 EiB). Both: one line, exit 2, no traceback."""
+    import time
+
+    peer = _Peer(answer)
+    folder = rank_folder(tmp_path / "ranks", world=2)
+    try:
+        t0 = time.monotonic()
+        proc = run_gpudoctor("analyze", "--cluster", f"tcp://127.0.0.1:{peer.port}", str(folder), timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        peer.close()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "did not answer as a Dask scheduler" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert took < 60  # bounded: the handshake deadline plus start-up
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:notaport", "127.0.0.1", "tcp://:8786", "tcp://h:99999"])
+def test_a_malformed_address_is_refused_before_any_connection(tmp_path, address):
+    import time
+
+    folder = rank_folder(tmp_path / "ranks", world=2)
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match="not a Dask scheduler address"):
+        analyze_paths([folder], cluster=address)
+    assert time.monotonic() - t0 < 5  # no 20 s wait for a half-made client

@@ -50,6 +50,17 @@ def test_html_renders_hostile_strings_as_text() -> None:
     assert "\\x1b[31mred" in text
 
 
+def test_svg_charts_show_control_characters_and_bidi_overrides_as_escapes() -> None:
+    """The kernel chart's labels and tooltips come from trace names (issue: SVG carried raw C0
+    characters and U+202E); they go through the same escaping as every HTML text."""
+    html = render(hostile_report(), "html")
+    svgs = re.findall(r"<svg.*?</svg>", html, flags=re.S)
+    assert svgs and any("bell" in svg for svg in svgs)
+    for ch in ("\x07", "\x1b", "\u202e"):
+        assert ch not in html
+    assert any("\\x07bell" in svg and "\\u202e" in svg for svg in svgs)
+
+
 def test_html_attribute_values_cannot_break_out() -> None:
     html = render(hostile_report(), "html")
     # every attribute value is quoted and contains no raw quote or angle bracket
