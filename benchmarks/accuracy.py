@@ -51,9 +51,14 @@ can show here. Usage::
     python benchmarks/accuracy.py --only starved_dataloader --keep runs/
     python benchmarks/accuracy.py --json accuracy.json --steps 60
 
+**Calibration** (always printed, judged with ``--verify``): each planted finding's *expected*
+speed-up (its rule's model, ``gain.expected_speedup``) beside its bound, the speed-up
+``--verify`` measured and the fixed variant's; target: expected ÷ verified within 1/1.25..1.25
+for every finding ``--verify`` measured.
+
 ``--verify`` adds a column: each planted run's expected finding goes through
 ``gpudoctor.verify`` (the fix injected into trial runs, timed against
-interleaved baseline runs, a bootstrap interval on the speed-up), so the fix is
+interleaved baseline runs, the run as the unit: docs/verify.md), so the fix is
 measured on the planted script itself where gpudoctor can apply it; a fix the
 trials refute is a missed target. The ``--fixed`` variants still run: they are
 where false alarms show, and they measure fixes no trial can inject.
@@ -85,6 +90,7 @@ SAMPLES_DIR = ROOT / "sample_scripts"
 BASELINE = "tuned_baseline"
 BLOCKING = ("error", "warning")  # severities that count as alarms
 WARMUP_STEPS = 2  # first steps left out of the speed-up: worker start-up, first allocations
+CALIBRATION_RATIO = 1.25  # issue 24: every expected speed-up within 1.25x of what --verify measures
 MALLOC_ENV = {  # glibc: no dynamic mmap threshold, no heap trimming (GD503's fix)
     "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
     "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024),
@@ -265,8 +271,10 @@ def run_variant(
     else:
         report = json.loads(report_path.read_text(encoding="utf-8"))
         for f in report.get("findings", []):
-            share = (f.get("gain") or {}).get("share_pct")
-            variant.findings.append({"code": f["code"], "severity": f["severity"], "share_pct": share})
+            gain = f.get("gain") or {}
+            variant.findings.append({"code": f["code"], "severity": f["severity"], "share_pct": gain.get("share_pct"),
+                                     "expected_speedup": gain.get("expected_speedup"),
+                                     "speedup_bound": gain.get("speedup_bound")})
     step_stats(variant, run_dir)
     return variant
 
@@ -335,6 +343,16 @@ class Result:
     runs: int = 1  # runs of each variant
     top_every_run: bool = True  # the expected code on top in every planted run
     verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
+    expected_speedup: float | None = None  # the expected finding's expected speed-up (its rule's model)
+    speedup_bound: float | None = None  # and its bound
+
+    @property
+    def calibration(self) -> float | None:
+        """Expected ÷ verified speed-up: 1 is a prediction --verify measured exactly."""
+        v = self.verified
+        if self.expected_speedup is None or v is None or v.speedup is None or v.status not in ("confirmed", "inconclusive"):
+            return None
+        return self.expected_speedup / v.speedup
 
     @property
     def diagnosed_right(self) -> bool:
@@ -371,6 +389,9 @@ def judge(scenario: Scenario, planted: list[Variant], fixed: list[Variant] | Non
                 r.problems.append(f"false alarm on the baseline ({tag(v)}): {', '.join(alarms)}")
         return r
     r.rank = next((i + 1 for i, c in enumerate(codes) if c in scenario.expected), None)
+    if r.rank:
+        hit = first.findings[r.rank - 1]
+        r.expected_speedup, r.speedup_bound = hit.get("expected_speedup"), hit.get("speedup_bound")
     for v in planted:
         top = v.findings[0]["code"] if v.findings else None
         if top not in scenario.expected:
@@ -428,6 +449,10 @@ def evaluate(
                 verify.progress(f"  {s.name:<28} verify {r.verified.code}: {r.verified.text()}")
             if r.verified and r.verified.status == "refuted" and r.speedup_measurable:
                 r.problems.append(f"--verify refuted the fix of {r.verified.code}: {r.verified.text()}")
+            cal = r.calibration
+            if cal is not None and r.speedup_measurable and not (1 / CALIBRATION_RATIO <= cal <= CALIBRATION_RATIO):
+                r.problems.append(f"expected {r.expected_speedup:.2f}x, --verify measured {r.verified.speedup:.2f}x: "
+                                  f"ratio {cal:.2f}, outside 1/{CALIBRATION_RATIO:g}..{CALIBRATION_RATIO:g}")
         results.append(r)
     return results
 
@@ -464,6 +489,33 @@ def table(results: list[Result]) -> str:
         if verified:
             row = (*row, r.verified.text() if r.verified else "-")
         rows.append((*row, "ok" if not r.problems else "MISS"))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def calibration_table(results: list[Result]) -> str:
+    """Expected (the rule's model) beside measured (--verify; the fixed variant): the predictions
+    checked against what happens."""
+    header = ("scenario", "finding", "expected", "bound", "verified (--verify)", "expected/verified", "fixed variant",
+              "expected/fixed")
+    rows = []
+    for r in results:
+        if r.status != "measured" or not r.expected:
+            continue
+        v = r.verified
+        cal = r.calibration
+        fixed_ratio = (r.expected_speedup / r.speedup) if r.expected_speedup and r.speedup else None
+        rows.append((
+            r.name, (v.code if v and v.code != "-" else ",".join(r.expected)),
+            f"{r.expected_speedup:.2f}x" if r.expected_speedup else "-",
+            f"{r.speedup_bound:.2f}x" if r.speedup_bound else "-",
+            v.text() if v else "-",
+            f"{cal:.2f}" if cal is not None else "-",
+            _fmt_speedup(r),
+            f"{fixed_ratio:.2f}" if fixed_ratio is not None else "-",
+        ))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -524,6 +576,9 @@ def to_json(results: list[Result], s: dict, gpus: int, wall_s: float, malloc: st
                 "speedup_measurable": r.speedup_measurable,
                 "problems": r.problems,
                 "verified": asdict(r.verified) if r.verified else None,
+                "expected_speedup": r.expected_speedup,
+                "speedup_bound": r.speedup_bound,
+                "calibration": r.calibration,
                 "planted": variant(r.planted),
                 "fixed": variant(r.fixed),
             }
@@ -581,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - start
     s = summary(results)
     print(table(results))
+    print()
+    print("Calibration: each planted finding's expected speed-up beside what was measured "
+          f"(target: expected/verified within 1/{CALIBRATION_RATIO:g}..{CALIBRATION_RATIO:g})")
+    print(calibration_table(results))
     print()
     print(summary_line(s))
     for r in results:

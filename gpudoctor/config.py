@@ -91,6 +91,32 @@ class Thresholds:
     # same idle share as GD101 so the two rules agree on what "under-used" means.
     batch_gpu_idle_share_pct: float = 20.0
 
+    # ---- GD105 recompiles (torch.compile's compilations, read at run time: Settings.compile)
+    # A frame recompiled in this many different steps after its first compilation recompiles as the run
+    # goes. torch's default (automatic dynamic shapes) recompiles a frame once when a dimension first
+    # changes and from then on treats it as dynamic: one recompilation is warm-up, not churn; three, in
+    # three steps, are a guard that keeps failing. gpudoctor's choice.
+    recompile_min_count: int = 3
+
+    # ---- GD106 gpu-throttled (NVML samples: clock event reasons, SM clock, power)
+    # An NVML sample counts as the GPU at work when its utilization (the share of the sample period in
+    # which a kernel ran, nvmlDeviceGetUtilizationRates) is at least this: an idle GPU lowers its clocks
+    # by design ("gpu_idle"), which costs nothing. gpudoctor's choice: half the period.
+    throttle_busy_util_pct: float = 50.0
+    # The rule fires when a throttle reason (thermal, power cap, power brake, hardware slowdown) is
+    # active, or the SM clock is throttle_clock_deficit_pct below the applications clock, in at least
+    # this share of the busy samples. gpudoctor's choice: a tenth of the working time, the scale at
+    # which a 10-20% slower clock shows in step time (about 1-2%, under the warning scale below it).
+    throttle_min_share_pct: float = 10.0
+    # SM clock this far below the applications clock (the clock the GPU runs at when nothing holds it
+    # back, nvmlDeviceGetApplicationsClock) counts as slowed: GPU Boost moves the clock in steps of
+    # about 15 MHz (under 1% of a 1.4-2 GHz clock), so a tenth is well past its jitter. gpudoctor's choice.
+    throttle_clock_deficit_pct: float = 10.0
+    # Power draw at or above this share of the enforced power limit counts as "at the cap" (NVML
+    # nvmlDeviceGetEnforcedPowerLimit; the sample's power reading averages over about a second, so a
+    # capped GPU reads a few percent under its limit). gpudoctor's choice.
+    power_cap_ratio_pct: float = 97.0
+
     # ---- GD201 dataloader-stall
     dataloader_wait_share_pct: float = 5.0  # waiting for the next batch, % of step time. torch-tb-profiler
     # Cores left to the training process itself when GD201 derives num_workers (PyTorch's DataLoader
@@ -104,6 +130,20 @@ class Thresholds:
     # of the loop (a workstation does it in a few hundred µs). A per-batch wait under this is no more
     # than workers would still cost: GD201 does not recommend them for it.
     dataloader_handover_ms: float = 1.0
+    # A load whose CPU time is under this share of its wall time *waits* (storage, network, a sleep):
+    # a worker spends most of each batch blocked, so the cores can run more workers than there are
+    # cores. Above it the load *computes*: workers beyond the usable cores only share them. Half is
+    # the point where two waiting workers fill one core. gpudoctor's choice.
+    dataloader_waiting_cpu_max_pct: float = 50.0
+    # The most workers GD201 recommends, however long the load waits: each is a process with its own
+    # copy of the dataset object and prefetch_factor batches in flight, and the training process
+    # receives every batch (dataloader_handover_ms). gpudoctor's choice, at the high end of what
+    # image pipelines use per GPU (4-16).
+    dataloader_max_workers_count: int = 16
+    # The share of the machine's memory the workers may hold together (each at the RSS measured for
+    # one, or for the training process when none ran): the rest is left to the training process, the
+    # page cache and other work. gpudoctor's choice.
+    dataloader_worker_memory_share_pct: float = 50.0
 
     # ---- GD202 worker-restart
     # A worker start-up stall is "visible" when the first step of an epoch waits for data this many
@@ -135,6 +175,16 @@ class Thresholds:
     # 2.7 on sample_scripts/oversubscribed_threads.py; 1.5 leaves a third of the demand unserved.
     oversubscription_ratio: float = 1.5
 
+    # ---- GD205 cpu-contention
+    # The training process waited in the run queue for a core at least this share of the time (Linux
+    # schedstat, 100 = one thread waiting all the time), its own threads wanting no more than the cores.
+    # Measured on the shared 2-core CI machine: 0.2-2.5% with other jobs busy on one core, 48-55% with
+    # a CPU hog beside a CPU-bound loop (whose mean step then doubled). 10% is twice the warning scale.
+    cpu_contention_wait_pct: float = 10.0
+    # ... and, where the machine's load was recorded, other processes used at least this much CPU
+    # (100 = one core): half a core, the least that can make a core's worth of waiting. gpudoctor's choice.
+    cpu_contention_others_pct: float = 50.0
+
     # ---- GD301 pageable-h2d (Nsight Systems' cuda_memcpy_async expert rule)
     pageable_h2d_share_pct: float = 2.0  # pageable H2D copy time, % of step time. Issue 4
     pageable_h2d_max_bytes: int = 65536  # a pageable copy larger than this is flagged. nsys cuda_memcpy_async (64 KiB)
@@ -151,6 +201,9 @@ class Thresholds:
     amp_fp32_share_pct: float = 30.0  # FP32 conv/matmul kernel time, % of GPU kernel time. Issue 4
     amp_tensor_core_max_pct: float = 1.0  # "no Tensor Core kernels": below 1% of kernel time (name matching noise)
     bf16_min_compute_capability: float = 8.0  # bfloat16 Tensor Cores from Ampere on. NVIDIA Ampere whitepaper
+    # The expected gain of GD401/GD402: kernels moved onto Tensor Cores get the datasheet's peak ratio,
+    # at most this (rules/speedups.py). NVIDIA's mixed-precision training guide: up to 3x on matmul-heavy nets
+    tensor_core_speedup_max_ratio: float = 3.0
 
     # ---- GD402 tf32-off
     tf32_min_compute_capability: float = 8.0  # TF32 from Ampere on. PyTorch CUDA semantics notes
@@ -167,6 +220,18 @@ class Thresholds:
     # (torch.optim's default implementations launch several per tensor; foreach/fused a few in all).
     optimizer_kernels_per_tensor: float = 1.0
     optimizer_min_kernels_per_step: float = 100.0  # without parameter counts (traces alone): "many small kernels"
+
+    # ---- GD405 below-roofline (analysis.roofline: achieved FLOP/s against the device's peak)
+    # FP32/TF32 matmul/conv/attention work that is compute-bound at its own precision's roof, % of step
+    # time, worth moving to half-precision Tensor Cores. gpudoctor's choice, as GD402's 10%.
+    roofline_fp32_share_pct: float = 10.0
+    # "Far below peak": under this % of the device's BF16/FP16 Tensor Core peak. cuBLAS GEMMs of
+    # training-sized layers in half precision reach 60-80% of it (NVIDIA's Matrix Multiplication
+    # Background guide); FP32 on the regular units cannot pass fp32/half (6-13% on A100/H100).
+    roofline_far_below_peak_pct: float = 25.0
+    # Runs of 3+ ATen elementwise kernels in a row on one stream (eager code), % of step time, worth
+    # fusing with torch.compile. gpudoctor's choice: a tenth of the step, GD402's scale.
+    elementwise_chain_share_pct: float = 10.0
 
     # ---- GD501 memory-near-limit
     memory_near_limit_pct: float = 90.0  # peak memory, % of the device. torch-tb-profiler's memory rule
@@ -206,6 +271,23 @@ class Thresholds:
     # removal gives 1/(1-0.05) ≈ 1.05×), and it sits above the 1-2% by which two runs of one
     # unchanged script commonly differ (compare's margin). gpudoctor's choice.
     verify_min_speedup_ratio: float = 1.05
+    # The machine's load must be alike on both sides: when other processes took, on average over the
+    # runs, more than this much more CPU (100 = one core) during the runs of one side than during the
+    # other's, the verdict is inconclusive. Measured on the shared 2-core CI machine (benchmarks/
+    # verify_aa.py, docs/verify.md): in 40 A/A sessions, other jobs running and a CPU hog beside both
+    # sides in half of them, the two sides' means differed by 0-36; a hog beside one side's runs only
+    # adds about one core (100). Half a core, between the two.
+    verify_load_gap_pct: float = 50.0
+    # The trial runs (the script untouched) must be comparable with the profiled run: when their median
+    # step is more than this many times the profiled run's uninstrumented median step, the machine (or
+    # the run) is not the one the findings describe, and the verdict is inconclusive. Issue 25: DCGAN's
+    # trials ran 10x slower and "confirmed" 1.5x of a cause worth 1.11x. A CPU hog beside a CPU-bound
+    # step on 2 cores makes it about 2x slower, which a comparison can still survive: gpudoctor's choice.
+    verify_max_slowdown_ratio: float = 3.0
+    # The ladder: a num_workers fix that is not confirmed is tried again with twice the workers, up to
+    # this many per core. A waiting load (storage, network, sleep) can use more workers than cores
+    # (issue 24: about load / compute of them); 4 per core bounds the processes and their memory.
+    verify_workers_per_core_ratio: float = 4.0
 
 
 _SEVERITIES = ("error", "warning", "info")

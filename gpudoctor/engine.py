@@ -15,8 +15,9 @@
   severity follows from it; GD101 (the GPU-idle headline) names the findings granted its
   causes;
 - sorts findings by what fixing them wins: the headline (GD101) after every cause, then
-  severity, then gain (larger share of step time first; findings whose gain cannot be put
-  in time after those that can), then code, rank and message: the same input always gives
+  severity, then gain (the larger expected share of step time first, the bound where a rule has
+  no model; findings whose gain cannot be put in time after those that can), then code, rank
+  and message: the same input always gives
   the same order;
 - builds the account (where the step goes and the top actions, ``Report.account``), the
   checklist (``rules.checklist``), the headline numbers (``SummaryStat``),
@@ -54,17 +55,19 @@ from gpudoctor.model.findings import (
     SummaryStat,
 )
 from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.steady import step_figures
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
 from gpudoctor.rules.account import assign_gains, build_account, is_headline, point_headline
 from gpudoctor.rules.checklist import build_checklist
+from gpudoctor.rules.compilation import compiled_summary
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
-    median_int,
     percentile_int,
     trace_label,
 )
 from gpudoctor.rules.distributed import figures as rank_figures_of
+from gpudoctor.rules.gd405_below_roofline import roofline_summary
 from gpudoctor.rules.helpers import memory_peak
 from gpudoctor.rules.registry import Rule, all_rules
 
@@ -146,7 +149,7 @@ def run_rules(
 
 
 def sort_key(f: Finding) -> tuple:
-    share = f.gain.share_pct
+    share = f.gain.rank_pct  # what the fix is expected to win; the bound where its rule has no model
     return (
         is_headline(f),
         f.severity.rank,
@@ -220,14 +223,13 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         marker = _step_marker(mf)
         if marker:
             out.append(_stat("step_marker", "steps marked by", marker))
-        med = median_int(s.wall_ns for s in steady)
-        p90 = percentile_int((s.wall_ns for s in steady), 90)
+        # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
+        figs = step_figures(steady)
         window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
-        out.append(_stat("step_time_median", "step time (median)", (med or 0) / 1e6, "ms", window))
-        out.append(_stat("step_time_p90", "step time (p90)", (p90 or 0) / 1e6, "ms", window))
-        wait = ctx.data_wait_share_pct()
-        if wait is not None:
-            out.append(_stat("data_wait_share", "waiting for data", wait, "%", window))
+        out.append(_stat("step_time_median", "step time (median)", figs.median_ms or 0.0, "ms", window))
+        out.append(_stat("step_time_p90", "step time (p90)", figs.p90_ms or 0.0, "ms", window))
+        if figs.data_wait_pct is not None:
+            out.append(_stat("data_wait_share", "waiting for data", figs.data_wait_pct, "%", window))
     elif mf is not None and mf.steps_seen:
         out.append(_stat("steps", "steps seen", mf.steps_seen, "count"))
         marker = _step_marker(mf)
@@ -267,7 +269,8 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
                 led = ctx.ledger(m)
                 idle = led.idle_pct if led is not None and led.basis == "gpu" else u.idle_pct_steps
                 out.append(_stat("gpu_idle", f"GPU idle{label}", idle, "%", "steps"))
-            out.append(_stat("gpu_idle_span", f"GPU idle{label}", u.idle_pct_span, "%", "span"))
+            # another window than the headline's, so another name: one name, one value
+            out.append(_stat("gpu_idle_span", f"GPU idle over the trace span{label}", u.idle_pct_span, "%", "span"))
             if u.idle_pct_hta is not None:
                 out.append(_stat("gpu_idle_hta", f"GPU idle, HTA window{label}", u.idle_pct_hta, "%", "hta"))
         elif not m.has_gpu_activity:
@@ -284,12 +287,17 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if m.kernels is not None and m.kernels.count:
             out.append(_stat("kernels", "kernels", m.kernels.count, "count", "trace"))
             out.append(_stat("kernels_under_10us", "kernels under 10 µs", m.kernels.under_10us_pct, "%", "kernels"))
+        out.extend(roofline_summary(m))  # achieved TFLOP/s against the device's peak (GD405's figures)
+    compiled = compiled_summary(ctx, m)  # torch.compile and CUDA graphs: what runs compiled, warm-up, recompilations
+    if compiled:
+        out.append(_stat("compiled", "compiled", compiled, "", "trace" if m is not None else "run"))
     peak = memory_peak(ctx, m)
     if peak is not None:
         out.append(_stat("peak_gpu_memory", "peak GPU memory", peak.pct, "%", f"the device ({peak.source})"))
-    main = ctx.samples_process("main")
-    if main:
-        out.append(_stat("main_cpu", "training process CPU (median)", statistics.median(p.cpu_pct for p in main), "%", "one core"))
+    cpu, n_cpu, when = ctx.main_cpu_pct()  # the figure GD203 judges and prints
+    if cpu is not None:
+        out.append(_stat("main_cpu", "training process CPU (median)", cpu, "%",
+                         f"one core; {n_cpu} sample{'s' if n_cpu != 1 else ''} {when}"))
     gpu_util = [g.util_pct for g in ctx.samples_gpu() if g.util_pct is not None]
     if gpu_util:
         out.append(_stat("gpu_util_nvml", "GPU utilization, NVML (median)", statistics.median(gpu_util), "%", "samples"))
@@ -376,7 +384,8 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         run=run,
         ranks=rank_rows,
         rank_summary=rank_summary,
-        account=build_account(ctx, findings),
+        account=build_account(ctx, findings, rank_summary.slowest_rank if rank_summary else None,
+                              rank_summary.slowest_excess_ns if rank_summary else None),
         errors=tuple(errors),
         rules_run=tuple(ran),
         rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),

@@ -9,7 +9,8 @@ with its own module and unit tests:
 - ``ledger``: where each step's time went, in exclusive parts that sum to it
   (docs/account.md): busy time by what ran, idle time by the cause of each gap;
 - ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``dispatch``
-  (per-op overhead on the host), ``memory``, ``comm``.
+  (per-op overhead on the host), ``memory``, ``comm``, ``compiled`` (torch.compile and CUDA
+  graphs).
 
 This package imports only the model and numpy (never torch).
 """
@@ -20,12 +21,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpudoctor.analysis.comm import comm_stats
+from gpudoctor.analysis.compiled import compiled_stats
 from gpudoctor.analysis.dispatch import dispatch_stats
 from gpudoctor.analysis.host import cpu_summary, op_facts
 from gpudoctor.analysis.kernels import kernel_stats
 from gpudoctor.analysis.ledger import mean_pct, trace_ledger
 from gpudoctor.analysis.memory import memory_stats
 from gpudoctor.analysis.names import dataloader_iter_kind
+from gpudoctor.analysis.roofline import roofline
 from gpudoctor.analysis.syncs import sync_summary
 from gpudoctor.analysis.transfers import transfer_stats
 from gpudoctor.analysis.utilization import HostState, device_utilization, idle_gaps
@@ -129,6 +132,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
     memory = memory_stats(view, devices, run, windows)
     comm = comm_stats(view, windows)
+    compiled = compiled_stats(view, windows)
     cpu, dispatch, syncs, transfers, kernels = side_results() if side_results is not None else [f() for f in side]
     for u in utilization:
         if u.hta_window is not None and windows.from_steps:
@@ -171,5 +175,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         comm=comm,
         backend=info.backend,
         dataloader_iter=dataloader_iter_kind(view),
+        roofline=roofline(view, windows, devices),
+        compiled=compiled,
         notes=tuple(notes),
     )

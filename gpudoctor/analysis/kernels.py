@@ -87,10 +87,8 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
     fp32_ops = 0
     fp32_pct = None
     if shapes_known:
-        op = view.op_of_external(view.d_ext[kidx])
-        has_op = op >= 0
-        safe = np.maximum(op, 0)
-        eligible = has_op & names.fp32_eligible_op[view.h_name[safe]]
+        op = view.eligible_op_of(kidx)
+        eligible = op >= 0
         types_ok = np.zeros(len(kidx), bool)
         type_cache: dict[int, bool] = {}
         for j in np.flatnonzero(eligible).tolist():

@@ -38,6 +38,7 @@ import numpy as np
 from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.comm import host_collectives, host_exposed
 from gpudoctor.analysis.dispatch import window_parts
+from gpudoctor.analysis.host import top_level
 from gpudoctor.analysis.kernels import is_fp32_types
 from gpudoctor.analysis.names import memcpy_kind
 from gpudoctor.analysis.utilization import CAUSES, GapTable
@@ -76,13 +77,9 @@ GAP_COMPONENT: dict[GapCause, Component] = {
     GapCause.OTHER: C.OTHER_CPU,
     GapCause.DEPENDENCY: C.DEPENDENCY_WAIT,
 }
-# gaps that become the optimizer's when the host was in Optimizer.step for half of them
-_OPTIMIZER_CAUSES = (GapCause.LAUNCH_BOUND, GapCause.SHORT, GapCause.OTHER)
-_HALF = 0.5
+_HALF = 0.5  # a queued gap the host spent half inside Optimizer.step is the optimizer's
 
 ORDER: tuple[Component, ...] = tuple(Component)
-# index into ORDER of the part each cause (index into utilization.CAUSES) is charged to
-_CAUSE_TO_PART = np.array([ORDER.index(GAP_COMPONENT[c]) for c in CAUSES], np.int64)
 
 
 def _copy_direction(view: TraceView) -> np.ndarray:
@@ -102,10 +99,8 @@ def _fp32_kernels(view: TraceView, kidx: np.ndarray) -> np.ndarray:
     out = np.zeros(len(kidx), bool)
     if not (view.tl.info.record_shapes and (view.h_types >= 0).any()) or not len(kidx):
         return out
-    op = view.op_of_external(view.d_ext[kidx])
-    has_op = op >= 0
-    safe = np.maximum(op, 0)
-    eligible = has_op & view.names.fp32_eligible_op[view.h_name[safe]]
+    op = view.eligible_op_of(kidx)
+    eligible = op >= 0
     cache: dict[int, bool] = {}
     for j in np.flatnonzero(eligible).tolist():
         t = int(view.h_types[op[j]])
@@ -184,27 +179,113 @@ def _scale(total: int, weights: Sequence[int]) -> list[int]:
 # --------------------------------------------------------------------------- GPU trace
 
 
-def gpu_parts(view: TraceView, gaps: GapTable) -> list[dict[Component, int]]:
-    """The ledger of each window of ``gaps`` (the steps, or the span of GPU activity)."""
+class HostSets:
+    """The host-side interval sets an idle instant is charged by, all threads merged, in the order
+    that takes an instant where they overlap (``HOST_ORDER``): cumulative unions, so that the
+    share of a gap in each is one subtraction of two coverages."""
+
+    def __init__(self, view: TraceView) -> None:
+        dl, opt, blk = view.is_dataloader, view.is_optimizer_step, view.is_blocking_call
+        names = view.names
+        ops = view.is_cpu_op & ~dl & ~opt & ~view.host_is(names.profiler_step)
+        oi = np.flatnonzero(ops)
+        top = oi[top_level(view, oi)] if len(oi) else oi
+        # an op (with what it nests) issuing work: its dispatch, unless it runs a millisecond or more
+        # of its own (a CPU op: the loss on the host, a save, cuDNN's autotuning)
+        short = top[(view.h_end[top] - view.h_ts[top]) < LONG_OP_NS]
+        rt = view.is_enqueue_call  # launches, async copies and sets; not cudaMalloc/cudaFree or device queries
+        parts = [
+            iv.union(view.h_ts[dl], view.h_end[dl]),
+            iv.union(view.h_ts[blk], view.h_end[blk]),
+            iv.union(view.h_ts[opt], view.h_end[opt]),
+            iv.union(np.concatenate([view.h_ts[rt], view.h_ts[short]]),
+                     np.concatenate([view.h_end[rt], view.h_end[short]])),
+        ]
+        self.cumulative: list[iv.Coverage] = []
+        acc_s, acc_e = iv.EMPTY
+        for ps, pe in parts:
+            acc_s, acc_e = iv.union(np.concatenate([acc_s, ps]), np.concatenate([acc_e, pe]))
+            self.cumulative.append(iv.Coverage(acc_s, acc_e))
+        self.optimizer = iv.Coverage(*parts[2])
+
+    def split(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per interval ``[a, b)``: ns in each of ``HOST_ORDER`` and, last, in none (Python between ops)."""
+        out = np.zeros((len(HOST_ORDER) + 1, len(a)), np.int64)
+        prev = np.zeros(len(a), np.int64)
+        for k, cov in enumerate(self.cumulative):
+            cur = cov.covered(a, b)
+            out[k] = cur - prev
+            prev = cur
+        out[-1] = np.maximum(b - a, 0) - prev
+        return out
+
+
+#: What the host was doing at an idle instant, first match wins (docs/account.md): inside
+#: ``DataLoader.__next__``, blocked in a synchronization or synchronous copy, inside
+#: ``Optimizer.step``, launching or dispatching ops (a runtime call that enqueues work, an op
+#: under ``LONG_OP_NS``); anything else (Python between ops, a long CPU op, the allocator's
+#: cudaMalloc/cudaFree) is ``other_cpu``.
+HOST_ORDER: tuple[Component, ...] = (C.DATA_LOADING, C.SYNC_WAIT, C.OPTIMIZER, C.LAUNCH_OVERHEAD)
+LONG_OP_NS = 1_000_000  # utilization.LAUNCH_GAP_MAX_NS: an op this long does CPU work of its own
+_QUEUED = (CAUSES.index(GapCause.SHORT), CAUSES.index(GapCause.DEPENDENCY))
+
+
+def gpu_parts(view: TraceView, gaps: GapTable, host: HostSets | None = None) -> tuple[list[dict[Component, int]], dict[Component, int]]:
+    """The ledger of each window of ``gaps`` (the steps, or the span of GPU activity), and the part
+    of each host-side component that lies in gaps a synchronization began (``GapCause.SYNC``:
+    the queue drained; what removing the sync can win beyond the sync itself).
+
+    Busy time is charged by what ran (``GPU_BUSY_ORDER``). Idle time, instant by instant:
+
+    - in a gap whose ending work was already queued when it began (``short``, ``dependency``)
+      the host is not the cause: the whole gap is launch latency (``launch_overhead``; the
+      optimizer's when the host was in ``Optimizer.step`` for half of it) or ``dependency_wait``;
+    - in a gap the host had to fill, each instant before the launch of the work ending the gap
+      is charged to what the host was doing (``HOST_ORDER``, else ``other_cpu``), and from that
+      launch to the gap's end (the launch call and its latency) to ``launch_overhead``.
+    """
     w_s, w_e = gaps.w_starts, gaps.w_ends
     n = len(w_s)
     sets = _device_sets(view, gaps.device)
     busy, _ = _take_in_order([(c, sets[c]) for c in GPU_BUSY_ORDER], w_s, w_e)
-    comp = _CAUSE_TO_PART[gaps.cause.astype(np.int64)] if len(gaps.cause) else np.zeros(0, np.int64)
+    per_comp: dict[Component, np.ndarray] = {}
+    after_sync: dict[Component, int] = {}
+
+    def add(comp: Component, mask: np.ndarray, ns: np.ndarray) -> None:
+        if not mask.any():
+            return
+        arr = np.bincount(gaps.window[mask], weights=ns[mask], minlength=n).astype(np.int64)
+        per_comp[comp] = per_comp.get(comp, np.zeros(n, np.int64)) + arr
+
     if len(gaps.start):
-        oi = np.flatnonzero(view.is_optimizer_step)
-        if len(oi):
-            cov = iv.Coverage(*iv.union(view.h_ts[oi], view.h_end[oi]))
-            in_opt = cov.covered(gaps.start, gaps.end) >= _HALF * gaps.lengths
-            movable = np.isin(gaps.cause, [CAUSES.index(c) for c in _OPTIMIZER_CAUSES])
-            comp[in_opt & movable] = ORDER.index(C.OPTIMIZER)
+        host = host or HostSets(view)
+        lengths = gaps.lengths
+        cause = gaps.cause.astype(np.int64)
+        queued = np.isin(cause, _QUEUED)
+        # queued gaps: whole, by cause (launch latency inside Optimizer.step is the optimizer's)
+        in_opt = host.optimizer.covered(gaps.start, gaps.end) >= _HALF * lengths
+        short = cause == CAUSES.index(GapCause.SHORT)
+        add(C.LAUNCH_OVERHEAD, short & ~in_opt, lengths)
+        add(C.OPTIMIZER, short & in_opt, lengths)
+        add(C.DEPENDENCY_WAIT, cause == CAUSES.index(GapCause.DEPENDENCY), lengths)
+        # host-wait gaps: instant by instant up to the launch of the work that ends them
+        hw = ~queued
+        launch = gaps.launch
+        cut = np.where((launch > gaps.start) & (launch < gaps.end), launch, gaps.end)
+        split = host.split(gaps.start, cut)
+        tail = host.split(cut, gaps.end)  # the launch and its latency, unless inside an earlier part
+        split[:-1] += tail[:-1]
+        split[HOST_ORDER.index(C.LAUNCH_OVERHEAD)] += tail[-1]
+        drained = hw & (cause == CAUSES.index(GapCause.SYNC))
+        for k, comp in enumerate(HOST_ORDER):
+            ns = split[k]
+            add(comp, hw, ns)
+            if comp == C.LAUNCH_OVERHEAD and drained.any():
+                after_sync[comp] = int(ns[drained].sum())
+        add(C.OTHER_CPU, hw, split[-1])
+        if drained.any():
+            after_sync[C.OTHER_CPU] = int(split[-1][drained].sum())
     out: list[dict[Component, int]] = []
-    lengths = gaps.lengths
-    per_comp = {
-        k: np.bincount(gaps.window[comp == i], weights=lengths[comp == i], minlength=n).astype(np.int64)
-        for i, k in enumerate(ORDER)
-        if (comp == i).any()
-    }
     for w in range(n):
         parts = {c: int(busy[c][w]) for c in GPU_BUSY_ORDER}
         for c, arr in per_comp.items():
@@ -212,7 +293,7 @@ def gpu_parts(view: TraceView, gaps: GapTable) -> list[dict[Component, int]]:
         dur = int(w_e[w] - w_s[w])
         parts[C.UNEXPLAINED] = dur - sum(parts.values())
         out.append(parts)
-    return out
+    return out, {c: v for c, v in after_sync.items() if v > 0}
 
 
 # --------------------------------------------------------------------------- CPU-only trace
@@ -252,7 +333,7 @@ def cpu_parts(view: TraceView, windows: Windows) -> list[dict[Component, int]]:
 
 
 def _slices(total: dict[Component, int], total_ns: int, *, gpu: bool, details: dict[Component, str],
-            source: str) -> tuple[LedgerSlice, ...]:
+            source: str, after_sync: dict[Component, int] | None = None) -> tuple[LedgerSlice, ...]:
     out = []
     for c in ORDER:
         ns = total.get(c, 0)
@@ -267,6 +348,7 @@ def _slices(total: dict[Component, int], total_ns: int, *, gpu: bool, details: d
                 side="device" if device else "host",
                 detail=details.get(c, ""),
                 source=source,
+                after_sync_ns=min(int((after_sync or {}).get(c, 0)), int(ns)),
             )
         )
     return tuple(out)
@@ -298,7 +380,7 @@ def trace_ledger(
     gpu = gaps is not None and len(gaps.w_starts) > 0
     if gpu:
         assert gaps is not None
-        parts = gpu_parts(view, gaps)
+        parts, after_sync = gpu_parts(view, gaps)
         w_s, w_e = gaps.w_starts, gaps.w_ends
         numbers = windows.numbers if windows.from_steps else np.zeros(1, np.int64)
         where = (
@@ -306,6 +388,7 @@ def trace_ledger(
             else "the span of GPU activity (no ProfilerStep markers)"
         )
     else:
+        after_sync = {}
         if not len(windows.starts) or windows.total_ns <= 0:
             return (), None
         parts = cpu_parts(view, windows)
@@ -345,7 +428,7 @@ def trace_ledger(
         window=where,
         windows=len(breakdown),
         total_ns=total_ns,
-        slices=_slices(totals, total_ns, gpu=gpu, details=details, source="trace"),
+        slices=_slices(totals, total_ns, gpu=gpu, details=details, source="trace", after_sync=after_sync),
         device=gaps.device if gpu and gaps is not None else None,
         rank=rank,
         notes=tuple(notes),
@@ -381,11 +464,13 @@ def combine(ledgers: Sequence[Ledger], *, label: str = "") -> Ledger:
         return ledgers[0]
     first = ledgers[0]
     totals: dict[str, int] = {}
+    drained: dict[str, int] = {}
     details: dict[str, str] = {}
     sides: dict[str, str] = {}
     for led in ledgers:
         for s in led.slices:
             totals[s.component] = totals.get(s.component, 0) + s.ns
+            drained[s.component] = drained.get(s.component, 0) + s.after_sync_ns
             sides.setdefault(s.component, s.side)
             if s.detail and s.component not in details:
                 details[s.component] = s.detail
@@ -393,7 +478,7 @@ def combine(ledgers: Sequence[Ledger], *, label: str = "") -> Ledger:
     windows = sum(led.windows for led in ledgers)
     slices = tuple(
         LedgerSlice(c.value, totals[c.value], round(100.0 * totals[c.value] / total_ns, 4) if total_ns else 0.0,
-                    sides[c.value], details.get(c.value, ""), "trace")
+                    sides[c.value], details.get(c.value, ""), "trace", drained.get(c.value, 0))
         for c in ORDER
         if totals.get(c.value, 0) > 0
     )

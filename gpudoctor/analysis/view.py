@@ -73,6 +73,7 @@ class TraceView:
         self.h_ext = _np(h.external_id, np.int64)
         self.h_dims = _np(h.input_dims, np.int32)
         self.h_types = _np(h.input_types, np.int32)
+        self.h_concrete = _np(h.concrete_inputs, np.int32)
         self.h_flags = _np(h.flags, np.int8)
         self.d_kind = _np(d.kind, np.int8)
         self.d_name = _np(d.name, np.int32)
@@ -194,6 +195,32 @@ class TraceView:
     def op_of_external(self, ext: np.ndarray) -> np.ndarray:
         """Host index of the cpu_op with each external id (-1 when absent)."""
         return _lookup(*self._ops_by_ext, ext)
+
+    @cached_property
+    def _eligible_ops(self) -> Lookup:
+        return Lookup(self, self.is_cpu_op & self.host_is(self.names.fp32_eligible_op))
+
+    def eligible_op_of(self, didx: np.ndarray) -> np.ndarray:
+        """For device events ``didx``: the host index of the Tensor-Core-eligible op (matmul, linear,
+        convolution, attention) that launched each, -1 where none did. By the kernel's external id;
+        else (PyTorch 1.x traces, whose kernels carry only their correlation id) the outermost eligible
+        op enclosing its launch call on the launch's thread."""
+        op = self.op_of_external(self.d_ext[didx]) if len(didx) else np.zeros(0, np.int64)
+        ok = op >= 0
+        op = np.where(ok, op, -1)
+        if len(op):
+            op[ok] = np.where(self.host_is(self.names.fp32_eligible_op)[op[ok]], op[ok], -1)
+        miss = np.flatnonzero(~ok)
+        look = self._eligible_ops
+        if len(miss) and len(look):
+            launch = self.dev_launch[didx[miss]]
+            has = launch >= 0
+            q = miss[has]
+            li = launch[has]
+            pos = look.outermost(self.h_ts[li], self.h_end[li], self.h_thread[li].astype(np.int64))
+            found = pos >= 0
+            op[q[found]] = look.idx[pos[found]]
+        return op
 
     # --- windows --------------------------------------------------------------------------------
     @cached_property

@@ -74,6 +74,7 @@ from gpudoctor.collect.steps import (
     StepTracker,
     StopAfterSteps,
 )
+from gpudoctor.model import CallSite
 
 _TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
 
@@ -215,10 +216,18 @@ class BackwardWatch:
 
 
 class RootModuleWatch:
-    def __init__(self, torch: Any, tracker: StepTracker, on_error: Callable[[str, BaseException], None]) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        tracker: StepTracker,
+        on_error: Callable[[str, BaseException], None],
+        site_of: Callable[[Any], CallSite | None] | None = None,
+    ) -> None:
         self.torch = torch
         self.tracker = tracker
         self.on_error = on_error
+        # the user's file:line above a frame (``callsite.FrameClassifier``), for where an evaluation calls the model
+        self.site_of = site_of
         self.is_compiling = compiling_probe(torch)
         self.searching = False
         self.root_ref: weakref.ref[Any] | None = None
@@ -320,6 +329,8 @@ class RootModuleWatch:
                 return
             entry[0] = None
             t = tracker.phase_end(token, FORWARD)
+            if not module.training or not tracker.first_grad_site_seen:  # an evaluation's call (see _note_call)
+                watch._note_call(module, result)
             if tracker.source in _TRAINING:
                 tracker.root_calls += 1  # a training loop: the forward marks nothing, only its time and count are kept
                 return
@@ -380,6 +391,8 @@ class RootModuleWatch:
                 raise
             depth[0] = 0
             t = tracker.phase_end(token, FORWARD)
+            if not self.training or not tracker.first_grad_site_seen:  # an evaluation's call (see _note_call)
+                watch._note_call(self, result)
             try:
                 tracker.forward_done(True, key, _carries_graph(result), t)
             except StopAfterSteps:
@@ -389,7 +402,8 @@ class RootModuleWatch:
             return result
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if acc[PHASE] or is_compiling() or self is not ref() or get_ident() != acc[TRAIN_THREAD]:
+            if (acc[PHASE] or is_compiling() or self is not ref() or get_ident() != acc[TRAIN_THREAD]
+                    or not self.training):  # in eval mode: an evaluation inside a training run (slow: _note_call)
                 return slow(self, args, kwargs)
             # a training loop, no other phase in progress: the forward marks nothing, only its time and
             # count are kept (inlined: the hot path; see the "Phases" of gpudoctor.collect.steps)
@@ -467,12 +481,39 @@ class RootModuleWatch:
         except Exception as err:
             self._fail(err)
             return
-        self._report(not _failed(result), key, result)
+        self._report(not _failed(result), key, module, result)
 
     # ------------------------------------------------------------------ reporting
 
-    def _report(self, ok: bool, key: int, result: Any) -> None:
+    def _note_call(self, module: Any, result: Any) -> None:
+        """A call of the root (or, while it is searched for, of a top-level module) returned outside the
+        training loop's inline path: count it when the module was in eval mode (``module.eval()``: an
+        evaluation, inside a run that trains or not), and keep the user's ``file:line`` of the first
+        call whose output carried an autograd graph, in eval mode and at all (GD701 points there)."""
+        tracker = self.tracker
         try:
+            grad = _carries_graph(result)
+            eval_mode = not getattr(module, "training", True)
+            if eval_mode:
+                tracker.eval_calls += 1
+                tracker.eval_grad_calls += grad
+            if not grad or self.site_of is None:
+                if grad:
+                    tracker.first_grad_site_seen = True
+                return
+            if not tracker.first_grad_site_seen:
+                tracker.first_grad_site_seen = True
+                tracker.first_grad_site = self.site_of(sys._getframe(1))
+            if eval_mode and tracker.eval_grad_site is None:
+                tracker.eval_grad_site = self.site_of(sys._getframe(1))
+        except Exception as err:  # never the script's failure: the record is only incomplete
+            tracker.first_grad_site_seen = True
+            self.on_error("root module eval record", err)
+
+    def _report(self, ok: bool, key: int, module: Any, result: Any) -> None:
+        try:
+            if ok:
+                self._note_call(module, result)
             self.tracker.forward_exit(ok, key, ok and _carries_graph(result))
         except StopAfterSteps:
             if ok:

@@ -9,7 +9,9 @@ what the script actually does, most specific first:
    each optimizer class the script instantiates; the first optimizer that steps marks
    the steps, and a step inside another optimizer's step, a wrapper's inner optimizer,
    marks nothing). Gradient accumulation is several micro-batches (``backward()``
-   calls) in one step.
+   calls) in one step; several optimizers that each step once in an iteration (a
+   GAN's discriminator and generator) make one step, whose ``backward()`` calls are
+   theirs, not micro-batches (``StepTracker.other_steps``).
 2. ``backward``: ``torch.autograd.backward`` / ``Tensor.backward()`` returns, when
    no optimizer steps (parameters updated by hand).
 3. ``module``: a call of the root module returns (the outermost ``nn.Module`` with
@@ -498,6 +500,13 @@ class StepTracker:
         self._watched = False  # forward_watched
         self.root_key: int | None = None  # id() of the root module once found (markers.RootModuleWatch)
         self.root_grad_calls = 0  # … whose output carried an autograd graph
+        # calls of the root (outside the training loop's inline path) made in eval mode (module.eval()), whatever
+        # marks the steps: an evaluation, after or between training epochs too (markers.RootModuleWatch._note_call)
+        self.eval_calls = 0
+        self.eval_grad_calls = 0  # … whose output carried an autograd graph
+        self.eval_grad_site: Any = None  # the user's file:line of the first of those (a CallSite)
+        self.first_grad_site: Any = None  # … of the first call whose output carried a graph, in any mode
+        self.first_grad_site_seen = False
         self._top_calls: dict[int | None, list[int]] = {}  # while the root is searched for: [calls, with grad] by module
         self.dl_entries = 0  # batches asked for while the DataLoader was not the marker
         self.started = False
@@ -507,6 +516,12 @@ class StepTracker:
         self.rusage_every_ns = RUSAGE_EVERY_NS
         self._phases: list[tuple[int, int]] = []  # the tokens of the phases opened by _phase_enter
         self.micro_counts: dict[int, int] = {}  # optimizer steps by their backward() calls
+        # steps in which another optimizer than the marking one stepped (a GAN's generator and discriminator):
+        # step index -> those optimizer steps. Such a step is one iteration whose backward() calls are the
+        # optimizers' own, not micro-batches: its micro_batches is its DataLoader batches (1 when none)
+        self.other_steps: dict[int, int] = {}
+        self.other_optimizers: dict[str, None] = {}  # their classes, in order of first step
+        self.steps_with_others = 0  # written steps in which another optimizer stepped
         self.stop_requested = False
         self.every_boundary = False  # the child's on_boundary must run at every boundary (distributed: DDP polls)
         self._need_walls = True
@@ -751,10 +766,14 @@ class StepTracker:
         """The lines of a fast block's steps (see :meth:`fast_close`), appended to ``out``."""
         t0, rank, marker, watched = self.t0, self._rank_int, block.marker, block.watched
         counts = self.micro_counts if marker == "optimizer" else None
+        others = self.other_steps if marker == "optimizer" else None
         it = iter(block.data)
         for wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch, _, index, *_ in zip(
                 *(it,) * ROW, strict=True):
             micro = n_bwd or n_batches
+            if others and others.pop(index, 0):  # several optimizers stepped: one iteration, not accumulation
+                micro = n_batches or 1
+                self.steps_with_others += 1
             if counts is not None:  # micro-batches of each optimizer step, for describe()
                 counts[micro] = counts.get(micro, 0) + 1
             out.append(_Line(index, start - t0, end - start, wait, None, None, None, None, None, None, False, "",
@@ -776,6 +795,9 @@ class StepTracker:
                 if type(r) is tuple:
                     r = self._expand(r)
                 if r[11] == "optimizer":  # micro-batches of each optimizer step, for describe()
+                    if self.other_steps and self.other_steps.pop(r[0], 0):
+                        r[15] = r[16] or 1  # several optimizers stepped: one iteration (see other_steps)
+                        self.steps_with_others += 1
                     counts[r[15]] = counts.get(r[15], 0) + 1
                 lines.append(self._line(r))
             self.writer.write_text(_LINES.encode_lines(lines).decode())
@@ -1102,6 +1124,12 @@ class StepTracker:
             marker = optimizer
             self.optimizer_name = type(optimizer).__qualname__
         if optimizer is not marker:
+            # another optimizer in the marking one's iteration (a GAN's second): noted for the step in progress
+            if self.in_step and len(self.other_steps) < 100_000:
+                index = self.acc[INDEX]
+                self.other_steps[index] = self.other_steps.get(index, 0) + 1
+                if len(self.other_optimizers) < 8:
+                    self.other_optimizers.setdefault(type(optimizer).__qualname__, None)
             return
         self.acc[MARKER] = id(optimizer)
         now = time.monotonic_ns()
@@ -1267,6 +1295,10 @@ class StepTracker:
                 typical = max(sorted(counts), key=lambda k: counts[k])
                 if typical > 1:
                     why += f"; gradient accumulation: {typical} micro-batches (backward() calls) per step"
+            if self.other_optimizers and 2 * self.steps_with_others >= sum(counts.values()):
+                names = ", ".join(self.other_optimizers)
+                why += (f"; another optimizer ({names}) also steps in each iteration: one step, its backward() "
+                        "calls not gradient accumulation")
         elif src == "backward":
             why = "loss.backward() ends each step (parameters updated without an optimizer step); " + (
                 "an optimizer object exists but never stepped" if self.has_optimizer else "no optimizer object")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
+from gpudoctor.model.steady import compile_steps, main_dataloader, steady_steps, step_figures
 from gpudoctor.model.units import duration_text
 
 
@@ -29,54 +30,56 @@ class StepSummary:
     data_wait_pct: float | None
 
 
-def steady_rows(steps: list[dict[str, Any]], step_source: str | None = None) -> list[dict[str, Any]]:
-    """The steps the report's figures are of (``RuleContext.steady_steps``, the same rule on the
-    raw records): those of the marker that defines the run, without the first step (and the first
-    of each epoch when epochs are known)."""
-    rows = [s for s in steps if isinstance(s.get("wall_ns"), int)]
-    if step_source and rows and rows[-1].get("marker"):
-        final = [s for s in rows if s.get("marker") == step_source]
-        if final and len(final) < len(rows):
-            rows = final
-    if len(rows) < 2:
-        return rows
-    if all(s.get("epoch") is None for s in rows):
-        firsts = {id(rows[0])}
-    else:
-        seen: set[Any] = set()
-        firsts = set()
-        for s in rows:
-            if s.get("epoch") not in seen:
-                seen.add(s.get("epoch"))
-                firsts.add(id(s))
-    rest = [s for s in rows if id(s) not in firsts]
-    return rest or rows
+def step_records(rows: list[dict[str, Any]]) -> list[StepRecord]:
+    """The rows of steps.jsonl as the report reads them (a row without the required fields is
+    left out, as ``parse`` leaves it out)."""
+    out = []
+    for row in rows:
+        try:
+            out.append(StepRecord.from_dict(row))
+        except (TypeError, ValueError, KeyError):
+            continue
+    return out
 
 
-def nearest_rank(values: list[int], q: float) -> int:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list: the report's p90."""
-    xs = sorted(values)
-    k = max(0, min(len(xs) - 1, int(-(-q * len(xs) // 100)) - 1))
-    return xs[k]
+def _settings(settings: Any) -> Settings | None:
+    if not isinstance(settings, dict):
+        return None
+    try:
+        return Settings.from_dict(settings)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
-def summarize_steps(steps: list[dict[str, Any]], step_source: str | None = None) -> StepSummary:
+def main_loader(settings: Any) -> DataLoaderSetting | None:
+    """The DataLoader the loop iterates (``model.steady.main_dataloader``), from settings.json as
+    read (None when it is missing or unreadable)."""
+    if not isinstance(settings, dict):
+        return None
+    try:
+        return main_dataloader(Settings.from_dict(settings))
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def summarize_steps(
+    steps: list[dict[str, Any]], step_source: str | None = None, loader: DataLoaderSetting | None = None,
+    settings: Any = None,
+) -> StepSummary:
     """Median and p90 step time and the share of step time spent waiting for data, of the steady
-    steps, computed as the report computes them (the stderr line and the report print one value)."""
-    rows = steady_rows(steps, step_source)
-    if not rows:
-        return StepSummary(len(steps), None, None, None)
-    walls = [s["wall_ns"] for s in rows]
-    total = sum(walls)
-    wait = sum(s.get("data_wait_ns") or 0 for s in rows)
-    # rounded as the report's summary rounds its figures (engine._stat: 3 decimals), so that a value
-    # just under a rounding edge (3.4496 ms) prints the same here as there (3.4 ms, not 3.5)
-    return StepSummary(
-        steps=len(steps),
-        median_ms=round(int(statistics.median(walls)) / 1e6, 3),
-        p90_ms=round(nearest_rank(walls, 90) / 1e6, 3),
-        data_wait_pct=round(100.0 * wait / total, 3) if total > 0 else None,
-    )
+    steps (``loader``: the DataLoader the loop iterates, whose workers' first batches are left out;
+    ``settings``: settings.json as read, whose torch.compile compilations leave their steps out),
+    computed by the function the report's summary uses (``model.steady``): the stderr line and
+    the report print one value."""
+    records = step_records(steps)
+    compiled = compile_steps(_settings(settings), records)
+    figs = step_figures(steady_steps(records, step_source, loader, compiled))
+    per_rank: dict[int | None, int] = {}
+    for r in records:
+        per_rank[r.rank] = per_rank.get(r.rank, 0) + 1
+    # several ranks: the steps of one rank (the most any rank recorded), as the report counts them
+    count = max(per_rank.values()) if len(per_rank) > 1 else len(steps)
+    return StepSummary(steps=count, median_ms=figs.median_ms, p90_ms=figs.p90_ms, data_wait_pct=figs.data_wait_pct)
 
 
 _BY = {

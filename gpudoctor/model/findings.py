@@ -11,7 +11,7 @@ from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 from gpudoctor.model.verify import Verification
 
-REPORT_SCHEMA_VERSION = 4  # 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
+REPORT_SCHEMA_VERSION = 5  # 5: Verification by runs (per_run, load_*, looks, median_*, ladder, measured_best; statistic "throughput"), Samples.host / HostSample, Samples.system_memory_bytes, PstatsEntry.loader_tottime_s/loader_cumtime_s, TraceMetrics.compiled, Settings.compile, GpuSample app/max clocks, power limit, throttle_read; 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
 
 
 class Severity(str, Enum):
@@ -224,8 +224,9 @@ class Action(Serde):
     step_ns_after: int  # the step time after this fix and the ones before it, if each won its whole share: a lower bound
     rank: int | None = None
     components: tuple[str, ...] = ()  # the parts it wins back
-    expected_pct: float | None = None  # the share its rule's model expects the fix to win (<= gain_pct)
+    expected_pct: float | None = None  # the share the fix is expected to win: measured (--verify) or its rule's model
     step_ns_expected: int | None = None  # the step time expected after this fix and the ones before it
+    measured_pct: float | None = None  # --verify confirmed it: 1 - 1/speed-up, as a share of step time
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +241,8 @@ class Account(Serde):
     actions: tuple[Action, ...] = ()  # ranked by exclusive gain, cumulative
     claimed_pct: float = 0.0  # the findings' gains on this ledger together (at most 100)
     notes: tuple[str, ...] = ()  # the model's caveats (upper bound, other ranks …)
+    tried: tuple[Action, ...] = ()  # fixes --verify refuted: tried, did not help (out of the actions)
+    ranks: int = 1  # ranks of the job: with several, ledger is the slowest rank's and actions come from every rank
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,13 +124,13 @@ class Component(str, Enum):
     COMM_EXPOSED = "comm_exposed"  # only communication runs (GPU), or a collective no op hides (CPU)
     # host side: the GPU is idle (or there is no GPU)
     DATA_LOADING = "data_loading"  # waiting in DataLoader.__next__
-    SYNC_WAIT = "sync_wait"  # after the host blocked in a synchronization
-    LAUNCH_OVERHEAD = "launch_overhead"  # the host busy issuing ops (GPU: launch-bound and short gaps; CPU: per-op overhead)
+    SYNC_WAIT = "sync_wait"  # the host blocked in a synchronization or synchronous copy while the GPU idled
+    LAUNCH_OVERHEAD = "launch_overhead"  # the host issuing ops (GPU: in runtime calls and short ops, launch latency; CPU: per-op overhead)
     OPTIMIZER = "optimizer"  # the host in Optimizer.step
     CPU_COMPUTE = "cpu_compute"  # CPU only: the self time of ops of 10 µs or more (the work)
     FORWARD = "forward"  # run without a trace: host time in the root module's forward
     BACKWARD = "backward"  # run without a trace: host time in backward()
-    OTHER_CPU = "other_cpu"  # other host work: Python, long CPU ops, I/O
+    OTHER_CPU = "other_cpu"  # other host work: Python between ops, long CPU ops, I/O
     DEPENDENCY_WAIT = "dependency_wait"  # the next work was queued: the GPU waited on a stream, event or collective
     UNEXPLAINED = "unexplained"  # nothing the profile records accounts for it
 
@@ -191,6 +191,7 @@ class LedgerSlice(Serde):
     side: str  # "device" (the GPU busy: only faster kernels win it) or "host" (the GPU idle, or no GPU)
     detail: str = ""  # what mostly caused it ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     source: str = ""  # "trace", "steps" (per-step records), "trace, scaled" (trace proportions of the steps' time)
+    after_sync_ns: int = 0  # of ns: GPU idle in gaps a synchronization began (the queue drained), GPU ledgers
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +412,125 @@ class DeviceInfo(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class DevicePeak(Serde):
+    """A GPU's dense peak throughput and memory bandwidth: an entry of ``analysis.peaks``' table."""
+
+    name: str  # the table's entry: "A100 SXM4 80GB", "Instinct MI300X"
+    fp32_tflops: float  # without Tensor Cores (AMD Instinct: the FP32 matrix peak)
+    tf32_tflops: float | None  # TF32 Tensor Cores (None: none)
+    half_tflops: float  # BF16/FP16 Tensor Cores, FP32 accumulate
+    fp8_tflops: float | None  # FP8 Tensor Cores (None: none)
+    memory_gbps: float  # device memory bandwidth
+    source: str  # the datasheet or whitepaper the figures come from
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineRow(Serde):
+    """The ops of one class in one precision (``analysis.roofline``): the work their input shapes
+    say they did, and how fast their kernels did it."""
+
+    op_class: str  # "matmul", "conv", "attention", "elementwise"
+    dtype: str  # "fp32", "tf32" (float32 inputs on Tensor Core kernels), "bf16", "fp16", "fp8", "fp64", "other"
+    ops: int  # op instances with a kernel in the window
+    kernels: int
+    kernel_ns: int  # GPU time of their kernels (sum)
+    estimated_flops: int  # from the input shapes
+    estimated_bytes: int  # the least device-memory traffic: each input read and each output written once
+    achieved_tflops: float | None = None  # estimated_flops / kernel_ns
+    achieved_gbps: float | None = None  # estimated_bytes / kernel_ns
+    intensity_flop_per_byte: float | None = None  # estimated_flops / estimated_bytes
+    peak_tflops: float | None = None  # the device's dense peak in this precision (None: unknown device, or none)
+    peak_pct: float | None = None  # achieved_tflops, % of peak_tflops
+    bandwidth_pct: float | None = None  # achieved_gbps, % of the device's memory bandwidth
+    bound: str = ""  # "compute" (intensity at or above the ridge peak ÷ bandwidth), "memory", "" (no peak)
+    top_op: str = ""  # the op of the row with the most kernel time
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline(Serde):
+    """How close the busy parts come to the device's peak (``analysis.roofline``; needs recorded
+    shapes). Matmul, convolution and attention ops are the modelled work; elementwise ops are
+    memory-bound by nature and reported by bandwidth, with the chains of them ``torch.compile``
+    would fuse."""
+
+    device: int  # the GPU the figures are of (the busiest)
+    device_name: str = ""  # as the trace or the manifest names it ("" when neither does)
+    peak: DevicePeak | None = None  # None: the device is not in the table (no share of peak is given)
+    window: WindowKind = WindowKind.TRACE  # kernels that start in this window
+    window_ns: int = 0  # the time MFU is of: the ProfilerStep windows, else the span of GPU activity
+    kernel_ns: int = 0  # all kernel time on the device in the window
+    modelled_kernel_ns: int = 0  # of which by matmul/conv/attention ops whose FLOPs were estimated
+    modelled_pct: float | None = None  # modelled_kernel_ns, % of kernel_ns
+    estimated_flops: int = 0  # of the matmul/conv/attention ops
+    achieved_tflops: float | None = None  # estimated_flops / modelled_kernel_ns
+    peak_pct: float | None = None  # the time their FLOPs need at each row's peak, % of modelled_kernel_ns
+    mfu_pct: float | None = None  # model FLOPs utilization: the same time at peak, % of window_ns
+    dtype: str = ""  # the precision of most of the FLOPs
+    rows: tuple[RooflineRow, ...] = ()  # by class and precision, most kernel time first
+    unmodelled_ns: int = 0  # kernel time of matmul/conv/attention ops whose shapes gave no estimate
+    elementwise_kernels: int = 0  # ATen elementwise kernels (by name) on the device in the window
+    elementwise_ns: int = 0
+    chain_min_kernels: int = 3  # a chain: this many elementwise kernels or more in a row on one stream
+    chains: int = 0
+    chain_kernels: int = 0
+    chain_ns: int = 0
+    chain_fused_ns: int = 0  # the longest kernel of each chain, summed: what the chains would take fused
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStats(Serde):
+    """Compiled and graphed execution in one trace (``analysis.compiled``): what torch.compile and
+    CUDA / HIP graphs leave in it. Counted in the analysis windows (``window``): kernels and host
+    events that start in them."""
+
+    window: WindowKind
+    windows: int  # analysis windows (steps) the counts are over
+    kernels: int = 0  # every kernel in the windows
+    kernel_ns: int = 0
+    triton_kernels: int = 0  # Inductor's Triton kernels (triton_poi_…, triton_red_…, triton_per_…, triton_tem_…)
+    triton_ns: int = 0
+    triton_pct: float | None = None  # triton_ns, % of kernel_ns (None: no kernels)
+    top_triton: tuple[NameStat, ...] = ()  # by kernel time
+    cpp_kernels: int = 0  # Inductor's C++ kernels on a CPU (cpp_fused_… ops)
+    cpp_ns: int = 0
+    graph_launches: int = 0  # cudaGraphLaunch / cuGraphLaunch / hipGraphLaunch calls
+    graph_launch_ns: int = 0  # host time in those calls
+    graph_kernels: int = 0  # kernels they issued (each carries its launch's correlation id)
+    graph_kernel_ns: int = 0
+    graph_kernel_pct: float | None = None  # graph_kernel_ns, % of kernel_ns
+    graph_kernels_max: int = 0  # the most kernels one launch issued
+    launches: int = 0  # every kernel launch call (graph launches too)
+    region_calls: int = 0  # "Torch-Compiled Region: F/C" ranges (a call of a frame Dynamo compiled)
+    regions: tuple[str, ...] = ()  # the distinct "F/C" ids seen: frame F, its compilation C (C > 0: recompiled)
+    compiled_function_calls: int = 0  # AOTAutograd's CompiledFunction (a compiled forward under autograd)
+    compiled_backward_calls: int = 0  # CompiledFunctionBackward
+    graph_calls: int = 0  # Inductor's "## Call CompiledFxGraph" annotations
+    region_launches: int = 0  # kernel launch calls inside compiled code (a region, CompiledFunction, a graph call)
+
+    @property
+    def eager_launches(self) -> int:
+        """Kernel launch calls outside compiled code and graphs: issued one op at a time."""
+        return max(0, self.launches - self.graph_launches - self.region_launches)
+
+    @property
+    def compiled(self) -> bool:
+        """The trace shows torch.compile at work (regions, compiled functions or generated kernels)."""
+        return bool(self.region_calls or self.compiled_function_calls or self.graph_calls
+                    or self.triton_kernels or self.cpp_kernels)
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """The compiled frames (F of F/C): more than one per step is a graph break or several compiled functions."""
+        return tuple(sorted({r.split("/", 1)[0] for r in self.regions}, key=lambda f: (len(f), f)))
+
+    @property
+    def recompiled(self) -> tuple[str, ...]:
+        """Region ids of a compilation after a frame's first (C > 0): that frame was recompiled."""
+        return tuple(r for r in self.regions if r.split("/", 1)[-1] not in ("", "0"))
+
+
+@dataclass(frozen=True, slots=True)
 class TraceMetrics(Serde):
     """Everything ``analysis/`` derives from one trace."""
 
@@ -451,4 +571,6 @@ class TraceMetrics(Serde):
     comm: tuple[CommStats, ...] = ()  # collectives per device (NCCL/RCCL kernels; gloo ops on the host)
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo" …; "" when absent)
     dataloader_iter: str = ""  # "multi-process" or "single-process": the DataLoader iterator the trace shows ("" none)
+    roofline: Roofline | None = None  # achieved FLOP/s and bandwidth against the device's peak (needs shapes)
+    compiled: CompiledStats | None = None  # torch.compile and CUDA graphs in the trace (None: neither seen)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

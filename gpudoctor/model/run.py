@@ -123,6 +123,12 @@ class RootModuleUse(Serde):
     # of them, calls whose output carried an autograd graph (grad mode on, parameters needing grad);
     # None in a run that trains (optimizer / backward marker), where it is not counted
     calls_with_grad: int | None = 0
+    # calls made with the module in eval mode (``module.eval()``: an evaluation, also one inside a run that
+    # trains), and of them those whose output carried an autograd graph; None in runs recorded before these
+    eval_calls: int | None = None
+    eval_calls_with_grad: int | None = None
+    first_grad_call_site: CallSite | None = None  # where the script first called it with an output that carried a graph
+    eval_grad_call_site: CallSite | None = None  # … and first did so in eval mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +210,9 @@ class DataLoaderSetting(Serde):
     has_worker_init_fn: bool = False
     iterations_started: int = 0  # times iter() was called on it (epochs)
     dataset_len: int | None = None
+    # the arguments the call passed, by position or by name ("batch_size", "num_workers" …): the script chose
+    # those, and left the others at DataLoader's defaults; None where not recorded (runs before this field)
+    passed_args: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +243,36 @@ class WrapSetting(Serde):
     call_site: CallSite | None
     module: str = ""  # class name of the wrapped module
     options: dict[str, Any] = field(default_factory=dict)  # bucket_cap_mb, find_unused_parameters, mode, backend …
+
+
+@dataclass(frozen=True, slots=True)
+class CompileEvent(Serde):
+    """One compilation ``torch.compile`` ran during the run, with the step it happened in (Dynamo's
+    compile callbacks and its compilation metrics, read at run time)."""
+
+    compile_id: str  # "0/0": frame 0, its first compilation; "0/3": its fourth (a recompilation)
+    step: int | None  # StepRecord.index of the step in progress when it began (None: not known)
+    start_ns: int | None = None  # from the run's start, the steps' clock
+    dur_ns: int | None = None  # None: not ended (or not timed) when the settings were written
+    trigger: str = "dynamo"  # "dynamo" (a frame traced), "lazy_backward" (the backward graph, at its first use), "cudagraph_recording"
+    frame: str = ""  # the name of the code object compiled ("forward")
+    call_site: CallSite | None = None  # where that code is
+    reason: str = ""  # why it recompiled: the guard that failed ("tensor 'x' size mismatch at index 1. expected 17, actual 23")
+    graph_breaks: int | None = None  # graph breaks Dynamo made tracing this frame
+    failed: str = ""  # why the compilation failed or was refused ("Dynamo recompile limit exceeded"); "" when it compiled
+
+
+@dataclass(frozen=True, slots=True)
+class CompileState(Serde):
+    """What ``torch.compile`` did during the run (``collect.compile_watch``): every compilation with
+    the step it happened in, the graph breaks, and the frames that hit the recompile limit."""
+
+    events: tuple[CompileEvent, ...] = ()  # in order; the first and the latest when there were more than kept
+    events_dropped: int = 0  # compilations left out of ``events`` (a run that compiles without end)
+    graph_breaks: dict[str, int] = field(default_factory=dict)  # reason (its first line) -> times Dynamo broke the graph for it
+    recompile_limit: int | None = None  # torch._dynamo.config.recompile_limit (cache_size_limit before 2.6)
+    limit_hits: int = 0  # frames that reached it: Dynamo runs them eagerly from then on
+    errors: tuple[str, ...] = ()  # what could not be read (an older torch without compile callbacks …)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +319,7 @@ class Settings(Serde):
     cpu_count: int | None = None  # cores available to the process
     env: dict[str, str] = field(default_factory=dict)  # OMP_NUM_THREADS, PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD …
     injected: tuple[AppliedInjection, ...] = ()  # a --verify trial: the changes gpudoctor made to this run
+    compile: CompileState | None = None  # what torch.compile did (None: the script never called it)
 
     def flag(self, name: str) -> FlagSetting | None:
         for f in self.flags:
@@ -319,7 +359,9 @@ class StepRecord(Serde):
     forward_ns: int | None = None  # in calls of the root module
     backward_ns: int | None = None  # in torch.autograd.backward / Tensor.backward
     optimizer_ns: int | None = None  # in optimizer.step()
-    micro_batches: int | None = None  # backward() calls in the step (DataLoader batches when none)
+    # backward() calls in the step (DataLoader batches when none); in a step in which another optimizer also
+    # stepped (a GAN's two), its DataLoader batches (1 when none): those backward() calls are no accumulation
+    micro_batches: int | None = None
     batches: int | None = None  # DataLoader batches the step received
 
     def other_ns(self) -> int | None:
@@ -360,9 +402,30 @@ class GpuSample(Serde):
     mem_clock_mhz: int | None = None
     power_w: float | None = None
     temp_c: float | None = None
-    throttle_reasons: tuple[str, ...] = ()
+    throttle_reasons: tuple[str, ...] = ()  # NVML's clock event reasons active at the sample ("sw_power_cap", …)
     pcie_tx_kbps: float | None = None
     pcie_rx_kbps: float | None = None
+    # the SM clock the applications clocks setting asks for (the clock the GPU runs at when nothing
+    # holds it back) and the most it may boost to, and the power limit enforced (runs recorded before
+    # these fields, or a device that does not report them: None)
+    app_sm_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    throttle_read: bool | None = None  # the reasons were read (an empty throttle_reasons then means none); None: older runs
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample(Serde):
+    """psutil / ``/proc``: the whole machine, every process on it (the training's among them).
+
+    What the machine gave to *other* work, beside the training's own process tree, tells a
+    timing on a busy machine from one on an idle machine (``--verify``, GD205)."""
+
+    t_ns: int
+    cpu_pct: float  # every process together, since the previous sample; 100 = one core (like ProcessSample)
+    steal_pct: float | None = None  # time the hypervisor gave this VM's cores to others; 100 = one core (None: not reported)
+    procs_running: int | None = None  # runnable threads on the machine now, on a core or waiting (Linux /proc/stat)
+    load1: float | None = None  # the 1-minute load average (os.getloadavg; None where there is none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,11 +434,31 @@ class Samples(Serde):
     gpu: tuple[GpuSample, ...] = ()
     interval_ms: float | None = None
     system_cpu_count: int | None = None
+    host: tuple[HostSample, ...] = ()  # the machine's load (runs recorded before this field: none)
+    system_memory_bytes: int | None = None  # the machine's physical memory (psutil; None: not recorded)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLoad(Serde):
+    """How busy the machine was over a span of a run, from its samples (``analysis.load``).
+
+    Means over the sample instants of the span; the training's own process tree (the
+    training process and its workers and children) is told apart from everything else."""
+
+    samples: int  # sample instants averaged
+    cores: int | None  # logical cores of the machine
+    training_cpu_pct: float  # the training's process tree; 100 = one core
+    runq_wait_pct: float | None  # the training process waiting for a core (schedstat); 100 = one thread all the time
+    system_cpu_pct: float | None = None  # every process on the machine; 100 = one core (None: no host samples)
+    others_cpu_pct: float | None = None  # system less the training's tree, never below 0; 100 = one core
+    steal_pct: float | None = None  # taken by the hypervisor; 100 = one core
+    procs_running: float | None = None  # runnable threads on the machine (Linux)
 
 
 @dataclass(frozen=True, slots=True)
 class PstatsEntry(Serde):
-    """One function from ``profile.pstats`` (the top ones by cumulative time)."""
+    """One function from ``profile.pstats`` (the top ones by cumulative time, and those that take the
+    most time inside the DataLoader's fetch when the training process loads its own batches)."""
 
     file: str
     line: int
@@ -383,3 +466,8 @@ class PstatsEntry(Serde):
     calls: int
     tottime_s: float
     cumtime_s: float
+    # the part of tottime_s / cumtime_s spent inside the DataLoader's fetch in this process (the dataset's
+    # __getitem__ and the collate_fn, ``torch.utils.data._utils.fetch``: num_workers=0), shared out along
+    # cProfile's caller edges; 0 for a function never called from it
+    loader_tottime_s: float = 0.0
+    loader_cumtime_s: float = 0.0

@@ -7,6 +7,7 @@ colours and order of the components of a step, severities and checklist statuses
 
 from __future__ import annotations
 
+import html
 import math
 import os
 import re
@@ -175,7 +176,8 @@ def action_text(a: Action) -> str:
     action whose rule has no model shows the bound alone: ``−50.5% at most → ≥ 7.19 s``."""
     rank = f" (rank {a.rank})" if a.rank is not None else ""
     if a.expected_pct is not None:
-        gain = f"−{pct(a.expected_pct)} expected (up to −{pct(a.gain_pct)}) of step time"
+        how = "measured by --verify" if a.measured_pct is not None else "expected"
+        gain = f"−{pct(a.expected_pct)} {how} (up to −{pct(a.gain_pct)}) of step time"
         after = ""
         if a.step_ns_expected and a.step_ns_after:
             after = f" → about {duration(a.step_ns_expected)} (≥ {duration(a.step_ns_after)}) per step"
@@ -184,6 +186,12 @@ def action_text(a: Action) -> str:
         return f"{a.code} {a.name}{rank}: {gain}{after}"
     after = f" → ≥ {duration(a.step_ns_after)} per step" if a.step_ns_after else ""
     return f"{a.code} {a.name}{rank}: up to −{pct(a.gain_pct)} of step time{after}"
+
+
+def tried_text(a: Action) -> str:
+    """``GD201 dataloader-stall: --verify refuted it (up to −38.6% of step time was at stake)``."""
+    rank = f" (rank {a.rank})" if a.rank is not None else ""
+    return f"{a.code} {a.name}{rank}: tried by --verify, did not help (up to −{pct(a.gain_pct)} of step time was at stake)"
 
 
 def account_parts(a: Account) -> list[tuple[str, float, int, str]]:
@@ -441,6 +449,14 @@ def run_line(manifest: Manifest | None) -> str:
 # untrusted text: one implementation for the reports and gpudoctor's own terminal lines
 clean = safe.clean
 one_line = safe.one_line
+
+
+def markup(text: object) -> str:
+    """Untrusted text in HTML or SVG (element text, titles, attribute values): control characters and
+    bidirectional overrides shown as visible escapes (``safe.clean``), then ``& < > " '`` escaped.
+    The one escaping function of the HTML report and its SVG charts; Markdown (``markdown.esc``)
+    and SARIF start from the same ``clean``."""
+    return html.escape(clean(text), quote=True)
 
 
 _CODE = re.compile(r"`([^`\n]+)`")

@@ -102,8 +102,8 @@ footer { margin-top: 48px; color: var(--muted); font-size: 12px; }
 
 
 def e(text: object) -> str:
-    """Escaped text; control characters shown as visible escapes."""
-    return escape(f.clean(text), quote=True)
+    """Escaped text; control characters shown as visible escapes (``_fmt.markup``, as the SVG charts)."""
+    return f.markup(text)
 
 
 def e1(text: object) -> str:
@@ -156,15 +156,15 @@ def _finding(n: int, fd: Finding) -> str:
         head.append(f"rank {fd.rank}")
     head.append(f'<span class="muted">{e1(fd.confidence.value)}</span>')
     kv = [f"<dt>Fix</dt><dd>{rich(fd.fix.instruction)}</dd>"]
-    gain = f.gain_text(fd.gain)
-    if gain:
-        kv.append(f"<dt>Gain</dt><dd>{e1(gain)}</dd>")
-    if fd.verification is not None:  # --verify
+    if fd.verification is not None:  # --verify: what was measured comes before what was expected
         v = fd.verification
         kv.append(f'<dt>Verified</dt><dd><span class="verify {e1(v.status.value)}">{e1(f.VERIFY_LABELS[v.status])}</span>'
                   f"{e1(f.verification_text(v)[len(f.VERIFY_LABELS[v.status]):])}</dd>")
         if v.changes:
             kv.append(f"<dt>Trial change</dt><dd>{e1(f.verification_changes(v))}</dd>")
+    gain = f.gain_text(fd.gain)
+    if gain:
+        kv.append(f"<dt>Gain</dt><dd>{e1(gain)}</dd>")
     ev = [e1(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         item = f"<code>{e1(s.name)}</code> = <code>{e1(f.with_unit(s.value))}</code>"
@@ -622,6 +622,9 @@ def _account(report: Report) -> str:
         out.append('<ol class="actions">' + "".join(f"<li>{e1(f.action_text(x))}</li>" for x in a.actions) + "</ol>")
     else:
         out.append('<p class="note">No finding claims a part of this step.</p>')
+    if a.tried:
+        out.append('<h3 id="tried">Tried, did not help</h3>')
+        out.append("<ul>" + "".join(f"<li>{e1(f.tried_text(x))}</li>" for x in a.tried) + "</ul>")
     out += [
         f'<p class="muted">{e1(f.account_title(a))}</p>',
         f'<div class="ledger">{bar}</div>',

@@ -109,13 +109,13 @@ def _finding_block(n: int, fd: Finding, base: str | None = None) -> str:
         head += f" · rank {fd.rank}"
     head += f" · {fd.confidence.value}"
     lines = [head, "", rich(fd.message), "", f"- **Fix:** {rich(fd.fix.instruction)}"]
-    gain = f.gain_text(fd.gain)
-    if gain:
-        lines.append(f"- **Gain:** {esc(gain)}")
-    if fd.verification is not None:  # --verify
+    if fd.verification is not None:  # --verify: what was measured comes before what was expected
         lines.append(f"- **Verified:** {esc(f.verification_text(fd.verification))}")
         if fd.verification.changes:
             lines.append(f"- **Trial change:** {esc(f.verification_changes(fd.verification))}")
+    gain = f.gain_text(fd.gain)
+    if gain:
+        lines.append(f"- **Gain:** {esc(gain)}")
     ev = [esc(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         item = f"{code(s.name)} = {code(f.with_unit(s.value))}"
@@ -168,8 +168,10 @@ def _actions_block(report: Report, base: str | None = None) -> str:
     a = report.account
     if a is None:
         return ""
+    tried = ("\n\n**Tried, did not help:**\n\n" + "\n".join(f"- {esc(f.tried_text(x))}" for x in a.tried)
+             if a.tried else "")
     if not a.actions:
-        return "### Top actions\n\nNo finding claims a part of this step: nothing to win by a fix here."
+        return "### Top actions\n\nNo finding claims a part of this step: nothing to win by a fix here." + tried
     now = f.account_now(a)
     lines = ["### Top actions" + (f" ({esc(now)})" if now else ""), ""]
     by_code = {fd.code: fd for fd in report.findings}
@@ -178,7 +180,7 @@ def _actions_block(report: Report, base: str | None = None) -> str:
         where = f" at {_where(fd.location, base)}" if fd is not None and fd.location is not None else ""
         what = f" — {rich(fd.fix.instruction)}" if fd is not None and fd.fix.instruction else ""
         lines.append(f"{n}. **{esc(f.action_text(act))}**{where}{what}")
-    return "\n".join(lines)
+    return "\n".join(lines) + tried
 
 
 def _checklist_rest(groups: list[tuple[ChecklistStatus, list]]) -> str:

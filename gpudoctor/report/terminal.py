@@ -113,6 +113,9 @@ def _account_section(report: Report, st: _Style) -> list[str]:
             out.append(f"  {n}. {clean_line(f.action_text(act))}")
     else:
         out.append(st.dim("  no finding claims a part of this step"))
+    if a.tried:
+        out.append(st.bold("Tried, did not help"))
+        out.extend(f"  - {clean_line(f.tried_text(x))}" for x in a.tried)
     out.extend(st.dim(f"  {clean_line(note)}") for note in a.notes)
     return out
 
@@ -155,14 +158,14 @@ def _finding(n: int, fd: Finding, st: _Style) -> list[str]:
             out.append(pad + st.dim(f"{name:<{label_w}}") + line)
 
     field("fix", [clean_line(fd.fix.instruction)])
-    gain = f.gain_text(fd.gain)
-    if gain:
-        field("gain", [clean_line(gain)])
-    if fd.verification is not None:  # --verify
+    if fd.verification is not None:  # --verify: what was measured comes before what was expected
         v = fd.verification
         field("verified", [st(clean_line(f.verification_text(v)), _VERIFY_COLOR[v.status])])
         if v.changes:
             field("trial", [clean_line(f.verification_changes(v))])
+    gain = f.gain_text(fd.gain)
+    if gain:
+        field("gain", [clean_line(gain)])
     ev: list[str] = [clean_line(f.metric_text(m)) for m in fd.evidence.metrics]
     for s in fd.evidence.settings:
         text = f"{s.name} = {f.with_unit(s.value)}"

@@ -12,10 +12,12 @@ the top actions with the step time after each, cumulatively.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 
 from gpudoctor.model.findings import Account, Action, Finding
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
+from gpudoctor.model.verify import VerifyStatus
 from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
 
 C = Component
@@ -192,50 +194,133 @@ def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
     return None, ""
 
 
-def build_account(ctx: RuleContext, findings: list[Finding]) -> Account | None:
-    """The account of the primary ledger (rank 0's, or the run's steps), from the findings as
-    granted (``assign_gains`` first)."""
-    ledger = ctx.ledger()
+def _measured_pct(f: Finding) -> float | None:
+    """A confirmed fix's measured gain as a share of step time (``1 - 1/speed-up``), None otherwise."""
+    v = f.verification
+    if v is None or v.status != VerifyStatus.CONFIRMED or not v.speedup or v.speedup <= 1.0:
+        return None
+    return 100.0 * (1.0 - 1.0 / v.speedup)
+
+
+def _refuted(f: Finding) -> bool:
+    return f.verification is not None and f.verification.status == VerifyStatus.REFUTED
+
+
+def account_ledger(ctx: RuleContext, slowest_rank: int | None = None) -> Ledger | None:
+    """The ledger the account leads with: the slowest rank's in a job of several ranks (in synchronous
+    data parallelism it sets every rank's pace), else the primary one (rank 0's, or the run's steps)."""
+    ranks = {m.rank for m in ctx.metrics if m.rank is not None}
+    if len(ranks) > 1:
+        rank = slowest_rank
+        if rank is None or rank not in ranks:  # without a rank summary: the most work per step
+            led = [(ctx.ledger(m), m.rank) for m in ctx.metrics if m.ledger is not None]
+            led = [(lg, r) for lg, r in led if lg is not None and lg.windows]
+            if led:
+                rank = max(led, key=lambda lr: (lr[0].step_ns * (1 - lr[0].pct(C.COMM_EXPOSED) / 100.0),
+                                                -(lr[1] or 0)))[1]
+        m = ctx.primary_trace(rank)
+        if m is not None:
+            return ctx.ledger(m)
+    return ctx.ledger()
+
+
+def project(ledger: Ledger, step_ns: int | None, findings: Sequence[Finding],
+            multi: bool = False) -> tuple[tuple[Action, ...], tuple[Action, ...], float]:
+    """(top actions, fixes ``--verify`` refuted, the share of ``ledger`` the findings claim).
+
+    Pure: it reads the findings' granted claims and verifications only, so that a report whose
+    findings were verified later (``gpudoctor verify``) is re-projected without the run
+    (``with_verifications``)."""
+    entries = []  # (finding, ledger key, granted %, expected %, measured %)
+    tried = []
+    for f in findings:
+        for key in dict.fromkeys(c.ledger for c in f.gain.claims):
+            if key != ledger.key and not multi:
+                continue
+            pct = sum(100.0 * c.granted_ns / c.total_ns for c in f.gain.claims if c.ledger == key and c.total_ns)
+            if pct < _MIN_ACTION_PCT:
+                continue
+            exp = _expected_pct(f, pct)
+            if _refuted(f):
+                tried.append(Action(f.code, f.name, round(pct, 4), 0, f.rank, (),
+                                    round(exp, 4) if exp is not None else None, None))
+                continue
+            meas = _measured_pct(f)
+            entries.append((f, key, pct, exp, None if meas is None else min(meas, 100.0)))
+
+    def value(e) -> float:
+        _, _, pct, exp, meas = e
+        return meas if meas is not None else exp if exp is not None else pct
+
+    entries.sort(key=lambda e: (-value(e), -e[2], e[0].code, -1 if e[0].rank is None else e[0].rank))
+    actions = []
+    left = left_expected = 100.0
+    for f, key, pct, exp, meas in entries[:TOP_ACTIONS]:
+        comps = tuple(c.component for c in f.gain.claims if c.granted_ns > 0 and c.ledger == key)
+        shown = meas if meas is not None else exp
+        if key == ledger.key:
+            left -= pct
+            left_expected -= shown if shown is not None else pct
+            after = int(round(step_ns * max(left, 0.0) / 100.0)) if step_ns else 0
+            expected_after = int(round(step_ns * max(left_expected, 0.0) / 100.0)) if step_ns else None
+        else:
+            after, expected_after = 0, None  # another rank's step: no projection of the job's step
+        actions.append(Action(f.code, f.name, round(pct, 4), after, f.rank, comps,
+                              round(shown, 4) if shown is not None else None, expected_after,
+                              round(meas, 4) if meas is not None else None))
+    claimed = round(sum(e[2] for e in entries if e[1] == ledger.key), 4)
+    return tuple(actions), tuple(tried), claimed
+
+
+def with_verifications(account: Account | None, findings: Sequence[Finding]) -> Account | None:
+    """The account re-projected once ``--verify`` judged the findings: a confirmed fix ranks by what
+    it measured, a refuted one leaves the actions for ``tried``."""
+    if account is None:
+        return None
+    actions, tried, claimed = project(account.ledger, account.step_ns, findings, account.ranks > 1)
+    return replace(account, actions=actions, tried=tried, claimed_pct=claimed)
+
+
+def build_account(ctx: RuleContext, findings: list[Finding], slowest_rank: int | None = None,
+                  slowest_excess_ns: int | None = None) -> Account | None:
+    """The account of the job (``account_ledger``), from the findings as granted (``assign_gains``
+    first). Top actions come from every rank's findings, ranked by what each fix wins: measured by
+    ``--verify`` when it was confirmed, else its rule's model, else its bound; a fix ``--verify``
+    refuted leaves them for ``Account.tried``. The projection (the step after each action) runs along
+    the account's ledger; another rank's action is a share of that rank's step."""
+    ledger = account_ledger(ctx, slowest_rank)
     if ledger is None or ledger.total_ns <= 0:
         return None
     step_ns, source = _step_time(ctx, ledger)
-    mine = [f for f in findings if any(c.ledger == ledger.key for c in f.gain.claims)]
-    gained = [(f, sum(100.0 * c.granted_ns / c.total_ns for c in f.gain.claims if c.ledger == ledger.key))
-              for f in mine]
-    gained = [(f, pct, _expected_pct(f, pct)) for f, pct in gained if pct >= _MIN_ACTION_PCT]
-    # ranked by what the fix is expected to win (its rule's model), the bound where a rule has none
-    gained.sort(key=lambda fpe: (-(fpe[2] if fpe[2] is not None else fpe[1]), -fpe[1], fpe[0].code))
-    actions = []
-    left = left_expected = 100.0
-    for f, pct, exp in gained[:TOP_ACTIONS]:
-        left -= pct
-        left_expected -= exp if exp is not None else pct
-        after = int(round(step_ns * max(left, 0.0) / 100.0)) if step_ns else 0
-        expected_after = int(round(step_ns * max(left_expected, 0.0) / 100.0)) if step_ns else None
-        comps = tuple(c.component for c in f.gain.claims if c.granted_ns > 0)
-        actions.append(Action(f.code, f.name, round(pct, 4), after, f.rank, comps,
-                              round(exp, 4) if exp is not None else None, expected_after))
-    claimed = round(sum(pct for _, pct, _ in gained), 4)
+    ranks = len({mm.rank for mm in ctx.metrics if mm.rank is not None})
+    multi = ranks > 1
+    actions, tried, claimed = project(ledger, step_ns, findings, multi)
     notes = [
-        "each action's expected gain is its rule's model (its documentation states it); the bound is its whole "
-        "exclusive share of the step, after the ones before it: the step after a fix is at least the bound's "
-        "figure (a fix shortens its part; it may not remove it)"
+        "each action's expected gain is its rule's model (its documentation states it), or what --verify measured; "
+        "the bound is its whole exclusive share of the step, after the ones before it: the step after a fix is at "
+        "least the bound's figure (a fix shortens its part; it may not remove it)"
     ]
     if ledger.basis == "gpu":
         notes.append("GPU idle time is won only by host-side fixes, kernel time only by faster kernels (docs/account.md)")
     if step_ns and source.startswith("median") and ledger.basis != "steps":
         notes.append(f"shares of {ledger.window}, applied to the {source} ({fmt_ns(step_ns)})")
-    if len({mm.rank for mm in ctx.metrics}) > 1:
-        notes.append(f"{ledger.label}'s account; every rank's findings claim from its own trace")
+    if multi:
+        notes.append(f"{ledger.label}'s account: the slowest rank sets every rank's pace in synchronous training; "
+                     "an action on another rank is a share of that rank's step")
+        if slowest_excess_ns:
+            notes.append(f"on the other ranks, exposed communication includes ~{fmt_ns(slowest_excess_ns)} per step "
+                         f"of waiting for {ledger.label}: that is its work, not communication to hide (GD603)")
     return Account(
         headline=headline(ledger),
         ledger=ledger,
         step_ns=step_ns,
         step_source=source,
-        actions=tuple(actions),
+        actions=actions,
         claimed_pct=claimed,
         notes=tuple(notes),
+        tried=tried,
+        ranks=max(ranks, 1),
     )
 
 
-__all__ = ["OWNERS", "assign_gains", "build_account", "headline", "is_headline", "label", "point_headline"]
+__all__ = ["OWNERS", "account_ledger", "assign_gains", "build_account", "project", "with_verifications", "headline", "is_headline", "label", "point_headline"]

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from gpudoctor.analysis.ledger import combine, steps_ledger
 from gpudoctor.config import Thresholds
+from gpudoctor.model import steady
 from gpudoctor.model.findings import (
     Claim,
     Confidence,
@@ -54,6 +55,7 @@ from gpudoctor.model.metrics import (
     WindowKind,
 )
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
+from gpudoctor.model.steady import median_int, percentile_int
 from gpudoctor.model.units import size_text
 
 
@@ -121,20 +123,6 @@ def fmt_bytes(n: float | int | None) -> str:
 
 def fmt_pct(p: float | None) -> str:
     return "?" if p is None else f"{p:.1f}%"
-
-
-def median_int(values: Iterable[int]) -> int | None:
-    vals = list(values)
-    return int(statistics.median(vals)) if vals else None
-
-
-def percentile_int(values: Iterable[int], pct: float) -> int | None:
-    """Nearest-rank percentile (``pct`` in 0..100)."""
-    vals = sorted(values)
-    if not vals:
-        return None
-    k = max(0, min(len(vals) - 1, int(-(-pct * len(vals) // 100)) - 1))
-    return vals[k]
 
 
 def location_of(site: CallSite | None) -> Location | None:
@@ -206,6 +194,25 @@ class RuleContext:
         ps = self.run.samples.process if self.run.samples else ()
         return tuple(p for p in ps if role is None or p.role == role)
 
+    def main_cpu_pct(self) -> tuple[float | None, int, str]:
+        """The training process's CPU (% of one core), median of its psutil samples taken while
+        the steps ran (every sample when none did, or the run has no steps), how many samples, and
+        which ("while the steps ran" or "over the run"): the one figure the summary and every rule
+        print as the training process's CPU."""
+        samples = self.samples_process("main")
+        when = "over the run"
+        steps = self.steps()
+        if steps:
+            lo = steps[0].start_ns
+            hi = max(s.start_ns + s.wall_ns for s in steps)
+            inside = tuple(p for p in samples if lo <= p.t_ns <= hi)
+            if inside:
+                samples, when = inside, "while the steps ran"
+        if not samples:
+            return None, 0, when
+        # rounded as the summary keeps its figures (3 decimals), so that a rule prints what it prints
+        return round(statistics.median(p.cpu_pct for p in samples), 3), len(samples), when
+
     def cpu_count(self) -> int | None:
         """Cores available to the training process (settings, then manifest, then samples)."""
         if self.settings is not None and self.settings.cpu_count:
@@ -254,56 +261,19 @@ class RuleContext:
         return self.run.steps
 
     def marked_steps(self) -> tuple[StepRecord, ...]:
-        """The steps of the marker that defines the run (``manifest.step_source``): when a more
-        specific marker took over mid-run (training after an evaluation pass), the steps before
-        it measured another loop."""
-        steps = self.run.steps
+        """The steps of the marker that defines the run (``model.steady.marked_steps``)."""
         mf = self.manifest
-        if mf is None or not steps or not steps[-1].marker:
-            return steps
-        final = tuple(s for s in steps if s.marker == mf.step_source)
-        return final if final and len(final) < len(steps) else steps
+        return steady.marked_steps(self.run.steps, mf.step_source if mf is not None else None)
 
     def steady_steps(self) -> tuple[StepRecord, ...]:
         """Steps of the run's marker without the first (and the first of each epoch when epochs
-        are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
-        warm-up; a step that straddles a change of marker). With N DataLoader workers, also the
-        steps that receive batches 1..N-1 of an epoch whose workers start (``_worker_firsts``)."""
-        steps = self.marked_steps()
-        if len(steps) < 2:
-            return steps
-        first_of_epoch: set[int] = set()
-        seen: set[int | None] = set()
-        for s in steps:
-            key = s.epoch
-            if key not in seen:
-                seen.add(key)
-                first_of_epoch.add(s.index)
-        if all(s.epoch is None for s in steps):
-            first_of_epoch = {steps[0].index}
-        first_of_epoch |= self._worker_firsts(steps)
-        rest = tuple(s for s in steps if s.index not in first_of_epoch)
-        return rest or steps
-
-    def _worker_firsts(self, steps: Sequence[StepRecord]) -> set[int]:
-        """The steps that receive batch 0..N-1 of an epoch whose N workers start (the first epoch;
-        every epoch without ``persistent_workers``): worker k loads batch k, so each of these
-        waits for its own worker's start-up, a one-off cost (GD202's) and not a stall. Measured
-        on 2 cores: the second of two spawned workers delivered its first batch 0.5 s after the
-        first's."""
-        dl = self.main_dataloader()
-        n = dl.num_workers if dl is not None else 0
-        if dl is None or n < 2:
-            return set()
-        out: set[int] = set()
-        received: dict[int | None, int] = {}  # batches of each epoch before the step
-        starts = steps[0].epoch
-        for s in steps:
-            k = received.get(s.epoch, 0)
-            if k < n and (s.epoch == starts or not dl.persistent_workers):
-                out.add(s.index)
-            received[s.epoch] = k + max(1, s.batches if s.batches is not None else (s.micro_batches or 1))
-        return out
+        are known) and, with N DataLoader workers, the steps that receive batches 1..N-1 of an
+        epoch whose workers start, and the steps in which torch.compile compiled:
+        ``model.steady.steady_steps``, the one definition the report and the stderr line of
+        ``gpudoctor profile`` share."""
+        mf = self.manifest
+        return steady.steady_steps(self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
+                                   steady.compile_steps(self.settings, self.run.steps))
 
     def step_time_ns(self) -> int | None:
         """Median wall time of a steady step: run records first, else the trace's step windows."""
@@ -356,10 +326,9 @@ class RuleContext:
         return median_int(s.micro_batches or 0 for s in steps) if steps else None
 
     def data_wait_share_pct(self) -> float | None:
-        steps = self.steady_steps()
-        if not steps:
-            return None
-        return self.share_of_steps(sum(s.data_wait_ns for s in steps), steps)
+        """Time the loop waited for the next batch, % of the steady steps' wall time (the figure
+        the summary prints as "waiting for data")."""
+        return steady.data_wait_share_pct(self.steady_steps())
 
     # ---------------------------------------------------------------- trace windows
 
@@ -492,10 +461,7 @@ class RuleContext:
 
     def main_dataloader(self) -> DataLoaderSetting | None:
         """The DataLoader the training loop iterates: most iterations started, first on ties."""
-        s = self.settings
-        if s is None or not s.dataloaders:
-            return None
-        return max(s.dataloaders, key=lambda d: d.iterations_started)
+        return steady.main_dataloader(self.settings)
 
     # ---------------------------------------------------------------- findings
 

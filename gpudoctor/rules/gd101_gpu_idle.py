@@ -162,6 +162,7 @@ RULE = Rule(
     code="GD101",
     name="gpu-idle",
     title="The GPU is idle for a large share of each step",
+    technique="Keep the GPU busy through each step (remove what it waits for)",
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),

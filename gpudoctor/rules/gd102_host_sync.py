@@ -40,15 +40,29 @@ for i, (x, y) in enumerate(loader):
         print(f"mean loss {total.item() / (i + 1):.4f}")
 ```
 
+Expected gain
+-------------
+Without the syncs the host no longer waits for the queue to drain: it runs
+ahead and launches the next work while the GPU still runs the last. A step then
+takes the longer of the GPU's busy time and the host's own time (today's step
+less the time the host sat blocked in syncs), so the expected gain is today's
+step less that, at most the share at stake:
+`step_after = max(GPU busy, step − blocked)`. When the host's own time exceeds
+the GPU's, removing syncs wins little: the loop is launch- or Python-bound
+(GD103, GD203) and those fixes come first. Source: CUDA's asynchronous
+execution model (PyTorch CUDA semantics, below).
+
 Evidence used
 -------------
 Trace: host synchronization events and the Python frame that caused each
-(`TraceMetrics.syncs`), and the GPU idle gaps attributed to syncs
-(`utilization.gap_causes`). The share at stake is the GPU idle time after
-syncs, the `sync_wait` part of the step's ledger (docs/account.md); the message
-gives the host time blocked as well. GD102 owns that part: the sync-related
-findings GD302, GD303 and GD702 show "included in GD102" for what it already
-claims.
+(`TraceMetrics.syncs`), and the step's ledger (docs/account.md). The share at
+stake is the GPU idle time in and after syncs: the `sync_wait` part (instants
+the host was still blocked while the GPU had nothing to run) and, of the
+`launch_overhead` and `other_cpu` parts, the instants of the idle gaps a sync
+began (the queue drained; `after_sync_ns`), which GD103 and GD203 own first
+where they fire. The message gives the host time blocked as well. GD102 owns
+`sync_wait`: the sync-related findings GD302, GD303 and GD702 show "included in
+GD102" for what it already claims.
 
 Thresholds
 ----------
@@ -80,6 +94,7 @@ from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import runs_ahead_fraction
 
 _BEFORE = """for x, y in loader:
     loss = step(x, y)
@@ -110,12 +125,17 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
     ledger = ctx.ledger(m)
     claims: list[tuple[Component, int | None]] = []
+    expected = expected_note = None
     if ledger is not None:
-        lost_ns = ledger.ns(Component.SYNC_WAIT)
-        at_stake = ledger.pct(Component.SYNC_WAIT)
+        # the GPU idle inside the syncs, and the drain after them: the host's launches and Python
+        # until the GPU had work again (the parts' after_sync_ns, GD103 and GD203 own the rest)
+        drained = {c: (ledger.get(c).after_sync_ns if ledger.get(c) is not None else 0) for c in _DRAIN}
+        lost_ns = ledger.ns(Component.SYNC_WAIT) + sum(drained.values())
+        at_stake = 100.0 * lost_ns / ledger.total_ns if ledger.total_ns else 0.0
         confidence = Confidence.MEASURED
-        gain_note = "GPU idle time after synchronizations"
-        claims = [(Component.SYNC_WAIT, None)]
+        gain_note = "GPU idle time in and after synchronizations (the queue drained)"
+        claims = [(Component.SYNC_WAIT, None), *((c, ns) for c, ns in drained.items() if ns > 0)]
+        expected, expected_note = _expected(ledger, share, at_stake)
     else:
         lost_ns = 0
         at_stake = share
@@ -163,8 +183,19 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=claims,
         ledger=ledger,
+        expected=expected,
+        expected_note=expected_note or "",
     )
     return RuleResult.fired(finding)
+
+
+_DRAIN = (Component.LAUNCH_OVERHEAD, Component.OTHER_CPU)
+
+
+def _expected(ledger, blocked_pct: float, at_stake_pct: float) -> tuple[float | None, str]:
+    """The "Expected gain" model: the host runs ahead once it no longer blocks (``rules.speedups``)."""
+    busy = sum(sl.pct for sl in ledger.slices if sl.side == "device")
+    return runs_ahead_fraction(busy, blocked_pct, at_stake_pct)
 
 
 def check(ctx: RuleContext) -> RuleResult:
@@ -177,6 +208,7 @@ RULE = Rule(
     code="GD102",
     name="host-sync",
     title="The host blocks in synchronizations during the step",
+    technique="No host-device synchronization inside the step (.item(), .cpu(), printing tensors)",
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),

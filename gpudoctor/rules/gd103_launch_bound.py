@@ -4,8 +4,9 @@ What it detects
 ---------------
 On a GPU: the GPU waits between kernels while the host is busy issuing ops.
 The test is the `launch_overhead` part of the step's ledger (docs/account.md),
-the same figure GD101 reports among its causes: GPU-idle gaps under 1 ms during
-which the host was inside ops and runtime calls, plus queued kernel-to-kernel
+the same figure GD101 reports among its causes: the GPU-idle instants at which
+the host was in a runtime call that enqueues work or in an op under 1 ms (its
+dispatch), the launch latency before each kernel, and queued kernel-to-kernel
 gaps under 10 µs. The kernels say why: when most run for less than 10 µs and
 a launch call (`cudaLaunchKernel` and friends) takes about as long as a
 typical kernel (the mean launch call against the median kernel, as Holistic
@@ -40,6 +41,18 @@ or foreach optimizer (see GD404). On a CPU: a larger batch (the same ops then
 process more samples for the same overhead) and `torch.compile`; for
 inference, evaluate larger batches with fewer, larger ops.
 
+The advice fits the code. Eager code (most kernel launches outside compiled
+regions and graphs) is told to compile. Compiled code (the settings read at
+run time say `torch.compile`, or most launches happen inside compiled regions:
+`Torch-Compiled Region`, `CompiledFunction`, Inductor's graph calls) is never
+told to compile again: on a GPU it is told to add CUDA graphs
+(`mode="reduce-overhead"`, one launch per compiled graph instead of one per
+kernel) or to raise the batch size; code that already replays graphs is told to
+capture more of the step (fewer graph breaks) or raise the batch size; on a CPU
+the larger batch is the lever. Graph breaks and recompilations are named where
+the run (`Settings.compile`) or the trace (several compiled frames per step)
+shows them.
+
 Before:
 
 ```python
@@ -70,12 +83,38 @@ loader = DataLoader(ds, batch_size=256)  # scale the learning rate with the batc
 model = torch.compile(Net())
 ```
 
+Expected gain
+-------------
+`torch.compile` fuses runs of pointwise ops into one kernel: gpudoctor's
+conservative model is that it at least halves the ops a launch-bound step
+issues, and with them the launch overhead it claims (half of it expected);
+CUDA graphs (`mode="reduce-overhead"`) replace every launch of a captured
+region by one and would win nearly all of it. The PyTorch 2 paper (Ansel et
+al., ASPLOS 2024) attributes most of TorchInductor's training speed-up to
+fewer, fused kernels. `--verify` cannot try it (it is a code change).
+Factors: `gpudoctor/rules/speedups.py`.
+
+Compiled code on a GPU: CUDA graphs replay each compiled graph with one
+launch, so the launches inside compiled code (counted in the trace) become one
+per graph call and the rest stay: expected = 1 − (launches − launches inside
+compiled code + graph calls) ÷ launches of the claimed overhead. Code that
+already replays graphs has no model (the bound stands). Compiled code on a
+CPU: a batch k× larger pays the per-op overhead once for k× the samples, so
+1 − 1/k of it goes, per sample, for the batch size recommended.
+
 Evidence used
 -------------
 GPU: the ledger's `launch_overhead` part and the op the host was mostly in
 (`TraceMetrics.ledger`), kernel count and duration distribution, share of
 kernels under 10 µs, the launch calls' count and time against the kernels'
-(`TraceMetrics.kernels`).
+(`TraceMetrics.kernels`). Graph launches (`cudaGraphLaunch`, `hipGraphLaunch`)
+issue their kernels themselves: the queued gaps between those kernels are not
+in `launch_overhead` (docs/account.md).
+
+Compiled or eager (`TraceMetrics.compiled`, `Settings.wrappers`,
+`Settings.compile`): Triton kernels, compiled regions and the launch calls made
+inside them, graph launches and the kernels they issued; torch.compile's
+mode and call site, graph breaks and recompilations.
 
 CPU (`TraceMetrics.dispatch`, from the `cpu_op` events of the thread that runs
 the loop): ops per step (per sample with the DataLoader's batch size), each
@@ -113,7 +152,13 @@ Thresholds
 Known limits
 ------------
 The 10 µs cut is fixed by the metric. A model that is genuinely small may stay
-launch-bound whatever is done; then CUDA graphs are the remaining lever. The
+launch-bound whatever is done; then CUDA graphs are the remaining lever.
+Compiled code is told apart by what the trace records: a trace without
+`Torch-Compiled Region` / `CompiledFunction` ranges (a profiler that did not
+record them) is judged by the settings alone, and with neither it reads as
+eager. On a CPU, Inductor's generated C++ kernels run inside the compiled
+region without ops of their own: their work counts as the region's self time,
+with the compiled code's per-call overhead. The
 gain is the `launch_overhead` part of the step's ledger (docs/account.md); on a
 CPU run that is the per-op overhead of the measured steps, with the
 `optimizer` part (a larger batch shares the optimizer's step among more
@@ -150,9 +195,14 @@ from dataclasses import replace
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRange
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
+from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import dataloader_call, too_few_steps
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
+
+_EXPECTED_NOTE = (f"torch.compile issues at least {COMPILE_LAUNCH_REDUCTION:g}x fewer ops (fused pointwise runs); "
+                  "CUDA graphs would remove nearly all of the launch cost")
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -209,19 +259,20 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         metrics.append(Metric("median_launch_delay_ns", k.median_launch_delay_ns, "ns"))
     settings = []
     location = None
-    compiled = [w for w in (ctx.settings.wrappers if ctx.settings else ()) if w.kind == "torch.compile"]
+    kind = code_kind(ctx, m)
+    compiled = list(kind.wrappers)
     dl = ctx.main_dataloader()
+    notes: list[str] = []
+    expected, expected_note = launch_fraction(COMPILE_LAUNCH_REDUCTION, 1.0), _EXPECTED_NOTE
     if dl is not None:
         settings.append(SettingRef("DataLoader.batch_size", dl.batch_size, location_of(dl.call_site)))
     if compiled:
         settings.append(SettingRef("torch.compile", compiled[0].options.get("mode", "default"), location_of(compiled[0].call_site)))
-        instruction = (
-            "The model is already compiled: add CUDA graphs (`torch.compile(model, mode=\"reduce-overhead\")`), "
-            "raise the batch size, and use a fused optimizer (GD404)."
-        )
-        before = "model = torch.compile(model)"
-        after = "model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs"
         location = location_of(compiled[0].call_site)
+    if kind.stats is not None:
+        metrics.extend(_compiled_metrics(kind))
+    if kind.mostly_compiled:
+        instruction, before, after, expected, expected_note = _compiled_advice(ctx, kind, dl, notes)
     else:
         bs = dl.batch_size if dl is not None and dl.batch_size else None
         bigger = f" (batch_size={bs} now)" if bs else ""
@@ -231,8 +282,22 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
         before = "model = Net().cuda()\nopt = torch.optim.AdamW(model.parameters())"
         after = "model = torch.compile(Net().cuda())\nopt = torch.optim.AdamW(model.parameters(), fused=True)"
-        if dl is not None:
+        if kind.compiled and kind.compiled_launch_pct is not None:
+            # partly compiled: what launches one kernel at a time is the eager rest
+            instruction = (
+                f"Most launches come from eager code: {fmt_pct(100.0 - kind.compiled_launch_pct)} of kernels "
+                "are launched outside compiled regions and graphs. Compile that code too (`torch.compile` on "
+                f"the functions or modules the step runs eagerly), raise the batch size{bigger}, use a fused "
+                "optimizer (GD404)."
+            )
+            notes.append(f"partly compiled: {fmt_pct(kind.compiled_launch_pct)} of kernels are launched inside "
+                         "compiled code or issued by graph launches")
+        if location is None and dl is not None:
             location = location_of(dl.call_site)
+    if kind.stats is not None and kind.stats.graph_kernels:
+        notes.append(f"{kind.stats.graph_kernels:,} GPU activities were issued by {kind.stats.graph_launches:,} "
+                     f"{kind.graph_api} graph launch(es): the gaps between them are not launch overhead (the graph "
+                     "queued them; docs/account.md)")
     finding = ctx.finding(
         message,
         Fix(instruction, before, after),
@@ -246,8 +311,90 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.LAUNCH_OVERHEAD, None)],
         ledger=ledger,
+        notes=notes,
+        expected=expected,
+        expected_note=expected_note,
     )
     return RuleResult.fired(finding)
+
+
+def _compiled_metrics(kind: CodeKind) -> list[Metric]:
+    st = kind.stats
+    assert st is not None
+    out = [Metric("compiled_launch_pct", kind.compiled_launch_pct, "%", "kernels issued")]
+    if st.triton_kernels:
+        out.append(Metric("triton_kernel_time_pct", st.triton_pct, "%", "kernel time"))
+    if st.graph_launches:
+        out.append(Metric("graph_launches", st.graph_launches, "count"))
+        out.append(Metric("graph_issued_kernels", st.graph_kernels, "count"))
+    if st.region_calls or st.compiled_function_calls:
+        out.append(Metric("compiled_frames", len(st.frames) or None, "count"))
+    return out
+
+
+def _compile_issues(ctx: RuleContext, kind: CodeKind) -> list[str]:
+    """Graph breaks and recompilations where the run or the trace shows them: what keeps work out of
+    one graph (or recompiles it), in words."""
+    out: list[str] = []
+    state = compile_state(ctx)
+    if state is not None and state.graph_breaks:
+        reason, n = max(state.graph_breaks.items(), key=lambda kv: kv[1])
+        total = sum(state.graph_breaks.values())
+        out.append(f"{total} graph break{'s' if total != 1 else ''} (most often: {reason}, ×{n})")
+    elif kind.stats is not None and len(kind.stats.frames) > 1:
+        out.append(f"{len(kind.stats.frames)} compiled frames per step (graph breaks, or several compiled functions)")
+    comp = compilations(state)
+    if comp is not None and comp.recompiles:
+        out.append(f"{len(comp.recompiles)} recompilation{'s' if len(comp.recompiles) != 1 else ''} in "
+                   f"{step_range(comp.steps) or 'the run'} (GD105)")
+    if comp is not None and comp.limit_hits:
+        out.append("the recompile limit was reached: a frame runs eagerly from then on (GD105)")
+    return out
+
+
+def _compiled_advice(ctx: RuleContext, kind: CodeKind, dl, notes: list[str]) -> tuple[str, str, str, float | None, str]:  # noqa: ANN001
+    """The fix for launch-bound compiled code: CUDA graphs (one launch per compiled graph) or a larger
+    batch, never torch.compile again; graph breaks and recompilations named where seen. Returns
+    (instruction, before, after, expected fraction, its model in words)."""
+    st = kind.stats
+    bs = dl.batch_size if dl is not None and dl.batch_size else None
+    bigger = f"raise the batch size (batch_size={bs} now)" if bs else "raise the batch size"
+    issues = _compile_issues(ctx, kind)
+    issue_text = (": " + "; ".join(issues) + ", each keeps work out of one graph") if issues else ""
+    where = f"{fmt_pct(kind.compiled_launch_pct)} of kernels are launched inside compiled code or by graphs" \
+        if kind.compiled_launch_pct is not None else "torch.compile is in use"
+    expected: float | None = None
+    model = ""
+    if kind.graphed and st is not None:
+        eager = st.eager_launches
+        instruction = (
+            f"The step is compiled and already replays {kind.graph_api} graphs ({st.graph_launches:,} launches issuing "
+            f"{st.graph_kernels:,} kernels): what is left is the launching outside them ({eager:,} launch calls). "
+            f"Capture more of the step in the graph (fewer graph breaks{issue_text}), or {bigger}."
+        )
+        before = "model = torch.compile(model, mode=\"reduce-overhead\")  # graph breaks split the step"
+        after = ("model = torch.compile(model, mode=\"reduce-overhead\", fullgraph=True)  # one graph; fix what breaks it\n"
+                 + (f"loader = DataLoader(dataset, batch_size={bs * 2})" if bs else "loader = DataLoader(dataset, batch_size=2 * batch_size)"))
+        return instruction, before, after, expected, model
+    mode = kind.mode
+    if mode in ("reduce-overhead", "max-autotune"):
+        notes.append(f"mode={mode!r} is set but the trace shows no graph launch: CUDA graphs were skipped "
+                     "(dynamic shapes, CPU tensors, in-place updates of inputs …; TORCH_LOGS=perf_hints says why)")
+    instruction = (
+        f"The model is already compiled ({where}): add CUDA graphs with "
+        "`torch.compile(model, mode=\"reduce-overhead\")`, which replays each compiled graph with one launch "
+        f"instead of one per kernel, or {bigger}"
+        + (f". Keep the step in few graphs{issue_text}." if issues else ".")
+        + " A fused optimizer (GD404) cuts the optimizer's launches."
+    )
+    before = "model = torch.compile(model)"
+    after = "model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs: one launch per graph"
+    if st is not None and st.launches and st.region_launches:
+        graphs = st.region_calls or (st.compiled_function_calls + st.compiled_backward_calls) or st.graph_calls
+        expected = launch_fraction(st.launches, st.launches - st.region_launches + graphs)
+        model = (f"CUDA graphs replay each compiled graph with one launch: {st.region_launches:,} of "
+                 f"{st.launches:,} launch calls are inside compiled code, {graphs:,} graph launches would replace them")
+    return instruction, before, after, expected, model
 
 
 # --------------------------------------------------------------------------- CPU runs: dispatch-bound
@@ -296,15 +443,18 @@ def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     short, share = d.short_op_time_pct, d.dispatch_pct
     typical = fmt_ns(d.typical_step_ns)
     if share < t.dispatch_share_pct:
+        # parts of the trace's typical step, not of the run's steps: the DataLoader's part is named for
+        # what the trace measures (its ranges), apart from the summary's "waiting for data" (every steady step)
         parts = [
             (d.op_ns - d.short_op_ns, f"ops of {cut} or more"),
             (d.long_gap_ns, f"Python gaps over {fmt_ns(d.glue_gap_max_ns)}"),
-            (d.dataloader_ns, "the DataLoader"),
+            (d.dataloader_ns, "DataLoader ranges"),
         ]
         where = ", ".join(f"{name} {fmt_pct(100.0 * ns / d.typical_step_ns)}" for ns, name in parts if ns > 0)
         return RuleResult.fine(
             f"no GPU; per-op overhead (ops under {cut} and the glue between ops) is {fmt_pct(share)} of a "
-            f"typical step ({typical}; threshold {t.dispatch_share_pct:g}%)" + (f": the rest is {where}" if where else "")
+            f"typical profiled step ({typical} in the trace; threshold {t.dispatch_share_pct:g}%)"
+            + (f": the rest of that step is {where}" if where else "")
         )
     dl = ctx.main_dataloader()
     bs = dl.batch_size if dl is not None and dl.batch_size else None
@@ -342,7 +492,7 @@ def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         Metric("short_op_time_pct", round(short, 1), "%", "op self time of the typical step"),
         Metric("dispatch_overhead_pct", round(share, 1), "%", "typical step"),
         Metric("typical_step_ns", d.typical_step_ns, "ns"),
-        Metric("step_median_ns", d.step_median_ns, "ns"),
+        Metric("profiled_step_median_ns", d.step_median_ns, "ns", "the trace's steps"),
         Metric("short_op_ns", d.short_op_ns, "ns"),
         Metric("glue_ns", d.glue_ns, "ns"),
         Metric("op_ns", d.op_ns, "ns"),
@@ -365,8 +515,10 @@ def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
     settings: list[SettingRef] = []
     location = None
-    compiled = [w for w in (ctx.settings.wrappers if ctx.settings else ()) if w.kind == "torch.compile"]
+    kind = code_kind(ctx, m)
+    compiled = list(kind.wrappers)
     training = bool(m.optimizer_steps) or bool(m.backward_ops)
+    expected, expected_note = launch_fraction(COMPILE_LAUNCH_REDUCTION, 1.0), _EXPECTED_NOTE
     if dl is not None:
         location = location_of(dl.call_site)
         settings.append(SettingRef("DataLoader.batch_size", dl.batch_size, location))
@@ -385,11 +537,24 @@ def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     else:
         bigger = "raise the batch size" + (" (scale the learning rate with it)" if training else "")
         before, after = "loader = DataLoader(ds, batch_size=4)", "loader = DataLoader(ds, batch_size=256)"
-    if compiled:
+    if kind.compiled:
+        # compiled code: torch.compile again would change nothing, and CUDA graphs do not exist on a CPU
+        issues = _compile_issues(ctx, kind)
+        what = (f"torch.compile at {location_of(compiled[0].call_site)}" if compiled and compiled[0].call_site
+                else "the trace shows compiled regions")
         instruction = (
-            f"Give each op more work: {bigger}. The model is already compiled: check that the compiled "
-            "module is the one the loop calls and that it does not recompile every step."
+            f"Give each op more work: {bigger}. The model is already compiled ({what}): what is left is the fixed "
+            "cost of each op and call, which a larger batch shares among more samples"
+            + ("; " + "; ".join(issues) if issues else "") + "."
         )
+        if kind.stats is not None:
+            metrics.extend(_compiled_metrics(kind))
+        if bs:
+            expected = launch_fraction(new_bs, bs)
+            expected_note = (f"the per-op overhead is paid once per batch: batch_size={new_bs} pays it once for "
+                             f"{new_bs // bs}x the samples (per sample, 1 - {bs}/{new_bs} of it goes)")
+        else:
+            expected, expected_note = None, ""
     else:
         instruction = (
             f"Give each op more work: {bigger}, so that the same ops process more samples for the same "
@@ -413,6 +578,8 @@ def _judge_cpu_steps(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.LAUNCH_OVERHEAD, None), (Component.OPTIMIZER, None)],
         ledger=ledger,
+        expected=expected,
+        expected_note=expected_note,
     )
     return RuleResult.fired(finding)
 

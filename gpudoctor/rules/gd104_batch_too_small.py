@@ -32,17 +32,49 @@ loader = DataLoader(ds, batch_size=128, shuffle=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.1 * 128 / 16)  # linear scaling; warm up the LR
 ```
 
+**How much larger.** Memory is modelled as a fixed part (parameters,
+gradients and optimizer state: the optimizers' parameter counts × 4 bytes ×
+(2 + the class's state tensors: 2 for the Adam family, 1 for Adagrad and
+RMSprop, none counted for SGD); 0 when the counts are unknown) plus a part
+that grows linearly with the batch (activations). The batch can grow by
+memory_factor = (`memory_near_limit_pct` × device − fixed) ÷ (peak − fixed).
+The factor recommended is a power of two: the largest within memory_factor,
+and no more than the first that covers the host's issue time with GPU work,
+(busy + launch overhead) ÷ busy per step; at least 2, unless memory_factor is
+under 2 (then 1.5×, or memory_factor itself rounded down to a tenth).
+
+Expected gain
+-------------
+Per sample, from the step's ledger: the host issues the same ops per step
+whatever the batch (busy + launch overhead, the GPU span a launch-bound step
+takes), while the GPU's work and the rest of the step grow with the batch:
+
+    per_sample_after = max((busy + overhead) ÷ factor, busy) + rest
+    expected         = (step − per_sample_after) ÷ overhead, clipped to [0, 1]
+
+where busy is the device-side parts of the ledger, overhead its
+`launch_overhead` part (the finding's time at stake) and rest the other
+host-side parts, per step. Sources: kernel launch overhead is hidden once the
+GPU runs work longer than the host takes to issue it (PyTorch's CUDA Graphs
+post, HTA's kernel launch statistics); activation memory grows linearly with
+the batch (Korthikanti et al.). A larger batch is a per-sample gain: the step
+itself gets longer.
+
 Evidence used
 -------------
 Peak memory against the device's total (`TraceMetrics.memory`, NVML
 `mem_used_bytes` samples), GPU idle share (`utilization`), share of kernels
-under 10 µs, and the DataLoader's `batch_size` with its call site.
+under 10 µs, the step's ledger (device-side parts, `launch_overhead`), the
+optimizers' classes and parameter counts (settings), and the DataLoader's
+`batch_size` with its call site.
 
 Thresholds
 ----------
 - `batch_memory_share_pct` (50): peak memory below this share of the device.
 - `batch_gpu_idle_share_pct` (20): GPU idle share that counts as under-used
   (or `launch_short_kernel_share_pct` of kernels under 10 µs).
+- `memory_near_limit_pct` (90): the share of the device the larger batch may
+  fill.
 - `error_share_pct`, `warning_share_pct`: severity from the share of step time
   granted: the ledger's launch and dispatch overhead (the GPU idle time between
   kernels a larger batch fills), after GD103, which claims it first
@@ -53,24 +85,97 @@ Known limits
 The batch size is also a modelling choice: a larger batch changes the
 optimization (generalization, learning-rate schedule). The rule says the
 hardware has room; whether the model wants it is yours to decide. Needs memory
-figures: run with NVML available or `--memory`.
+figures: run with NVML available or `--memory`. The fixed memory assumes
+float32 parameters; half-precision parameters make it smaller than counted, and
+NVML's figure includes the CUDA context in the part that is taken to grow, both
+of which keep the factor on the safe side. Kernels that get more efficient
+with more work (small kernels rarely fill the GPU) make the GPU's time grow
+less than linearly: the expected gain is then low.
 
 References
 ----------
 - torch-tb-profiler's "low utilization" recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 - Goyal et al., Accurate, Large Minibatch SGD (linear scaling, warm-up): https://arxiv.org/abs/1706.02677
 - NVIDIA, Deep Learning Performance guide: https://docs.nvidia.com/deeplearning/performance/index.html
+- PyTorch, Accelerating PyTorch with CUDA Graphs (launch overhead hidden by long kernels):
+  https://pytorch.org/blog/accelerating-pytorch-with-cuda-graphs/
+- Korthikanti et al., Reducing Activation Recomputation in Large Transformer Models (activation memory
+  linear in the batch): https://arxiv.org/abs/2205.05198
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import memory_peak
 from gpudoctor.rules.registry import Rule
+
+# optimizer state kept per parameter (fp32 tensors the size of the parameters), by optimizer class:
+# Adam-family keep two moments (torch.optim docs); others are counted with none (a lower bound)
+_STATE_SLOTS = {"Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "SparseAdam": 2, "Adafactor": 1,
+                "Adagrad": 1, "Adadelta": 2, "RMSprop": 1}
+_BYTES_PER_PARAM = 4  # float32 parameters and gradients (AMP keeps float32 master weights)
+
+
+def fixed_bytes(ctx: RuleContext) -> tuple[int, str] | None:
+    """Memory that does not grow with the batch: parameters, gradients and optimizer state, from the
+    optimizers' parameter counts (settings); a lower bound (float32, no state where the class is unknown)."""
+    s = ctx.settings
+    if s is None or not s.optimizers:
+        return None
+    total = 0
+    parts = []
+    for o in s.optimizers:
+        if not o.num_params:
+            continue
+        cls = o.cls.rsplit(".", 1)[-1]
+        slots = _STATE_SLOTS.get(cls, 0)
+        total += o.num_params * _BYTES_PER_PARAM * (2 + slots)
+        parts.append(f"{o.num_params:,} parameters of {cls} × {_BYTES_PER_PARAM} B × (weight, gradient"
+                     + (f", {slots} state)" if slots else ")"))
+    return (total, "; ".join(parts)) if total else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """The batch factor GD104 recommends and what its model expects of it."""
+
+    factor: float  # the batch is multiplied by this (a power of two, or 1.5 and less where memory ends first)
+    memory_factor: float  # the most memory allows: (limit − fixed) ÷ (peak − fixed)
+    needed_factor: float | None  # (busy + launch overhead) ÷ busy: the factor at which the GPU's work covers the host's
+    expected_fraction: float | None  # of the launch overhead at stake, won per sample
+    model: str
+
+
+def plan_batch(*, peak_bytes: int, total_bytes: int, fixed: int, limit_pct: float, busy_ns: int,
+               overhead_ns: int, total_ns: int) -> BatchPlan:
+    """The model (see the docs): memory = fixed + per-sample × batch, so the batch can grow by
+    (limit − fixed) ÷ (peak − fixed); the step is max(host issue time, GPU work) + the rest, with the
+    host's issue time (busy + launch overhead) per step unchanged and the GPU work and the rest growing
+    with the batch."""
+    act = max(1, peak_bytes - fixed)
+    mem_factor = max(1.0, (total_bytes * limit_pct / 100.0 - fixed) / act)
+    mem_pow2 = 2 ** int(math.log2(mem_factor)) if mem_factor >= 2 else 1
+    needed = (busy_ns + overhead_ns) / busy_ns if busy_ns > 0 and overhead_ns > 0 else None
+    factor = mem_pow2
+    if needed is not None:
+        factor = min(factor, 2 ** math.ceil(math.log2(max(needed, 2.0))))
+    factor = max(2, factor) if mem_factor >= 2 else (1.5 if mem_factor >= 1.5 else math.floor(mem_factor * 10) / 10)
+    fraction = None
+    model = ""
+    if overhead_ns > 0 and total_ns > 0 and busy_ns > 0:
+        host = busy_ns + overhead_ns
+        rest = total_ns - host
+        per_sample_after = max(host / factor, busy_ns) + rest
+        fraction = max(0.0, min(1.0, (total_ns - per_sample_after) / overhead_ns))
+        model = (f"per sample of the step now = max(host issue {fmt_ns(host)} ÷ {factor:g}, GPU busy {fmt_ns(busy_ns)}) "
+                 f"+ the rest {fmt_ns(rest)} = {fmt_ns(per_sample_after)} against {fmt_ns(total_ns)}: "
+                 f"{fmt_pct(100.0 * fraction)} of the {fmt_ns(overhead_ns)} launch overhead won")
+    return BatchPlan(factor, mem_factor, needed, fraction, model)
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -98,7 +203,15 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"peak memory {fmt_pct(peak.pct)} of the device, but the GPU is busy "
             f"(idle {fmt_pct(idle_pct)} of step time)"
         )
-    factor = max(2, 2 ** int(math.log2(max(1.0, t.memory_near_limit_pct / max(peak.pct, 1e-9)))))
+    ledger = ctx.ledger(m)
+    fixed = fixed_bytes(ctx)
+    per_step = max(1, ledger.windows) if ledger is not None else 1
+    busy_ns = sum(sl.ns for sl in ledger.slices if sl.side == "device") // per_step if ledger is not None else 0
+    overhead_ns = ledger.ns(Component.LAUNCH_OVERHEAD) // per_step if ledger is not None else 0
+    plan = plan_batch(peak_bytes=peak.peak_bytes, total_bytes=peak.total_bytes, fixed=fixed[0] if fixed else 0,
+                      limit_pct=t.memory_near_limit_pct, busy_ns=busy_ns, overhead_ns=overhead_ns,
+                      total_ns=ledger.total_ns // per_step if ledger is not None else 0)
+    factor = plan.factor
     dl = ctx.main_dataloader()
     bs = dl.batch_size if dl is not None else None
     location = location_of(dl.call_site) if dl is not None else None
@@ -109,23 +222,34 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         f"{fmt_bytes(peak.total_bytes)} while the GPU is under-used ({why})"
         + (f"; batch_size={bs}" if bs else "")
     )
-    target = f"batch_size={bs * factor}" if bs else f"a batch {factor}× larger"
+    target = f"batch_size={int(bs * factor)}" if bs else f"a batch {factor:g}× larger"
+    fixed_text = (f"{fmt_bytes(fixed[0])} of parameters, gradients and optimizer state stay, the rest grows with "
+                  "the batch" if fixed else "memory grows at most linearly with the batch")
+    why_factor = (f"{factor:g}× hides the launch overhead behind the GPU's work"
+                  if plan.needed_factor is not None and factor >= plan.needed_factor
+                  else f"{factor:g}× is what memory allows")
     instruction = (
-        f"Raise the batch size toward {target} (memory grows at most linearly with the batch, so {factor}× "
-        f"stays under {t.memory_near_limit_pct:g}% of the device); scale the learning rate with it and warm up; "
+        f"Raise the batch size toward {target} ({fixed_text}, so up to {plan.memory_factor:.1f}× stays under "
+        f"{t.memory_near_limit_pct:g}% of the device; {why_factor}); scale the learning rate with it and warm up; "
         "use gradient accumulation where memory ends first."
     )
     before = f"loader = DataLoader(dataset, batch_size={bs or 32})\nopt = torch.optim.SGD(model.parameters(), lr=lr)"
     after = (
-        f"loader = DataLoader(dataset, batch_size={(bs or 32) * factor})\n"
-        f"opt = torch.optim.SGD(model.parameters(), lr=lr * {factor})  # linear scaling, with warm-up"
+        f"loader = DataLoader(dataset, batch_size={int((bs or 32) * factor)})\n"
+        f"opt = torch.optim.SGD(model.parameters(), lr=lr * {factor:g})  # linear scaling, with warm-up"
     )
-    metrics = [*peak.metrics()]
+    metrics = [*peak.metrics(), Metric("batch_factor", factor, "ratio"),
+               Metric("batch_memory_factor", round(plan.memory_factor, 2), "ratio",
+                      f"(limit − fixed) ÷ (peak − fixed) at {t.memory_near_limit_pct:g}% of the device")]
+    if fixed is not None:
+        metrics.append(Metric("fixed_memory_bytes", fixed[0], "bytes", fixed[1]))
+    if plan.needed_factor is not None:
+        metrics.append(Metric("batch_needed_factor", round(plan.needed_factor, 2), "ratio",
+                              "(GPU busy + launch overhead) ÷ GPU busy, per step"))
     if idle_pct is not None:
         metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
     if short is not None:
         metrics.append(Metric("kernels_under_10us_pct", round(short, 1), "%", "kernels"))
-    ledger = ctx.ledger(m)
     if ledger is not None:
         metrics.append(Metric("launch_overhead_pct", round(ledger.pct(Component.LAUNCH_OVERHEAD), 2), "%", wname))
     finding = ctx.finding(
@@ -141,6 +265,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.LAUNCH_OVERHEAD, None)],
         ledger=ledger,
+        expected=plan.expected_fraction,
+        expected_note=f"batch ×{factor:g}: {plan.model}" if plan.model else "",
     )
     return RuleResult.fired(finding)
 

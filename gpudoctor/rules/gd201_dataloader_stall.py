@@ -29,11 +29,9 @@ every batch itself, serially with the training step.
 
 How to fix
 ----------
-Load batches in worker processes, in parallel with the step. The finding
-derives a `num_workers` value from the measured per-batch load time, the
-compute time of a step and the cores available; also keep workers alive
-across epochs (`persistent_workers=True`), and raise `prefetch_factor` when
-load times vary.
+Load batches in worker processes, in parallel with the step, as many as the
+*kind* of load calls for; keep them alive across epochs
+(`persistent_workers=True`).
 
 Before:
 
@@ -48,15 +46,99 @@ loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
                     persistent_workers=True, prefetch_factor=4, pin_memory=True)
 ```
 
+**How many workers.** A worker delivers one batch per *load* (the wall
+time of loading one batch); the loop takes one every *compute* (the step less
+its wait) plus the *hand-over* of a batch from a worker. Enough workers to hide
+the load: ceil(load ÷ (compute + hand-over)) + `dataloader_spare_workers_count`.
+
+- A **waiting** load (storage, network, a `sleep`: its CPU time at most
+  `dataloader_waiting_cpu_max_pct` of its wall time) spends most of each batch
+  blocked, so it is *not* capped at the cores: the usable cores (the cores less
+  `dataloader_reserved_cores`) run usable ÷ (its CPU share) such workers. One
+  worker delivers one batch per load, whatever the cores: a 20 ms wait per
+  batch against 13 ms of compute needs 3 workers, on 2 cores too.
+- A **computing** load keeps a core busy: at most the usable cores. When they
+  cannot hide it, the finding says so, and names the loading code's hot
+  functions from the cProfile of the fetch (with `num_workers=0`; workers are
+  not profiled): make each batch cheaper (cache decoded data, move
+  augmentation to the GPU).
+- A load whose CPU was not measured is sized as a computing one.
+
+Either way at most `dataloader_max_workers_count`, and at most what the
+machine's memory holds: each worker is a process with its own copy of the
+dataset object and `prefetch_factor` batches in flight; the workers together
+may hold `dataloader_worker_memory_share_pct` of the machine's memory less the
+training process's, each at the median worker's RSS (the training process's
+RSS when no worker ran). With workers already at that bound, the fix raises
+`prefetch_factor` (a deeper queue absorbs slow batches; it does not raise the
+rate) and says the loading must get cheaper.
+
+Expected gain
+-------------
+The model, per batch, with means over the steady steps that ran without an
+instrument (torch.profiler's and cProfile's windows slow the loading and the
+step unevenly, and `--verify`'s trial runs carry neither; all steady steps when
+fewer than 5 ran bare):
+
+    step_after = max(compute, load ÷ w, load_cpu ÷ usable_cores,
+                     (training_cpu + load_cpu) ÷ cores) + hand-over
+    expected   = (step_now − step_after) ÷ wait, clipped to [0, 1]
+
+where w is the workers recommended (for a computing load, at most the usable
+cores), load_cpu the loading's CPU time per batch and training_cpu the training
+process's own (getrusage); the last two terms say the workers' CPU cannot run
+faster than the cores left to them, nor all the CPU faster than every core.
+`expected` is the share of the finding's time at stake (its `data_loading`
+part) the fix is expected to win. Sources: workers run `__getitem__` and
+`collate_fn` in parallel processes, each with `prefetch_factor` batches in
+flight (PyTorch data docs); the hand-over (unpickling a batch, mapping its
+shared memory) measured at 1.2-1.4 ms per batch on a 2-core VM
+(`dataloader_handover_ms`). From a bare trace, `_SingleProcessDataLoaderIter`
+gives expected = 1 − hand-over ÷ (wait per step): enough workers and cores are
+assumed (one batch per step), since a trace records neither the cores nor what
+the loading does; `_MultiProcessingDataLoaderIter` gets no expected gain (its
+workers' count and load are unknown), only the bound. Nor does a fix that adds
+no workers (they are already at the bound): a deeper queue and cheaper loading
+are not sized by any model here.
+
 Evidence used
 -------------
-Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`, `micro_batches`), or the trace's
-DataLoader share; the DataLoader's settings (`num_workers`, `prefetch_factor`,
-`persistent_workers`, `pin_memory`) with their `file:line`; the cores
-available (`settings.cpu_count`). With workers, the run-queue figures of the
-process tree (see GD204): when the workers are short of CPU rather than of
-numbers, the rule leaves the case to GD204, since more workers would only
+Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`, `micro_batches`),
+or the trace's DataLoader share; the DataLoader's settings (`num_workers`,
+`prefetch_factor`, `persistent_workers`, `pin_memory`) with their `file:line`;
+the cores available (`settings.cpu_count`). With workers, the run-queue figures
+of the process tree (see GD204): when the workers are short of CPU rather than
+of numbers, the rule leaves the case to GD204, since more workers would only
 deepen the oversubscription.
+
+**How it tells a waiting load from a computing one**: the loading's CPU time
+against its wall time, measured three ways.
+
+- `num_workers=0`, cProfile (`profile.pstats`): the time inside the
+  DataLoader's fetch (`torch.utils.data._utils.fetch`: the dataset's
+  `__getitem__` and the `collate_fn`), shared out along cProfile's caller edges
+  at parse time (`PstatsEntry.loader_tottime_s`), and of it the self time of
+  calls that wait (`time.sleep`, `select`/`poll`, socket and file reads, lock
+  and queue waits): CPU share ≈ 1 − waiting ÷ fetch.
+- `num_workers=0`, getrusage (`user_cpu_ns` + `sys_cpu_ns` of each step,
+  readings covering `cpu_steps` steps; those of uninstrumented steps when
+  there are enough, since torch.profiler's export and cProfile add CPU of
+  their own; medians over the readings): the training process loads its own
+  batches, so their CPU is inside its CPU time; less the model's calls on a
+  run without a GPU (`forward_ns`, `backward_ns`, `optimizer_ns`: torch's CPU
+  ops keep at least one core busy, except while the process waits for a
+  core), what is left over the wait bounds the loading's CPU share from above. A loading held off its core by other
+  threads wants the core meanwhile: the training process's run-queue wait
+  (schedstat, in the samples) is added to the bound. The smaller of the two
+  estimates is used, for the share as for the CPU per batch.
+- With workers, psutil samples of the worker processes while the steps ran
+  (`samples.jsonl`: `cpu_pct`, and `runq_wait_pct` where Linux schedstat
+  gives it): the cores the workers used (CPU per batch = their cores × the
+  time per batch) and the share of each worker's time it wanted a core
+  (running or waiting for one).
+
+The machine's memory comes from `samples.jsonl`'s first line
+(`system_memory_bytes`), the processes' RSS from its samples.
 
 Thresholds
 ----------
@@ -66,91 +148,263 @@ Thresholds
 - `dataloader_spare_workers_count` (1): workers added for load-time jitter.
 - `dataloader_handover_ms` (1): what receiving one batch from a worker
   costs the loop; a mean wait per batch under it is not a stall workers can
-  win back (the rule says so and stays silent).
+  win back (the rule says so and stays silent). The model adds it to the step.
+- `dataloader_waiting_cpu_max_pct` (50): a load whose CPU time is at most this
+  share of its wall time waits; above it, it computes.
+- `dataloader_max_workers_count` (16): the most workers recommended.
+- `dataloader_worker_memory_share_pct` (50): the share of the machine's memory
+  the workers may hold together.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
 ------------
-The suggested `num_workers` assumes the per-batch load time stays the same in
-a worker and that workers scale until the cores run out; disk or network
-bandwidth may end the scaling first. If the derived value exceeds the cores,
-the data pipeline itself must get cheaper (cache decoded data, move
-augmentation to the GPU). Even workers that keep up cost the loop the receipt
-of each batch (unpickling, mapping its shared memory): about 1–3 ms on a small
-2-core VM, which on steps under ~40 ms alone crosses the 5% threshold. A mean
-wait per batch under `dataloader_handover_ms` is therefore not reported: on a
-fast host, where a hand-over costs a few hundred µs, a loader of 0.5–1 ms per
-batch that workers could still halve goes unreported.
+The model assumes a batch takes as long in a worker as in the training
+process (a worker runs torch with one intra-op thread: a load that used
+several threads there takes longer), and that the cores, the storage and the
+network scale with the workers; disk or network bandwidth may end the scaling
+first. The cProfile sees only the training process: with workers the load's
+kind comes from the workers' CPU in the samples, and its hot functions are not
+known (profile once with `num_workers=0`). A read served from the page cache
+is CPU work under a waiting call's name, which the getrusage bound corrects
+only where the step's CPU shows it; without a GPU the model's calls are
+assumed to keep one core busy. With workers that fall behind, the load per
+batch is inferred as workers × the time per batch. Worker RSS counts pages a
+forked worker shares with the training process, so the memory bound is
+conservative. Even workers that keep up cost the loop the receipt of each
+batch: about 1–3 ms on a small 2-core VM, which on steps under ~40 ms alone
+crosses the 5% threshold. A mean wait per batch under `dataloader_handover_ms`
+is therefore not reported: on a fast host, where a hand-over costs a few
+hundred µs, a loader of 0.5–1 ms per batch that workers could still halve goes
+unreported.
 
 References
 ----------
-- PyTorch, single- and multi-process data loading:
+- PyTorch, single- and multi-process data loading (workers, `prefetch_factor`):
   https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading
 - PyTorch performance tuning guide:
   https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
 - torch-tb-profiler's DataLoader recommendation (5% of step time):
   https://github.com/pytorch/kineto/tree/main/tb_plugin
+- Python's cProfile (per-caller times, `pstats`): https://docs.python.org/3/library/profile.html
+- getrusage(2) (a process's user and system CPU time): https://man7.org/linux/man-pages/man2/getrusage.2.html
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass
 
+from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
-from gpudoctor.model.run import DataLoaderSetting, Injection
+from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
+    fmt_bytes,
     fmt_ns,
     fmt_pct,
     location_of,
     median_int,
 )
 from gpudoctor.rules.helpers import (
+    CpuReading,
+    LoaderProfile,
+    cpu_readings,
     dataloader_call,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
+    entry_name,
+    loader_profile,
+    loader_step_ns,
     no_dataloader_reason,
     runnable_demand,
+    worker_use,
 )
 from gpudoctor.rules.registry import Rule
 
+_MIN_MODEL_STEPS = 5  # uninstrumented steps enough for the model's means
+WAITING = "waiting"  # wall time ≫ CPU time: storage, network, a sleep
+COMPUTING = "computing"  # the loading keeps a core busy
+UNMEASURED = "unmeasured"  # no CPU figure of the loading: sized as if it computed
 
-def suggest_num_workers(
-    dl: DataLoaderSetting | None,
-    wait_ns: int,
-    step_ns: int,
-    cores: int | None,
-    reserved_cores: int,
-    spare: int = 0,
-) -> tuple[int, int, int, str]:
-    """(suggested num_workers, estimated per-batch load time, compute time per step, how it was derived).
 
-    With ``num_workers=0`` the main process loads each batch inside ``__next__``: the
-    per-batch load time is the wait itself. With ``n`` workers that cannot keep up, they
-    deliver ``n`` batches per load time, one per step: load ≈ n × step time. Enough
-    workers deliver one batch per compute time: ``ceil(load / compute)``, plus ``spare``
-    workers for load-time jitter; capped at the cores left after the training process.
-    """
-    compute_ns = max(step_ns - wait_ns, 1)
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Loading one batch, measured: its wall time in one worker and its CPU time."""
+
+    load_ns: float  # wall time of one batch in one worker (with num_workers=0: the wait itself)
+    cpu_ns: float | None  # CPU time of one batch (None: not measured)
+    wanted_frac: float | None  # cores the loading wants while it runs, 0..1 (CPU ÷ wall; workers: + run-queue wait)
+    kind: str  # WAITING, COMPUTING or UNMEASURED
+    evidence: tuple[str, ...] = ()  # how each figure was measured, in words
+    profile: LoaderProfile | None = None  # the cProfile of the fetch (num_workers=0)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """The workers GD201 recommends and what its model expects of them (per batch)."""
+
+    workers: int  # num_workers recommended
+    needed: int  # ceil(load ÷ (compute + hand-over)) + spare: the count that hides the load
+    cap: int | None  # the bound that stopped it (None: none did)
+    cap_reason: str  # that bound in words
+    step_now_ns: float  # mean step per batch now
+    wait_ns: float  # mean wait per batch now
+    step_after_ns: float  # the model's step per batch with ``workers``
+    expected_fraction: float  # (step_now - step_after) ÷ wait, in [0, 1]
+    hides: bool  # the workers hide the load: the step after is compute + hand-over
+    model: str  # the model with its factors filled in
+
+
+def classify(wanted_frac: float | None, waiting_max_pct: float) -> str:
+    """WAITING when the loading wants at most ``waiting_max_pct`` % of a core while it runs."""
+    if wanted_frac is None:
+        return UNMEASURED
+    return WAITING if 100.0 * wanted_frac <= waiting_max_pct else COMPUTING
+
+
+def measure_load(ctx: RuleContext, dl: DataLoaderSetting | None, steps: tuple[StepRecord, ...], micro: int,
+                 step_ns: float, wait_ns: float) -> tuple[Load, float | None]:
+    """The load of one batch (wall and CPU time, and the share of a core it wants) and the training
+    process's own CPU per batch (without the loading; None without getrusage readings). See the
+    rule's docs, "Evidence used"."""
+    t = ctx.thresholds
     workers = dl.num_workers if dl is not None else 0
-    load_ns = wait_ns if workers == 0 else workers * step_ns
-    needed = max(1, math.ceil(load_ns / compute_ns)) + spare
-    if workers > 0:
-        needed = max(needed, workers + 1)
-    how = f"per-batch load {fmt_ns(load_ns)} ÷ compute {fmt_ns(compute_ns)} per step"
-    if spare:
-        how += f", +{spare} spare"
-    if cores is not None:
-        cap = max(1, cores - reserved_cores)
-        if needed > cap:
-            how += f", capped at {cap} ({cores} cores, {reserved_cores} left to the training process)"
-            needed = cap
+    readings = cpu_readings(steps)
+    proc_cpu = (statistics.median(r.cpu_ns / (r.steps * micro) for r in readings) if readings else None)
+    evidence: list[str] = []
+    profile = None
+    if workers == 0:
+        load = wait_ns
+        cpu_frac: float | None = None  # the loading's CPU ÷ its wall time, by the cProfile
+        wanted: float | None = None  # ... and with the time it waited for a core
+        profile = loader_profile(ctx.run.pstats)
+        if profile is not None and profile.fetch_s > 0:
+            # time in the fetch outside waiting calls: computing, or runnable and waiting for a core
+            cpu_frac = wanted = profile.cpu_frac
+            waits = ", ".join(entry_name(e) for e in profile.waits) or "none"
+            evidence.append(
+                f"cProfile: {fmt_pct(100.0 * profile.waiting_s / profile.fetch_s)} of the {profile.fetch_s:.3g} s in the "
+                f"DataLoader's fetch is spent in calls that wait ({waits})"
+            )
+        bounds = [r for r in readings if r.wait_ns > 0]
+        if bounds:
+            # the training process loads its own batches: their CPU is inside its getrusage figures; on a
+            # run without a GPU the model's calls keep at least one core busy, so they are not the loading's
+            gpu = ctx.has_gpu()
+            demand = runnable_demand(ctx)
+            runq = min(1.0, demand.main_wait) if demand is not None else None
+            on_core = 1.0 - (runq or 0.0)  # the share of its time a thread that wants a core gets one
+
+            def loading_cpu(r: CpuReading) -> float:
+                model = r.model_ns * on_core if r.model_ns is not None and not gpu else 0.0
+                return max(0.0, r.cpu_ns - model)
+
+            bound = statistics.median(loading_cpu(r) / r.wait_ns for r in bounds)
+            bound_cpu = statistics.median(loading_cpu(r) / (r.steps * micro) for r in bounds)
+            with_runq = f", {fmt_pct(100.0 * runq)} more waiting for a core (schedstat)" if runq else ""
+            evidence.append(
+                f"getrusage: the training process used {fmt_ns(proc_cpu)} of CPU per batch against a {fmt_ns(load)} "
+                f"wait (median of {len(bounds)} readings): the loading's CPU is at most "
+                f"{fmt_pct(100.0 * min(1.0, bound))} of it{with_runq}"
+            )
+            cpu_per_batch = min(load * cpu_frac, bound_cpu) if cpu_frac is not None else min(load, bound_cpu)
+            # a loading held off its core by other threads wants the core for that time too
+            want_bound = bound + (runq or 0.0)
+            wanted = want_bound if wanted is None else min(wanted, want_bound)
         else:
-            how += f", within {cores} cores"
-    return needed, load_ns, compute_ns, how
+            cpu_per_batch = load * cpu_frac if cpu_frac is not None else None
+        cpu = cpu_per_batch
+        wanted = min(1.0, wanted) if wanted is not None else None
+        main_cpu = max(0.0, proc_cpu - cpu) if proc_cpu is not None and cpu is not None else proc_cpu
+    else:
+        # n workers that cannot keep up each take n steps per batch
+        load = workers * step_ns
+        cpu = wanted = None
+        use = worker_use(ctx)
+        if use is not None and use.workers:
+            cpu = use.cpu_cores * step_ns  # the cores they used × the time per batch: CPU per batch
+            wanted = min(1.0, (use.wanted_cores if use.wanted_cores is not None else use.cpu_cores) / workers)
+            runq = (f", {use.wanted_cores:.2f} with their run-queue wait" if use.wanted_cores is not None else "")
+            evidence.append(
+                f"psutil: the {workers} worker(s) used {use.cpu_cores:.2f} cores together{runq} "
+                f"(median of {use.ticks} samples), each busy {fmt_pct(100.0 * wanted)} of its time"
+            )
+        main_cpu = proc_cpu
+    kind = classify(wanted, t.dataloader_waiting_cpu_max_pct)
+    if kind == UNMEASURED:
+        evidence.append("the loading's CPU time was not measured (no cProfile of the fetch, no getrusage readings, "
+                        "no worker samples): sized as if it computed")
+    return Load(load, cpu, wanted, kind, tuple(evidence), profile), main_cpu
+
+
+def memory_cap(ctx: RuleContext, dl: DataLoaderSetting | None) -> tuple[int, str] | None:
+    """How many workers the machine's memory holds (``dataloader_worker_memory_share_pct`` of it, less the
+    training process), each at the median worker's RSS (the training process's when no worker ran: a
+    forked worker maps its pages, and holds prefetch_factor batches besides); None without the figures."""
+    t = ctx.thresholds
+    samples = ctx.run.samples
+    total = samples.system_memory_bytes if samples is not None else None
+    use = worker_use(ctx)
+    if not total or use is None or use.main_rss_bytes is None:
+        return None
+    from_workers = bool(dl is not None and dl.num_workers and use.worker_rss_bytes)
+    per = use.worker_rss_bytes if from_workers else use.main_rss_bytes
+    if not per:
+        return None
+    budget = total * t.dataloader_worker_memory_share_pct / 100.0 - use.main_rss_bytes
+    n = max(1, int(budget // per))
+    whose = "a worker's" if from_workers else "the training process's"
+    return n, (f"memory: {t.dataloader_worker_memory_share_pct:g}% of the machine's {fmt_bytes(total)} less the "
+               f"training process holds {n} workers at {whose} {fmt_bytes(per)} RSS")
+
+
+def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: int, cores: int | None,
+                 main_cpu_ns: float | None, mem_cap: tuple[int, str] | None, t: Thresholds) -> WorkerPlan:
+    """The workers to recommend for ``load`` and the step the model expects with them (per batch).
+
+    Enough workers to hide the load: ceil(load ÷ (compute + hand-over)) + spare. A waiting load is not
+    capped at the cores: the usable cores run usable ÷ (CPU share of a worker) of them; a computing (or
+    unmeasured) load at most the usable cores. Always at most ``dataloader_max_workers_count`` and what
+    memory holds. The model is ``loader_step_ns`` with the workers that can run at once."""
+    handover = t.dataloader_handover_ms * 1e6
+    usable = max(1, cores - t.dataloader_reserved_cores) if cores else None
+    needed = max(1, math.ceil(load.load_ns / (compute_ns + handover))) + t.dataloader_spare_workers_count
+    needed = max(needed, workers_now + 1)
+    caps: list[tuple[int, str]] = [(t.dataloader_max_workers_count,
+                                    f"the most gpudoctor recommends (dataloader_max_workers_count={t.dataloader_max_workers_count})")]
+    if usable is not None:
+        if load.kind != WAITING:
+            what = "a computing load" if load.kind == COMPUTING else "a load whose CPU was not measured"
+            caps.append((usable, f"{usable} usable core(s) ({cores} less {t.dataloader_reserved_cores} for the "
+                                 f"training process): {what} cannot use more workers than cores"))
+        elif load.wanted_frac:
+            n = max(usable, math.floor(usable / load.wanted_frac))
+            caps.append((n, f"{usable} usable core(s) run {n} workers that each want "
+                            f"{fmt_pct(100.0 * load.wanted_frac)} of a core"))
+    if mem_cap is not None:
+        caps.append(mem_cap)
+    cap, why = min(caps, key=lambda c: c[0])
+    n = max(1, min(needed, cap))
+    limited = n < needed
+    cpu = load.cpu_ns if load.kind != UNMEASURED else load.load_ns
+    running = n if load.kind == WAITING or usable is None else min(n, usable)
+    after = loader_step_ns(compute_ns=compute_ns, load_ns=load.load_ns, load_cpu_ns=cpu, workers=running,
+                           usable_cores=usable, cores=cores, main_cpu_ns=main_cpu_ns, handover_ns=handover)
+    now = compute_ns + wait_ns
+    fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 else 0.0
+    terms = [f"compute {fmt_ns(compute_ns)}", f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
+    if cpu is not None and usable:
+        terms.append(f"load CPU {fmt_ns(cpu)} ÷ {usable} usable core(s)")
+        if main_cpu_ns is not None and cores:
+            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + load CPU) ÷ {cores} cores")
+    model = (f"step per batch = max({', '.join(terms)}) + hand-over {fmt_ns(handover)} = {fmt_ns(after)}, "
+             f"against {fmt_ns(now)} now: {fmt_pct(100.0 * fraction)} of the {fmt_ns(wait_ns)} wait won")
+    return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
+                      after <= (compute_ns + handover) * 1.01, model)
 
 
 def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
@@ -158,13 +412,27 @@ def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str
     workers = dl.num_workers if dl is not None else None
     changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
     if workers and workers >= n:
-        # already as many workers as cores allow: deepen the queue instead
+        # already as many workers as the cores (or memory) allow: deepen the queue instead
         changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, "persistent_workers": True}
     elif workers:
         changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
     if ctx.has_gpu() and dl is not None and not dl.pin_memory:
         changes["pin_memory"] = True
     return changes
+
+
+def _hot_text(load: Load) -> str:
+    """The loading code's hot functions, from the cProfile of the fetch (num_workers=0)."""
+    p = load.profile
+    if p is None or not p.hot:
+        if load.profile is None and load.kind == COMPUTING:
+            return ("the workers' code is not under cProfile: profile once with num_workers=0 to see the loading "
+                    "code's hot functions")
+        return ""
+    share = ", ".join(f"{entry_name(e)} {fmt_pct(100.0 * e.loader_tottime_s / p.fetch_s)}" for e in p.hot)
+    own = ", ".join(f"{entry_name(e)} {fmt_pct(100.0 * e.loader_cumtime_s / p.fetch_s)}" for e in p.own)
+    text = f"the loading's hot functions (cProfile, share of the fetch's time): {share}"
+    return text + (f"; your code in it: {own}" if own else "")
 
 
 def _from_steps(ctx: RuleContext) -> RuleResult:
@@ -197,7 +465,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             )
     workers = dl.num_workers if dl is not None else None
     # the mean, not the median: a loader that falls behind now and then waits long on a few steps
-    per_batch_ns = sum(s.data_wait_ns for s in steps) // max(1, len(steps) * micro)
+    batches = max(1, len(steps) * micro)
+    per_batch_ns = sum(s.data_wait_ns for s in steps) // batches
     handover_ns = int(t.dataloader_handover_ms * 1_000_000)
     if per_batch_ns < handover_ns:
         # workers would not win it: the loop still pays the receipt of each batch from a worker
@@ -208,15 +477,19 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             f"{fmt_ns(handover_ns)}): more workers would not win it back",
             applied=bool(workers),
         )
-    # one batch at a time: with gradient accumulation a step receives `micro` batches
-    n, load_ns, compute_ns, how = suggest_num_workers(
-        dl,
-        wait_med // micro,
-        step_med // micro,
-        cores,
-        t.dataloader_reserved_cores,
-        t.dataloader_spare_workers_count,
-    )
+    # the model's figures: means over the steps no instrument slowed (torch.profiler's and cProfile's windows
+    # slow the loading and the step unevenly, and --verify's trial runs carry neither) when there are enough
+    plain = tuple(s for s in steps if not s.window)
+    model_steps = plain if len(plain) >= _MIN_MODEL_STEPS else steps
+    model_batches = max(1, len(model_steps) * micro)
+    wait_ns = sum(min(s.data_wait_ns, s.wall_ns) for s in model_steps) / model_batches
+    step_batch_ns = sum(s.wall_ns for s in model_steps) / model_batches
+    compute_ns = max(step_batch_ns - wait_ns, 1.0)
+    load, main_cpu = measure_load(ctx, dl, steps, micro, step_batch_ns, wait_ns)
+    mem = memory_cap(ctx, dl)
+    plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
+                        main_cpu_ns=main_cpu, mem_cap=mem, t=t)
+    n = plan.workers
     if micro > 1:
         per = (f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} optimizer step over its {micro} micro-batches, "
                f"{fmt_ns(wait_med // micro)} per batch; median over {len(steps)} steps")
@@ -224,39 +497,65 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         per = f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} step, median over {len(steps)} steps"
     ledger = ctx.ledger()
     gpu_wait = _gpu_wait_text(ledger)
+    kind_text = _kind_text(load)
     message = (
         f"the loop waits {fmt_pct(share)} of step time for the next batch ({per})"
         + gpu_wait
         + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
+        + (f"; {kind_text}" if kind_text else "")
     )
     changes = _changes(ctx, dl, n)
+    more = not (workers and workers >= n)
+    how = (f"{load.kind} load: {fmt_ns(load.load_ns)} per batch ÷ ({fmt_ns(compute_ns)} compute + "
+           f"{fmt_ns(handover_ns)} hand-over) → {plan.needed - t.dataloader_spare_workers_count}, "
+           f"+{t.dataloader_spare_workers_count} spare")
+    if plan.cap is not None:
+        how += f"; capped at {plan.cap}: {plan.cap_reason}"
+    elif load.kind == WAITING and cores is not None and n > max(1, cores - t.dataloader_reserved_cores):
+        how += f"; more than the {cores} cores: each worker waits most of the time"
+    elif cores is not None:
+        how += f", within {cores} cores"
     extra = ""
-    if workers and workers >= n:
+    if not more:
         pf = changes["prefetch_factor"]
-        extra = f"; the cores allow no more workers than {workers}: raise prefetch_factor to {pf} and make loading cheaper"
+        extra = (f"; no more workers than {workers} pay here ({plan.cap_reason or 'they already hide what workers can'}): "
+                 f"raise prefetch_factor to {pf} (a deeper queue absorbs slow batches) and make loading cheaper")
     args = ", ".join(f"{k}={v}" for k, v in changes.items())
     instruction = f"Set {args} on the DataLoader{where} ({how}){extra}."
-    if cores is not None and math.ceil(load_ns / compute_ns) > max(1, cores - t.dataloader_reserved_cores):
-        extra_note = "loading one batch takes longer than all cores can hide: cache decoded data or move augmentation to the GPU"
-    else:
-        extra_note = ""
+    notes = ["first step of each epoch, and each worker's first batch where workers start, left out "
+             "(worker start-up is GD202)", *load.evidence]
+    if not plan.hides and load.kind != WAITING:
+        hot = _hot_text(load)
+        cannot = ("the usable cores cannot hide this load" if load.kind == COMPUTING
+                  else "if the loading computes, the usable cores cannot hide it")
+        cheaper = (f"{cannot}: make each batch cheaper (cache decoded data, move augmentation to the GPU)"
+                   + (f"; {hot}" if hot else ""))
+        notes.append(cheaper)
+        instruction += " " + cheaper[0].upper() + cheaper[1:] + "."
+    elif not plan.hides and plan.cap is not None:
+        notes.append(f"{plan.needed} workers would hide the load; {plan.cap_reason}")
     metrics = [
         Metric("data_wait_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
         Metric("data_wait_median_ns", wait_med, "ns"),
         Metric("step_median_ns", step_med, "ns"),
-        Metric("per_batch_load_ns", load_ns, "ns"),
-        Metric("compute_per_step_ns", compute_ns, "ns"),
+        Metric("per_batch_load_ns", int(load.load_ns), "ns"),
+        Metric("compute_per_step_ns", int(compute_ns), "ns", "per batch: the step less its data wait (mean)"),
+        Metric("load_kind", load.kind),
         Metric("suggested_num_workers", n, "count"),
+        Metric("expected_step_ns", int(plan.step_after_ns), "ns", "per batch, by the model"),
     ]
+    if load.cpu_ns is not None:
+        metrics.append(Metric("load_cpu_ns", int(load.cpu_ns), "ns", "CPU time of one batch's loading"))
+    if load.wanted_frac is not None:
+        metrics.append(Metric("load_cpu_pct", round(100.0 * load.wanted_frac, 1), "%",
+                              "of the loading's wall time it wants a core (on one, or waiting for one)"))
     if cores is not None:
         metrics.append(Metric("cpu_count", cores, "count"))
+    if mem is not None:
+        metrics.append(Metric("workers_memory_cap_count", mem[0], "count", mem[1]))
     if micro > 1:
         metrics.append(Metric("micro_batches_per_step", micro, "count", "backward() calls per optimizer step"))
         metrics.append(Metric("data_wait_per_batch_ns", wait_med // micro, "ns"))
-    notes = ["first step of each epoch, and each worker's first batch where workers start, left out "
-             "(worker start-up is GD202)"]
-    if extra_note:
-        notes.append(extra_note)
     finding = ctx.finding(
         message,
         Fix(instruction, dataloader_call(dl), dataloader_call(dl, **changes)),
@@ -273,8 +572,21 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         ),
         claims=[(Component.DATA_LOADING, None)],
         ledger=ledger,
+        # more workers: the model's; at the cap, a deeper queue and cheaper loading, which no model sizes
+        expected=plan.expected_fraction if more else None,
+        expected_note=f"{n} workers ({load.kind} load): {plan.model}" if more else "",
     )
     return RuleResult.fired(finding)
+
+
+def _kind_text(load: Load) -> str:
+    """The load's kind in a message."""
+    if load.wanted_frac is None:
+        return ""
+    cpu = fmt_pct(100.0 * load.wanted_frac)
+    if load.kind == WAITING:
+        return f"the loading waits rather than computes (it keeps a core busy {cpu} of its time)"
+    return f"the loading computes (it keeps a core busy {cpu} of its time)"
 
 
 def _gpu_wait_text(ledger: Ledger | None) -> str:
@@ -338,6 +650,17 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         after = dataloader_call(dl, num_workers=4, persistent_workers=True)
     part = ledger.get(Component.DATA_LOADING)
     notes = [f"iterator: {part.detail}"] if part is not None and part.detail else []
+    expected = expected_note = None
+    if it == "single-process" and m.steps and ledger.windows and part is not None and part.ns > 0:
+        # workers hide the whole wait but the receipt of each batch (one batch per step assumed); a bare
+        # trace records neither the cores nor what the loading does: enough of both is assumed
+        wait_ns = part.ns / ledger.windows
+        handover_ns = t.dataloader_handover_ms * 1e6
+        expected = max(0.0, min(1.0, 1.0 - handover_ns / wait_ns))
+        expected_note = (
+            f"workers hide the {fmt_ns(wait_ns)} wait per step but the hand-over of its batch ({fmt_ns(handover_ns)}); "
+            "assumes one batch per step and enough cores (or a load that waits): a bare trace records neither"
+        )
     finding = ctx.finding(
         message,
         Fix(instruction, dataloader_call(dl), after),
@@ -358,6 +681,8 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.DATA_LOADING, None)],
         ledger=ledger,
+        expected=expected,
+        expected_note=expected_note or "",
     )
     return RuleResult.fired(finding)
 

@@ -42,6 +42,15 @@ for x, y in loader:
     loss = step(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
 ```
 
+Expected gain
+-------------
+The loop's own work W (the share at stake), moved into the Dataset, runs in
+`w` DataLoader workers (the cores less `dataloader_reserved_cores`) beside
+the rest of the step R: it stays on the critical path only where `W ÷ w`
+exceeds R, so the expected gain is `W − max(0, W ÷ w − R)`. Work that cannot
+move (logging, metrics fetched from the device) stays: the bound is the whole
+`other_cpu` part.
+
 Evidence used
 -------------
 psutil samples of the main process (`cpu_pct`, 100 = one core), the
@@ -69,6 +78,8 @@ Thresholds
 - `loop_other_share_pct` (25): with phase times, the loop's own work must take
   this share of step time; below it the busy process is inside the model's calls.
 - `gpu_idle_share_pct` (20): the GPU waits.
+- `dataloader_reserved_cores` (1): cores left to the training process (the
+  expected gain's workers).
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
@@ -119,17 +130,10 @@ for x, y in loader:
 
 
 def main_cpu_pct(ctx: RuleContext) -> tuple[float | None, int]:
-    """Median CPU % of the training process over the steps (all samples without steps)."""
-    samples = ctx.samples_process("main")
-    steps = ctx.steps()
-    if steps:
-        lo = steps[0].start_ns
-        hi = max(s.start_ns + s.wall_ns for s in steps)
-        inside = [p for p in samples if lo <= p.t_ns <= hi]
-        samples = inside or samples
-    if not samples:
-        return None, 0
-    return statistics.median(p.cpu_pct for p in samples), len(samples)
+    """Median CPU % of the training process over the steps (all samples without steps): the
+    context's figure, which the summary prints too."""
+    cpu, n, _ = ctx.main_cpu_pct()
+    return cpu, n
 
 
 def _hot_user_code(ctx: RuleContext) -> tuple[Location | None, list[str], float | None]:
@@ -155,7 +159,7 @@ def check(ctx: RuleContext) -> RuleResult:
     busy = max(cpu, 100.0 * demand.main) if demand is not None else cpu
     if busy < t.main_cpu_busy_pct:
         return RuleResult.fine(
-            f"training process at {cpu:.0f}% of one core (median of {n} samples; threshold {t.main_cpu_busy_pct:g}%)"
+            f"training process at {fmt_pct(cpu)} of one core (median of {n} samples; threshold {t.main_cpu_busy_pct:g}%)"
         )
     wait = ctx.data_wait_share_pct()
     if wait is not None and wait > t.dataloader_wait_share_pct:
@@ -168,7 +172,7 @@ def check(ctx: RuleContext) -> RuleResult:
         assert phases is not None
         inside = ", ".join(f"{k} {fmt_pct(phases[k])}" for k in ("forward", "backward", "optimizer") if phases[k])
         return RuleResult.fine(
-            f"training process at {cpu:.0f}% of one core, but its time is inside the model's calls ({inside}), "
+            f"training process at {fmt_pct(cpu)} of one core, but its time is inside the model's calls ({inside}), "
             f"not in the loop's own work ({fmt_pct(loop_pct)} of step time; threshold {t.loop_other_share_pct:g}%): "
             "per-op overhead there is GD103's"
         )
@@ -204,7 +208,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
         m, idle_pct, wname, at_stake = best
     if idle_pct < t.gpu_idle_share_pct:
         return RuleResult.fine(
-            f"training process at {cpu:.0f}% of one core, but the GPU is busy (idle {fmt_pct(idle_pct)}, {wname})"
+            f"training process at {fmt_pct(cpu)} of one core, but the GPU is busy (idle {fmt_pct(idle_pct)}, {wname})"
         )
     confidence = Confidence.MEASURED
     gain_note = "GPU idle time while the host was busy elsewhere (not DataLoader, sync or launches)"
@@ -229,7 +233,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
                          "share less the DataLoader wait")
     metrics.append(Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname))
     message = (
-        f"training process at {cpu:.0f}% of one core while the GPU idles {fmt_pct(idle_pct)} of step time, "
+        f"training process at {fmt_pct(cpu)} of one core while the GPU idles {fmt_pct(idle_pct)} of step time, "
         f"not waiting for data: Python work in the loop holds the GPU back"
         + (f"; hottest user code {location}" if location else "")
     )
@@ -250,8 +254,24 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
         gain_note=gain_note,
         claims=[(Component.OTHER_CPU, claim_cap_ns)] if at_stake is not None else (),
         ledger=ledger,
+        **_expected(ctx, at_stake),
     )
     return RuleResult.fired(finding)
+
+
+def _expected(ctx: RuleContext, at_stake_pct: float | None) -> dict:
+    """The "Expected gain" model: the loop's own work W (the share at stake) moved into ``w``
+    DataLoader workers (the cores less those left to the training process) runs beside the rest of
+    the step R = 100 − W; it stays on the critical path only where W ÷ w exceeds R."""
+    cores = ctx.cpu_count()
+    if at_stake_pct is None or at_stake_pct <= 0 or not cores:
+        return {}
+    w = max(1, cores - ctx.thresholds.dataloader_reserved_cores)
+    rest = 100.0 - at_stake_pct
+    won = at_stake_pct - max(0.0, at_stake_pct / w - rest)
+    return {"expected": max(0.0, won / at_stake_pct),
+            "expected_note": f"the loop's own work spread over {w} DataLoader worker(s) ({cores} cores) beside the "
+                             f"rest of the step: step after ≈ max(rest {rest:.0f}%, work ÷ {w})"}
 
 
 def _python_share(ctx: RuleContext) -> tuple[float | None, DispatchStats | None]:
@@ -300,17 +320,17 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         if python_pct < t.cpu_run_python_share_pct:
             return RuleResult.fine(
                 f"no GPU; {fmt_pct(python_pct)} of a typical step runs Python between torch ops (threshold "
-                f"{t.cpu_run_python_share_pct:g}%; the process at {cpu:.0f}% CPU{waiting})"
+                f"{t.cpu_run_python_share_pct:g}%; the process at {fmt_pct(cpu)} CPU{waiting})"
             )
     elif capacity <= 100.0 and loop_pct is None:
         return RuleResult.cannot_judge(
-            f"no GPU and torch runs {threads} intra-op thread: the process's CPU ({cpu:.0f}%) cannot tell Python "
+            f"no GPU and torch runs {threads} intra-op thread: the process's CPU ({fmt_pct(cpu)}) cannot tell Python "
             "in the loop from op work, and no trace or phase times split the step"
         )
     elif capacity > 100.0 and use_pct >= t.cpu_run_thread_use_max_pct:
         return RuleResult.fine(
             f"no GPU; the training process uses {use_pct:.0f}% of its {n_threads} threads' capacity "
-            f"({cpu:.0f}% CPU{waiting})"
+            f"({fmt_pct(cpu)} CPU{waiting})"
         )
     metrics.append(Metric("thread_capacity_use_pct", round(use_pct, 1), "%", f"{n_threads} threads' capacity"))
     if user_share is not None:
@@ -340,7 +360,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         gain_note = "host time outside the DataLoader wait and the model's calls (forward, backward, optimizer), every step"
         message = (
             f"CPU run bound by one Python thread: {fmt_pct(loop_pct)} of step time is the loop's own work outside "
-            f"the model's calls, while the training process runs at {cpu:.0f}% CPU{waiting}"
+            f"the model's calls, while the training process runs at {fmt_pct(cpu)} CPU{waiting}"
             + (f", {use_pct:.0f}% of what its {n_threads} intra-op threads could use" if n_threads > 1 else f"; {idle}")
         )
     elif user_share is not None:
@@ -351,7 +371,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
             "time (self time)"
         )
         message = (
-            f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
+            f"CPU run bound by one Python thread: the training process runs at {fmt_pct(cpu)} CPU{waiting}, "
             f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
         )
     else:
@@ -359,7 +379,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         confidence = Confidence.INFERRED
         gain_note = "no trace or cProfile of the user's code to put it in time"
         message = (
-            f"CPU run bound by one Python thread: the training process runs at {cpu:.0f}% CPU{waiting}, "
+            f"CPU run bound by one Python thread: the training process runs at {fmt_pct(cpu)} CPU{waiting}, "
             f"{use_pct:.0f}% of what its {n_threads} intra-op threads could use"
         )
     if location:
@@ -381,6 +401,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
         gain_note=gain_note,
         claims=[(Component.OTHER_CPU, None)] if ledger is not None else (),
         ledger=ledger,
+        **_expected(ctx, at_stake),
     )
     return RuleResult.fired(finding)
 

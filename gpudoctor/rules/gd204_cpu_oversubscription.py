@@ -38,6 +38,37 @@ torch.set_num_threads(4)
 loader = DataLoader(ds, batch_size=64, num_workers=3, worker_init_fn=worker_init_fn)
 ```
 
+**The sizes, from the measured demand.** A worker whose threads want more
+than 1.25 cores runs a thread pool of its own: it gets one thread, and is then
+taken to want the CPU it gets now (its other threads spun or waited). The
+training process keeps the cores the workers leave, rounded
+(`torch.set_num_threads`), when its threads want more than that; when the
+workers alone still want more than the cores less one, `num_workers` drops to
+what the cores less one serve at each worker's measured CPU.
+
+Expected gain
+-------------
+Per batch, with means over the steady steps. At stake: the loop's wait for
+the starved workers (the ledger's `data_loading` part, which GD201 leaves to
+this rule when the workers are short of CPU) and, on a run without a GPU, the
+training process's compute stretched by waiting for a core (its host parts of
+the ledger, in the proportion the model shortens them).
+The model:
+
+    compute_after = compute × cores_got ÷ cores_after        (no GPU; else compute)
+    step_after    = max(compute_after, load_cpu ÷ workers_after,
+                        load_cpu ÷ cores_left_to_workers) + hand-over
+    expected      = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
+
+cores_got is the cores the training process gets while it computes (its
+getrusage CPU time over the step less its data wait; the samples' CPU % when
+the steps carry no CPU figures), cores_after the threads it keeps (at most
+the cores the workers leave); load_cpu the workers' CPU per batch now (their
+CPU % × the time per batch, spinning included: an upper bound); the rest is
+GD201's worker model (`dataloader_handover_ms`). Sources: a CPU-bound op's
+time scales with the cores it gets (PyTorch CPU threading notes); OpenMP
+threads beyond the cores spin and stall at barriers (PyTorch tuning guide).
+
 Evidence used
 -------------
 psutil samples of the training process and its workers during the steps:
@@ -45,16 +76,19 @@ psutil samples of the training process and its workers during the steps:
 `/proc/<pid>/task/<tid>/schedstat`); the median over sample instants of their
 sum is the number of threads that wanted a core. Settings: `cpu_count`,
 `num_threads`, the DataLoaders' `num_workers` and `worker_init_fn`,
-`OMP_NUM_THREADS`. The unserved share of the threads' CPU demand sets the
-severity; it is not a share of step time, so the finding claims no part of
-the step's ledger (docs/account.md).
+`OMP_NUM_THREADS`. Per-step records (`wall_ns`, `data_wait_ns`, getrusage
+CPU) and the step's ledger put the cost in step time (docs/account.md);
+without per-step records the unserved share of the threads' CPU demand sets
+the severity and the finding claims no part of a ledger.
 
 Thresholds
 ----------
 - `oversubscription_ratio` (1.5): runnable threads / cores above which it
   fires.
-- `error_share_pct`, `warning_share_pct`: severity from the share of the
-  threads' demand the cores cannot serve, (demand − cores) / demand.
+- `dataloader_handover_ms` (1): the hand-over of a batch in the model.
+- `error_share_pct`, `warning_share_pct`: severity from the share of step
+  time at stake, or (no per-step records) from the share of the threads'
+  demand the cores cannot serve, (demand − cores) / demand.
 
 Known limits
 ------------
@@ -63,8 +97,10 @@ or on a run directory without it, the rule says it cannot judge. A CPU %
 alone cannot show more demand than there are cores. Other processes on the
 machine lengthen the wait but not the demand of the training's own threads,
 which is what the rule compares with the cores; they are not counted. The time
-at stake is inferred from the excess of demand over cores, not measured as
-step time.
+at stake is inferred from the cores the training process gets and would
+get, not measured by running the fix (`--verify` does that); an OpenMP step
+stalled at its barriers can gain more than its cores alone say, a step whose
+compute does not scale with cores less.
 
 References
 ----------
@@ -78,15 +114,21 @@ References
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, location_of
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import (
     Demand,
+    cpu_readings,
     dataloader_call,
     dataloader_injections,
     dataloader_of,
+    loader_step_ns,
     no_dataloader_reason,
     runnable_demand,
 )
@@ -110,6 +152,74 @@ def _remedy(t: Thresholds, d: Demand, cores: int, workers: int) -> tuple[bool, i
         per = worker_need / workers
         new_workers = max(1, min(workers - 1, int((cores - 1) / per) if per > 0 else workers - 1))
     return pools, new_threads, new_workers
+
+
+@dataclass(frozen=True, slots=True)
+class Stake:
+    """What the oversubscription costs a step (per batch, means over the steady steps), and what the
+    model expects after the fix."""
+
+    claims: tuple[tuple[Component, int | None], ...]  # ledger parts and the ns of each claimed (None: whole)
+    stake_ns: float  # per batch: the data wait + the training process's compute stretched by its run-queue wait
+    step_now_ns: float
+    step_after_ns: float
+    expected_fraction: float
+    model: str
+
+
+def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_after: int | None,
+          pools: bool) -> Stake | None:
+    """The model (see the docs), from the steady steps; None without per-step records or a ledger."""
+    steps = ctx.steady_steps()
+    ledger = ctx.ledger()
+    if not steps or ledger is None or ledger.total_ns <= 0:
+        return None
+    micro = ctx.micro_batches() or 1
+    batches = max(1, len(steps) * micro)
+    step = sum(s.wall_ns for s in steps) / batches
+    wait = sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / batches
+    compute = max(1.0, step - wait)
+    handover = ctx.thresholds.dataloader_handover_ms * 1e6
+    # the workers after one thread each want about the CPU they get now (their threads spun or waited)
+    worker_need = min(d.workers_cpu, float(workers_after)) if pools else d.workers
+    # the cores the training process gets while it computes: its CPU time over the steps' time outside the
+    # data wait (getrusage), else what the samples say it got over the whole span (its waits for data included)
+    readings = [r for r in cpu_readings(steps) if r.wall_ns > r.wait_ns]
+    if readings:
+        main_got = max(0.05, statistics.median(r.cpu_ns / (r.wall_ns - r.wait_ns) for r in readings))
+    else:
+        main_got = max(0.05, d.main - d.main_wait)
+    main_after = max(1.0, min(float(threads_after or d.main), cores - min(worker_need, cores - 1.0)))
+    cpu_run = not ctx.has_gpu()
+    # on a run without a GPU the step's compute is the training process's CPU work: it runs on the cores it
+    # gets, so it shortens as they grow; on a GPU run the compute is left as it is
+    compute_after = compute * min(1.0, main_got / main_after) if cpu_run else compute
+    terms = [f"compute {fmt_ns(compute_after)}"]
+    after = compute_after
+    if wait > 0:
+        load_cpu = d.workers_cpu * step  # CPU per batch now (spinning included: an upper bound)
+        usable = max(1, round(cores - main_after)) if cores > main_after else 1
+        after = loader_step_ns(compute_ns=compute_after, load_ns=load_cpu, load_cpu_ns=load_cpu,
+                               workers=max(1, workers_after), usable_cores=usable, cores=None, main_cpu_ns=None,
+                               handover_ns=handover)
+        terms += [f"load CPU {fmt_ns(load_cpu)} ÷ {max(1, workers_after)} worker(s)",
+                  f"÷ {usable} core(s) left to them", f"+ hand-over {fmt_ns(handover)}"]
+    after = min(after, step)
+    compute_stake = compute - compute_after
+    claims: list[tuple[Component, int | None]] = [(Component.DATA_LOADING, None)]
+    if compute_stake > 0:
+        # the training process's own time, outside the data wait: every host part but communication
+        parts = (Component.CPU_COMPUTE, Component.FORWARD, Component.BACKWARD, Component.OPTIMIZER,
+                 Component.LAUNCH_OVERHEAD, Component.OTHER_CPU, Component.UNEXPLAINED)
+        share = compute_stake / compute
+        claims += [(c, int(ledger.ns(c) * share)) for c in parts if ledger.ns(c) > 0]
+    at_stake = wait + compute_stake
+    fraction = max(0.0, min(1.0, (step - after) / at_stake)) if at_stake > 0 else 0.0
+    model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)} against {fmt_ns(step)} now "
+             f"(compute {fmt_ns(compute)} × {main_got:.2f} cores now ÷ {main_after:.2f} after"
+             + ("" if cpu_run else ", not shortened: a GPU run") + f"): {fmt_pct(100.0 * fraction)} of the "
+             f"{fmt_ns(at_stake)} at stake won")
+    return Stake(tuple(claims), at_stake, step, after, fraction, model)
 
 
 def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
@@ -212,16 +322,36 @@ def check(ctx: RuleContext) -> RuleResult:
         Metric("oversubscription_ratio", round(ratio, 2), "ratio"),
         Metric("cpu_demand_unserved_pct", round(excess_pct, 1), "%", "the threads' CPU demand"),
     ]
+    st = stake(ctx, d, cores, new_workers, new_threads, pools)
+    if st is None:
+        finding = ctx.finding(
+            message,
+            Fix(instruction, before, after),
+            share_pct=None,
+            severity_pct=excess_pct,
+            confidence=Confidence.INFERRED,
+            metrics=metrics,
+            settings=settings,
+            location=loc,
+            gain_note=f"{excess_pct:.1f}% of the threads' CPU demand the cores cannot serve; not a share of step time",
+        )
+        return RuleResult.fired(finding)
+    metrics += [Metric("at_stake_per_batch_ns", int(st.stake_ns), "ns", "data wait + compute stretched by waiting"),
+                Metric("expected_step_ns", int(st.step_after_ns), "ns", "per batch, by the model")]
     finding = ctx.finding(
         message,
         Fix(instruction, before, after),
         share_pct=None,
-        severity_pct=excess_pct,
         confidence=Confidence.INFERRED,
         metrics=metrics,
         settings=settings,
         location=loc,
-        gain_note=f"{excess_pct:.1f}% of the threads' CPU demand the cores cannot serve; not a share of step time",
+        gain_note=(f"the loop's wait for starved workers and its compute stretched by waiting for a core "
+                   f"({excess_pct:.1f}% of the threads' CPU demand the cores cannot serve)"),
+        claims=list(st.claims),
+        ledger=ctx.ledger(),
+        expected=st.expected_fraction,
+        expected_note=st.model,
     )
     return RuleResult.fired(finding)
 

@@ -34,6 +34,18 @@ for x, y in loader:
     x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
 ```
 
+Expected gain
+-------------
+Pinned copies run at the link's bandwidth: the copies would take
+`count × 1.5 µs + bytes ÷ pinned bandwidth` instead of their measured time, and
+the expected gain is the difference, at most the time at stake. The pinned
+bandwidth is this trace's own when it has large pinned copies (≥ 1 MiB on
+average), else ~75% of the GPU's PCIe link per direction (PCIe 3.0: 12 GB/s,
+4.0: 24 GB/s, 5.0: 48 GB/s: the rate CUDA's bandwidthTest reaches pinned); the
+1.5 µs per copy is a small copy's device time in the public traces. Pageable
+copies that already run near the link's rate (as some do) win little, and
+the rule says so. Factors and sources: `gpudoctor/rules/speedups.py`.
+
 Evidence used
 -------------
 Trace: host-to-device copies per memory kind with count, bytes, time and
@@ -71,6 +83,14 @@ from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import dataloader_call, dataloader_of, pinned_copy_injections
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import (
+    COPY_LATENCY_NS,
+    MIN_MEASURED_COPY_BYTES,
+    PCIE_PINNED_GBPS,
+    is_amd,
+    pcie_generation,
+    pinned_copy_fraction,
+)
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -146,6 +166,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     pinned = [x for x in h2d if x.memory_kind == "pinned" and x.bandwidth_gbps]
     if pinned:
         metrics.append(Metric("pinned_h2d_bandwidth", round(pinned[0].bandwidth_gbps or 0.0, 2), "GB/s"))
+    expected, expected_note = _expected(ctx, pinned, count, nbytes, dur)
     finding = ctx.finding(
         message,
         Fix(instruction, before, after),
@@ -160,8 +181,30 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.H2D, dur)],
         ledger=ctx.ledger(m),
+        expected=expected,
+        expected_note=expected_note,
     )
     return RuleResult.fired(finding)
+
+
+def _expected(ctx: RuleContext, pinned, count: int, nbytes: int, dur: int) -> tuple[float | None, str]:
+    """Pinned copies run at the link's pinned bandwidth: measured on this trace's own large pinned
+    copies when it has them, else the PCIe generation of the GPU (``rules.speedups``)."""
+    big = [x for x in pinned if x.count and x.bytes / x.count >= MIN_MEASURED_COPY_BYTES]
+    if big:
+        gbps = max(x.bandwidth_gbps or 0.0 for x in big)
+        where = f"{gbps:.1f} GB/s, the pinned copies of this trace"
+    else:
+        name, cc = ctx.device_cc()
+        gen = pcie_generation(cc, amd=is_amd(name))
+        if gen is None:
+            return None, ""
+        gbps = PCIE_PINNED_GBPS[gen]
+        where = f"{gbps:g} GB/s, a PCIe {gen}.0 x16 link's pinned rate"
+    frac = pinned_copy_fraction(count, nbytes, dur, gbps)
+    if frac is None:
+        return None, ""
+    return frac, f"pinned copies at {where}, {COPY_LATENCY_NS / 1000:g} µs each at least"
 
 
 def check(ctx: RuleContext) -> RuleResult:

@@ -30,6 +30,13 @@ After:
 x = batch.pin_memory().to("cuda", non_blocking=True)   # or pin_memory=True at the DataLoader
 ```
 
+Expected gain
+-------------
+As GD102's: once the copies no longer block, the host runs ahead, and a step
+takes the longer of the GPU's busy time and the host's own time (today's step
+less the blocked time): `step_after = max(GPU busy, step − blocked)`, at most
+the time at stake (`gpudoctor/rules/speedups.py`).
+
 Evidence used
 -------------
 Trace: copies per direction and memory kind, how many were blocking and the
@@ -69,6 +76,7 @@ from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import pinned_copy_injections
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import runs_ahead_fraction
 
 _ARROWS = {"HtoD": "host→device", "DtoH": "device→host", "DtoD": "device→device", "HtoH": "host→host"}
 
@@ -121,6 +129,9 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         at_stake = share
         estimated = True
         gain_note = "host time blocked in copies (no ledger of the step)"
+    expected, expected_note = (
+        runs_ahead_fraction(sum(sl.pct for sl in ledger.slices if sl.side == "device"), share, at_stake)
+        if ledger is not None else (None, ""))
     message = (
         f"{blocking_count} copies block the host for {fmt_ns(blocking_ns)}, {fmt_pct(share)} of step time: "
         + "; ".join(parts)
@@ -153,6 +164,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         gain_note=gain_note,
         rank=m.rank,
         claims=[(Component.SYNC_WAIT, blocking_ns)],
+        expected=expected,
+        expected_note=expected_note,
         ledger=ledger,
     )
     return RuleResult.fired(finding)

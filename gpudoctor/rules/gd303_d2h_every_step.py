@@ -34,6 +34,12 @@ for x, y in loader:
 print(correct.item())                     # once, after the loop
 ```
 
+Expected gain
+-------------
+Reading device results every 100 steps (the fix's example) instead of every
+step leaves 1% of the copies: 99% of their own time. The syncs they force are
+GD102's, with its own model.
+
 Evidence used
 -------------
 Trace: device-to-host copies with count, bytes, time, and the number of
@@ -68,6 +74,7 @@ from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import READ_EVERY_STEPS
 
 _BEFORE = """for x, y in loader:
     out = model(x)
@@ -138,6 +145,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.D2H, dur)],
         ledger=ctx.ledger(m),
+        expected=1.0 - 1.0 / READ_EVERY_STEPS,
+        expected_note=f"the copies made every {READ_EVERY_STEPS} steps instead of every step",
     )
     return RuleResult.fired(finding)
 
@@ -152,6 +161,7 @@ RULE = Rule(
     code="GD303",
     name="d2h-every-step",
     title="Device-to-host copies in every step",
+    technique="Keep results on the GPU between steps (fetch them every N steps)",
     doc=__doc__,
     check=check,
     needs=("gpu", "trace", "steps"),

@@ -51,6 +51,22 @@ for x, y in loader:
     scaler.step(opt); scaler.update(); opt.zero_grad()
 ```
 
+Expected gain
+-------------
+AMP shortens the claimed kernels, not the step: each kind is sped up by
+half-precision Tensor Cores over the precision it ran in, and the expected
+gain is `conv_time × (1 − 1/s_conv) + matmul_time × (1 − 1/s_matmul)`. Each
+`s` is the datasheet's peak throughput of FP16/BF16 Tensor Cores over the
+precision of today's kernels (FP32, or TF32 where cuDNN's default
+`allow_tf32` or the matmul flags already use it on Ampere and later), at
+most `tensor_core_speedup_max_ratio` (3x): training-sized kernels are partly
+bound by memory and realize a fraction of the peak. On a V100 that is 3x on
+FP32 kernels (peak ratio 8x), so AMP is expected to win two thirds of their
+time; on an A100 whose convolutions already ran in TF32, 2x on those. The
+figures and their sources are in `gpudoctor/rules/speedups.py`. The bound is
+the whole claimed time. On a step that waits on the host, faster kernels may
+not shorten it at all: fix the host-side findings first.
+
 Evidence used
 -------------
 Trace: the device's compute capability, Tensor Core kernel share by kernel
@@ -65,6 +81,8 @@ Thresholds
 - `amp_min_compute_capability` (7.0), `bf16_min_compute_capability` (8.0).
 - `amp_fp32_share_pct` (30): FP32 eligible kernel time, % of kernel time.
 - `amp_tensor_core_max_pct` (1): Tensor Core kernel share below which "none run".
+- `tensor_core_speedup_max_ratio` (3): the most a kernel is expected to speed up
+  on Tensor Cores (the expected gain's cap).
 - `error_share_pct`, `warning_share_pct`: severity from the eligible kernels'
   share of step time (the upper bound of what AMP can win).
 
@@ -80,6 +98,8 @@ lose accuracy in FP16; BF16 or keeping sensitive layers in FP32 fixes most.
 References
 ----------
 - `torch.amp`: https://pytorch.org/docs/stable/amp.html
+- NVIDIA, Training with mixed precision (up to 3x from Tensor Cores):
+  https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html
 - PyTorch AMP recipe: https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html
 - torch-tb-profiler's AMP recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 """
@@ -92,6 +112,13 @@ from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, KernelStats, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import (
+    conv_tf32,
+    is_amd,
+    kernel_speedup,
+    matmul_tf32_flags,
+    won_fraction,
+)
 
 _BEFORE = """for x, y in loader:
     loss = loss_fn(model(x), y)
@@ -166,6 +193,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     eligible_ns = int(k.total_ns * fp32 / 100.0)
     share = ctx.trace_share(m, eligible_ns)
     bf16 = cc >= t.bf16_min_compute_capability
+    ledger = ctx.ledger(m)
+    expected, expected_note = _expected(ctx, ledger, name, cc, inferred, _named_ns(k, gemm=True))
     dtype = "torch.bfloat16" if bf16 else "torch.float16 with torch.amp.GradScaler"
     message = (
         f"{fmt_pct(fp32)} of GPU kernel time is FP32 conv/matmul and no Tensor Core kernels run "
@@ -206,9 +235,41 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
         # other kernels: the former (no Tensor Core kernel runs, so they are FP32) and, of the latter,
         # at most the GEMM time read from the names
         + ([(Component.GPU_CONV, None), (Component.GPU_COMPUTE, _named_ns(k, gemm=True))] if inferred else []),
-        ledger=ctx.ledger(m),
+        ledger=ledger,
+        expected=expected,
+        expected_note=expected_note,
     )
     return RuleResult.fired(finding)
+
+
+def _expected(ctx: RuleContext, ledger, name: str, cc: float, inferred: bool, named_gemm_ns: int) -> tuple[float | None, str]:
+    """The share of the claimed kernel time AMP is expected to win: each kind of kernel (convolutions,
+    matmuls) sped up by half-precision Tensor Cores over the precision it ran in (TF32 where cuDNN or
+    the matmul flags already used it), ``rules.speedups``; weighted by their time in the ledger."""
+    if ledger is None:
+        return None, ""
+    t = ctx.thresholds
+    amd = is_amd(name)
+    ampere = amd or cc >= t.tf32_min_compute_capability
+    conv_src = "tf32" if ampere and conv_tf32(ctx.settings) else "fp32"
+    mm_on, _, _ = matmul_tf32_flags(ctx.settings)
+    mm_src = "tf32" if ampere and mm_on else "fp32"
+    conv_ns = ledger.ns(Component.GPU_FP32_CONV) + (ledger.ns(Component.GPU_CONV) if inferred else 0)
+    mm_ns = ledger.ns(Component.GPU_FP32_MATMUL) + (min(named_gemm_ns, ledger.ns(Component.GPU_COMPUTE)) if inferred else 0)
+    cap = t.tensor_core_speedup_max_ratio
+    s_conv = kernel_speedup(cc, conv_src, "half", cap, amd=amd)
+    s_mm = kernel_speedup(cc, mm_src, "half", cap, amd=amd)
+    if s_conv is None or s_mm is None or conv_ns + mm_ns <= 0:
+        return None, ""
+    won = conv_ns * (won_fraction(s_conv) or 0.0) + mm_ns * (won_fraction(s_mm) or 0.0)
+    parts = []
+    if conv_ns:
+        parts.append(f"convolutions ({conv_src.upper()} today) ~{s_conv:.1f}x")
+    if mm_ns:
+        parts.append(f"matmuls ({mm_src.upper()} today) ~{s_mm:.1f}x")
+    note = (f"half-precision Tensor Cores on {name or 'this GPU'}: " + ", ".join(parts)
+            + f" (the datasheet's peak ratio, at most {cap:g}x realized)")
+    return won / (conv_ns + mm_ns), note
 
 
 def check(ctx: RuleContext) -> RuleResult:

@@ -32,6 +32,14 @@ torch.set_float32_matmul_precision("high")   # TF32 for float32 matmuls
 model = Net().cuda()
 ```
 
+Expected gain
+-------------
+TF32 shortens the FP32 matmul kernels it claims by the datasheet's TF32/FP32
+peak ratio of the GPU, at most `tensor_core_speedup_max_ratio` (3x realized:
+kernels partly bound by memory reach less than the peak): the expected gain is
+`matmul_time × (1 − 1/s)`; 3x on A100 and H100 (peak ratio 8x), 2x on GA10x
+parts (A10, RTX 30). Figures and sources: `gpudoctor/rules/speedups.py`.
+
 Evidence used
 -------------
 The device's compute capability (trace or manifest); settings: the TF32 flags
@@ -44,6 +52,8 @@ Thresholds
 ----------
 - `tf32_min_compute_capability` (8.0).
 - `tf32_fp32_share_pct` (10): FP32 eligible kernel time, % of kernel time.
+- `tensor_core_speedup_max_ratio` (3): the most a kernel is expected to speed up
+  on Tensor Cores (the expected gain's cap).
 - `error_share_pct`, `warning_share_pct`: severity from that time's share of
   step time (an upper bound).
 
@@ -67,8 +77,9 @@ from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
-from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
+from gpudoctor.rules.helpers import flag_ref, flag_text
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import is_amd, kernel_speedup, matmul_tf32_flags, won_fraction
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> RuleResult:
@@ -87,6 +98,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> Rul
             f"FP32 matmul kernels {fmt_pct(matmul_pct)} of kernel time (threshold {t.tf32_fp32_share_pct:g}%)"
         )
     share = ctx.trace_share(m, matmul_ns)
+    speedup = kernel_speedup(cc, "fp32", "tf32", t.tensor_core_speedup_max_ratio, amd=is_amd(name))
     message = (
         f"{fmt_pct(matmul_pct)} of kernel time is FP32 matmul on {name or 'an'} (compute capability {cc:g}) "
         "with TF32 off: " + "; ".join(flag_text(f) for f in refs)
@@ -115,6 +127,9 @@ def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> Rul
         rank=m.rank,
         claims=[(Component.GPU_FP32_MATMUL, None)],
         ledger=ctx.ledger(m),
+        expected=won_fraction(speedup),
+        expected_note=(f"TF32 Tensor Cores ~{speedup:.1f}x on FP32 matmul kernels (the datasheet's TF32/FP32 "
+                       f"ratio, at most {t.tensor_core_speedup_max_ratio:g}x realized)") if speedup else "",
     )
     return RuleResult.fired(finding)
 
@@ -130,31 +145,14 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable(f"{name or 'the GPU'} (compute capability {cc:g}) has no TF32")
     if ctx.settings is None:
         return RuleResult.cannot_judge("the TF32 flags are not recorded in a trace: run `gpudoctor profile`")
-    allow = find_flag(ctx, "matmul.allow_tf32")
-    precision = find_flag(ctx, "float32_matmul_precision")
-    # PyTorch 2.9+: torch.backends.cuda.matmul.fp32_precision ("tf32" / "ieee" / "none": inherit the generic one)
-    fp32_matmul = find_flag(ctx, "cuda.matmul.fp32_precision")
-    fp32_generic = find_flag(ctx, "torch.backends.fp32_precision")
-    if allow is None and precision is None and fp32_matmul is None:
+    on, enabling, refs = matmul_tf32_flags(ctx.settings)
+    if on is None:
         return RuleResult.cannot_judge("the run's settings do not record the TF32 flags")
-    enabling = [
-        f
-        for f, on_values in (
-            (precision, ("high", "medium")),
-            (allow, (True,)),
-            (fp32_matmul, ("tf32",)),
-        )
-        if f is not None and (f.value.lower() if isinstance(f.value, str) else f.value) in on_values
-    ]
-    if (
-        fp32_matmul is not None
-        and str(fp32_matmul.value).lower() == "none"
-        and fp32_generic is not None
-        and str(fp32_generic.value).lower() == "tf32"
-    ):
-        enabling.append(fp32_generic)
     if enabling:
-        return RuleResult.fine(f"TF32 on: {flag_text(enabling[0])}", applied=True)
+        # applied when the script set a flag that enables it; on by default (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, a
+        # build's default) it is in use, but not the script's choice
+        chosen = [f for f in enabling if f.call_site is not None]
+        return RuleResult.fine(f"TF32 on: {flag_text((chosen or enabling)[0])}", applied=bool(chosen))
     autocast = [a for a in ctx.settings.autocast if a.enabled and a.device_type == "cuda"]
     if autocast:
         return RuleResult.not_applicable(
@@ -162,7 +160,6 @@ def check(ctx: RuleContext) -> RuleResult:
         )
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels to measure FP32 matmul time")
-    refs = [f for f in (allow, precision, fp32_matmul) if f is not None]
     return ctx.per_trace(lambda m: _judge(ctx, m, refs, name, cc))
 
 

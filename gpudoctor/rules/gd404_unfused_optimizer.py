@@ -31,6 +31,16 @@ After:
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 ```
 
+Expected gain
+-------------
+A for-each-tensor optimizer launches its kernels once per parameter tensor;
+the multi-tensor (`foreach`) and `fused` implementations take up to 36
+tensors per launch (ATen's `MultiTensorApply.cuh`, depth 4). The optimizer's
+host time and its tiny, latency-bound kernels scale with the launches, so the
+expected gain is `1 − ceil(tensors ÷ 36) ÷ tensors` of the time at stake.
+Without parameter counts (a bare trace) there is no expected figure, only the
+bound. Factors: `gpudoctor/rules/speedups.py`.
+
 Evidence used
 -------------
 Trace: kernels launched per optimizer step (`kernels.optimizer_kernels_per_step`)
@@ -64,11 +74,14 @@ References
 
 from __future__ import annotations
 
+import math
+
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.speedups import TENSORS_PER_LAUNCH, launch_fraction
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -133,6 +146,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.OPTIMIZER, None), (Component.GPU_OPTIMIZER, None)],
         ledger=ledger,
+        expected=launch_fraction(tensors, math.ceil(tensors / TENSORS_PER_LAUNCH)) if tensors else None,
+        expected_note=(f"the optimizer's time scales with its launches: {tensors} parameter tensors in "
+                       f"{math.ceil(tensors / TENSORS_PER_LAUNCH)} multi-tensor launches of up to "
+                       f"{TENSORS_PER_LAUNCH} instead of one each") if tensors else "",
     )
     return RuleResult.fired(finding)
 
@@ -169,6 +186,7 @@ RULE = Rule(
     code="GD404",
     name="unfused-optimizer",
     title="optimizer.step launches many small kernels",
+    technique="A fused optimizer step (fused=True or foreach)",
     doc=__doc__,
     check=check,
     needs=("gpu", "trace"),

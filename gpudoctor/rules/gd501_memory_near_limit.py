@@ -120,6 +120,7 @@ RULE = Rule(
     code="GD501",
     name="memory-near-limit",
     title="Peak GPU memory near the device's capacity",
+    technique="Headroom in GPU memory (batch size, activation checkpointing)",
     doc=__doc__,
     check=check,
     needs=("gpu", "memory"),

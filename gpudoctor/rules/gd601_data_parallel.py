@@ -126,6 +126,7 @@ RULE = Rule(
     code="GD601",
     name="data-parallel",
     title="nn.DataParallel in use",
+    technique="DistributedDataParallel rather than nn.DataParallel",
     doc=__doc__,
     check=check,
     needs=("settings",),

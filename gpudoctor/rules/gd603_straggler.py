@@ -204,6 +204,7 @@ RULE = Rule(
     code="GD603",
     name="straggler",
     title="One rank is consistently slower and the others wait for it",
+    technique="Balance the work across ranks",
     doc=__doc__,
     check=check,
     needs=("trace",),

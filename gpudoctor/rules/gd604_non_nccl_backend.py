@@ -163,6 +163,7 @@ RULE = Rule(
     code="GD604",
     name="non-nccl-backend",
     title="Collectives on CUDA tensors use a non-NCCL backend (gloo)",
+    technique="The NCCL backend for collectives on CUDA tensors",
     doc=__doc__,
     check=check,
     needs=("gpu", "settings"),

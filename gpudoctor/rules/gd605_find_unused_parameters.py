@@ -138,6 +138,7 @@ RULE = Rule(
     code="GD605",
     name="find-unused-parameters",
     title="DDP find_unused_parameters=True while every parameter is used",
+    technique="find_unused_parameters=False when every parameter is used",
     doc=__doc__,
     check=check,
     needs=("settings",),

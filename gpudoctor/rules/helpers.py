@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpudoctor.model.findings import Finding, Location, Metric, SettingRef
 from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
-from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry
+from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry, StepRecord
 from gpudoctor.rules.context import RuleContext, location_of
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
@@ -259,3 +259,188 @@ def too_few_steps(d: DispatchStats) -> str | None:
                 "typical one); profile more steps (`gpudoctor profile --steps N`, N of 30 or more)")
     return None
 
+
+
+# --------------------------------------------------------------------------- the DataLoader's load (GD201, GD204)
+
+# cProfile's names of calls in which a thread waits rather than computes: sleeping, polling, socket and
+# file I/O, waiting for a lock, a thread or a child process. A read served from the page cache is CPU
+# work under the same name; the rules bound it by the process's CPU time (getrusage).
+_WAITING_CALL_RE = re.compile(
+    r"^<built-in method (?:time\.sleep|select\.\w+|_socket\.\w+|posix\.(?:read|readv|pread|preadv|waitpid|wait\w*"
+    r"|open|stat|lstat|fstat|sendfile|scandir|listdir)|io\.open|_io\.open|nt\.\w+)>$"
+    r"|^<method '(?:recv\w*|send\w*|accept|connect\w*|read\w*|peek|poll|select|control|acquire|wait\w*|join"
+    r"|do_handshake|get)' of '(?:_socket\.socket|_ssl\._SSLSocket|_io\.\w+|select\.\w+|_thread\.\w+"
+    r"|_multiprocessing\.SemLock|_queue\.SimpleQueue|mmap\.mmap)' objects>$"
+)
+
+
+def is_waiting_call(e: PstatsEntry) -> bool:
+    """A call whose self time is a thread blocked (sleep, I/O, a socket, a lock), not computing."""
+    return bool(_WAITING_CALL_RE.match(e.function))
+
+
+def entry_name(e: PstatsEntry) -> str:
+    """How a finding names a cProfile entry: ``file:line(function)``, or the built-in's name."""
+    if e.file.startswith("~") or not e.line:
+        return e.function.strip("<>").replace("built-in method ", "")
+    return f"{e.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{e.line}({e.function})"
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderProfile:
+    """The cProfile of the DataLoader's fetch in the training process (``num_workers=0``)."""
+
+    fetch_s: float  # time inside the fetch (the dataset's __getitem__ and the collate_fn)
+    waiting_s: float  # of it, in calls that wait (sleep, I/O, sockets, locks)
+    waits: tuple[PstatsEntry, ...]  # those calls, most time first
+    hot: tuple[PstatsEntry, ...]  # the computing functions with the most self time inside it
+    own: tuple[PstatsEntry, ...]  # the user's own functions inside it, most time inside first
+
+    @property
+    def cpu_frac(self) -> float:
+        """The share of the fetch's time that is not waiting: an estimate of its CPU ÷ wall time."""
+        return max(0.0, min(1.0, 1.0 - self.waiting_s / self.fetch_s)) if self.fetch_s > 0 else 1.0
+
+
+def loader_profile(entries: tuple[PstatsEntry, ...], top: int = 3) -> LoaderProfile | None:
+    """The loading code's time in the cProfile (``PstatsEntry.loader_*``, parsed along caller edges);
+    None when the training process ran no fetch (workers load, or no cProfile)."""
+    inside = [e for e in entries if e.loader_cumtime_s > 0.0]
+    if not inside:
+        return None
+    fetch_s = max(e.loader_cumtime_s for e in inside)
+    waits = sorted((e for e in inside if is_waiting_call(e) and e.loader_tottime_s > 0.0),
+                   key=lambda e: -e.loader_tottime_s)
+    hot = sorted((e for e in inside if not is_waiting_call(e) and e.loader_tottime_s > 0.0),
+                 key=lambda e: -e.loader_tottime_s)
+    own_set = {id(e) for e in user_functions(tuple(inside))}
+    own = sorted((e for e in inside if id(e) in own_set), key=lambda e: -e.loader_cumtime_s)
+    waiting_s = min(fetch_s, sum(e.loader_tottime_s for e in waits))
+    return LoaderProfile(fetch_s, waiting_s, tuple(waits[:top]), tuple(hot[:top]), tuple(own[:top]))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuReading:
+    """One getrusage reading of the training process (every thread) and the steps it covers."""
+
+    steps: int
+    wall_ns: int
+    cpu_ns: int  # user + system
+    wait_ns: int  # of the wall time, blocked in DataLoader.__next__
+    model_ns: int | None  # in the model's calls (forward, backward, optimizer.step); None: not timed
+    instrumented: bool  # a covered step ran under torch.profiler or cProfile (their own CPU is in it)
+
+
+_MIN_PLAIN_READINGS = 5  # uninstrumented readings enough to judge from them alone
+
+
+def cpu_readings(steps: tuple[StepRecord, ...]) -> tuple[CpuReading, ...]:
+    """The readings among ``steps`` (in order): a row with CPU figures covers ``cpu_steps`` steps
+    ending at it (itself and the rows just before it without figures); a reading whose steps are not
+    all among ``steps`` is left out. Those of steps without an instrument when there are enough of
+    them: torch.profiler's and cProfile's own work (a trace export: seconds of CPU in one step) is
+    in the others' figures."""
+    out: list[CpuReading] = []
+    group: list[StepRecord] = []
+    prev = None
+    for s in steps:
+        if prev is not None and s.index != prev + 1:
+            group = []
+        prev = s.index
+        group.append(s)
+        if s.user_cpu_ns is None or s.sys_cpu_ns is None:
+            continue
+        k = max(1, s.cpu_steps or 1)
+        if len(group) >= k:
+            covered = group[-k:]
+            timed = all(x.backward_ns is not None and x.optimizer_ns is not None for x in covered)
+            out.append(CpuReading(
+                steps=k,
+                wall_ns=sum(x.wall_ns for x in covered),
+                cpu_ns=s.user_cpu_ns + s.sys_cpu_ns,
+                wait_ns=sum(min(x.data_wait_ns, x.wall_ns) for x in covered),
+                model_ns=sum((x.forward_ns or 0) + (x.backward_ns or 0) + (x.optimizer_ns or 0) for x in covered)
+                if timed else None,
+                instrumented=any(x.window for x in covered),
+            ))
+        group = []
+    plain = [r for r in out if not r.instrumented]
+    return tuple(plain if len(plain) >= _MIN_PLAIN_READINGS else out)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerUse:
+    """The DataLoader workers in the psutil samples taken while the steps ran (medians over instants)."""
+
+    workers: int  # worker processes seen at an instant (median)
+    cpu_cores: float  # the cores they used together (psutil CPU %, ÷ 100)
+    wanted_cores: float | None  # the cores they wanted: used + waiting in the run queue (None: no schedstat)
+    worker_rss_bytes: int | None  # the median worker's resident memory
+    main_rss_bytes: int | None  # the training process's resident memory
+    ticks: int
+
+
+def worker_use(ctx: RuleContext) -> WorkerUse | None:
+    """The workers' and the training process's figures over the steps' span (every sample without
+    steps); None without a sample of the training process."""
+    steps = ctx.steps()
+    lo, hi = (steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps)) if steps else (None, None)
+    ticks: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    worker_rss: list[int] = []
+    main_rss: list[int] = []
+    runq_known = True
+    for p in ctx.samples_process():
+        if p.role not in ("main", "worker") or (lo is not None and not lo <= p.t_ns <= hi):
+            continue
+        tick = ticks[p.t_ns]
+        if p.role == "main":
+            tick["main"] = 1.0
+            main_rss.append(p.rss_bytes)
+            continue
+        tick["n"] += 1
+        tick["cpu"] += p.cpu_pct / 100.0
+        if p.runq_wait_pct is None:
+            runq_known = False
+        else:
+            tick["runq"] += p.runq_wait_pct / 100.0
+        worker_rss.append(p.rss_bytes)
+    rows = [v for v in ticks.values() if v.get("main")]
+    if not rows:
+        return None
+    return WorkerUse(
+        workers=int(statistics.median(v["n"] for v in rows)),
+        cpu_cores=statistics.median(v["cpu"] for v in rows),
+        wanted_cores=statistics.median(v["cpu"] + v["runq"] for v in rows) if runq_known and worker_rss else None,
+        worker_rss_bytes=int(statistics.median(worker_rss)) if worker_rss else None,
+        main_rss_bytes=int(statistics.median(main_rss)) if main_rss else None,
+        ticks=len(rows),
+    )
+
+
+def loader_step_ns(
+    *,
+    compute_ns: float,
+    load_ns: float,
+    load_cpu_ns: float | None,
+    workers: int,
+    usable_cores: int | None,
+    cores: int | None,
+    main_cpu_ns: float | None,
+    handover_ns: float,
+) -> float:
+    """The step per batch with ``workers`` DataLoader workers (GD201's model, also GD204's)::
+
+        step = max(compute, load ÷ workers, load_cpu ÷ usable_cores, (main_cpu + load_cpu) ÷ cores) + handover
+
+    The loop takes a batch every ``compute`` (the step less its data wait) plus the hand-over of a
+    batch from a worker; ``workers`` deliver ``workers`` batches per ``load`` (the wall time of one
+    batch in one worker); the workers' CPU per batch cannot run faster than the cores left to them
+    allow, nor can the training process's and the workers' CPU together exceed all the cores. Terms
+    whose figures are unknown (None) are left out."""
+    terms = [compute_ns, load_ns / max(1, workers)]
+    if load_cpu_ns is not None and usable_cores:
+        terms.append(load_cpu_ns / usable_cores)
+    if load_cpu_ns is not None and main_cpu_ns is not None and cores:
+        terms.append((main_cpu_ns + load_cpu_ns) / cores)
+    return max(terms) + handover_ns

@@ -46,10 +46,15 @@ class Rule:
     # applied that way. None: no fix of this rule can be (``not_injectable`` says why).
     inject: Callable[[Any, Any], Any] | None = None
     not_injectable: str = ""  # why --verify does not try this rule's fixes (a source edit, changed numerics …)
-    # --verify compares the "median" of steady steps, or by "epoch": every step after the warm-up, epoch
-    # starts and the other steps each by their median, weighted by how often they occur (a fix whose gain
-    # falls on a few steps, which no median sees: GD202's worker start-up)
-    verify_statistic: str = "median"
+    # --verify compares each trial run's time per step (total ÷ steps: throughput) over its steady steps,
+    # the first step of each epoch left out as a one-off cost: "throughput". A rule asks for another
+    # statistic only with a reason, given beside it: "epoch" keeps the epoch starts in the total (a fix
+    # whose gain falls there: GD202's worker start-up)
+    verify_statistic: str = "throughput"
+    # the checklist item of a rule outside the seed checklist's techniques (rules.checklist.TECHNIQUES): the
+    # technique that answers it, named as what to do ("Keep results on the GPU between steps"), not as the
+    # problem its title names
+    technique: str = ""
 
     @property
     def group(self) -> int:

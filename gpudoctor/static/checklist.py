@@ -28,7 +28,7 @@ def checklist_rows() -> list[tuple[str, str, int | None, tuple[str, ...]]]:
         (t.key, t.title, t.number, t.codes) for t in TECHNIQUES
     ]
     covered = {c for t in TECHNIQUES for c in t.codes}
-    rows += [(r.name, r.title, None, (r.code,)) for r in all_rules() if r.code not in covered]
+    rows += [(r.name, r.technique or r.title, None, (r.code,)) for r in all_rules() if r.code not in covered]
     return rows
 
 

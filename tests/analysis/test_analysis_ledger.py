@@ -27,20 +27,26 @@ def _parts(tl) -> dict[str, int]:
     return {s.component: s.ns // US for s in m.ledger.slices}
 
 
-def test_idle_is_charged_gap_by_gap_from_gd101s_causes():
+def test_idle_is_charged_instant_by_instant_to_what_the_host_was_doing():
+    """torch-tb-profiler's step breakdown works this way: never a whole gap to one cause."""
     m = analyze_trace(one_step().build())
     p = {s.component: s.ns // US for s in m.ledger.slices}
     assert p == {
         "gpu_compute": 382,
-        "data_loading": 310,  # the gap's cause decides: the whole gap, not only the DataLoader's 300 µs
-        "sync_wait": 105,
-        "launch_overhead": 100 + 3,  # launch-bound and short gaps
-        "other_cpu": 100,
+        "data_loading": 300,  # the DataLoader's 300 µs of the gap [0, 310); its last 10 µs launch the kernel
+        "sync_wait": 5,  # [500, 505): still blocked in the sync while the GPU idled
+        # [300, 310) and [600, 605): the launch call and its latency; [700, 795) inside a short op,
+        # [795, 800) its launch; [805, 808) queued (launch latency)
+        "launch_overhead": 10 + 5 + 100 + 3,
+        "other_cpu": 95 + 100,  # [505, 600) Python after the sync; [900, 1000) nothing profiled
     }
+    # the gap the sync began (the queue drained): its launch and Python time, what removing the sync can win
+    assert m.ledger.get(Component.LAUNCH_OVERHEAD).after_sync_ns == 5 * US
+    assert m.ledger.get(Component.OTHER_CPU).after_sync_ns == 95 * US
     assert m.ledger.basis == "gpu" and m.ledger.total_ns == 1000 * US
     (u,) = m.utilization
     assert m.ledger.idle_pct == pytest.approx(u.idle_pct_steps, abs=1e-3)  # one classification, one figure
-    assert m.breakdown_mean_pct["data_loading"] == 31.0
+    assert m.breakdown_mean_pct["data_loading"] == 30.0
     assert m.ledger.get(Component.DATA_LOADING).detail.startswith("enumerate(DataLoader)")
     assert m.ledger.get(Component.GPU_COMPUTE).side == "device"
     assert m.ledger.get(Component.SYNC_WAIT).side == "host"
@@ -83,6 +89,22 @@ def test_fp32_matmul_and_conv_kernels_need_recorded_shapes():
     assert p == {"gpu_conv": 20, "gpu_compute": 80}
 
 
+def test_fp32_kernels_of_pytorch_1_traces_are_found_through_their_launch_call():
+    """PyTorch 1.x kernels carry only their correlation id (no external id): the op that launched each is
+    the eligible op around its launch call on the launch's thread."""
+    b = TimelineBuilder()
+    b.add_host(H.USER_ANNOTATION, "ProfilerStep#1", 0, 100 * US)
+    b.add_host(H.CPU_OP, "aten::linear", 0, 20 * US, input_dims="[[8, 8], [8, 8]]", input_types='["float", "float"]')
+    b.add_host(H.CPU_OP, "aten::addmm", 2 * US, 15 * US, input_dims="[[8], [8, 8], [8, 8]]",
+               input_types='["float", "float", "float"]')
+    b.add_host(H.RUNTIME, "cudaLaunchKernel", 5 * US, 5 * US, correlation=1)
+    b.add_device(D.KERNEL, "volta_sgemm_128x64_nn", 10 * US, 40 * US, correlation=1)
+    b.add_host(H.RUNTIME, "cudaLaunchKernel", 30 * US, 5 * US, correlation=2)  # outside any op
+    b.add_device(D.KERNEL, "elementwise_kernel", 50 * US, 50 * US, correlation=2)
+    p = _parts(b.build(TraceInfo(record_shapes=True)))
+    assert p["gpu_fp32_matmul"] == 40 and p["gpu_compute"] == 50
+
+
 def test_serial_loading_is_data_loading_overlapped_loading_is_not():
     """num_workers=0: the main process loads while the GPU has nothing queued (the gap is the
     DataLoader's); with workers the loop fetches a ready batch while the GPU still runs queued work,
@@ -91,7 +113,7 @@ def test_serial_loading_is_data_loading_overlapped_loading_is_not():
     serial.add_host(H.USER_ANNOTATION, "ProfilerStep#1", 0, 1000 * US)
     serial.add_host(H.USER_ANNOTATION, DL0, 0, 600 * US)
     _launch(serial, 600, 1, 610, 1000)
-    assert _parts(serial.build()) == {"gpu_compute": 390, "data_loading": 610}
+    assert _parts(serial.build()) == {"gpu_compute": 390, "data_loading": 600, "launch_overhead": 10}
     overlapped = TimelineBuilder()
     overlapped.add_host(H.USER_ANNOTATION, "ProfilerStep#1", 0, 1000 * US)
     _launch(overlapped, 0, 1, 5, 900)  # queued before the loop asks for the next batch
@@ -122,7 +144,9 @@ def test_a_trace_without_steps_is_one_window_over_the_span_of_gpu_activity():
     _launch(b, 490, 2, 500, 600)
     m = analyze_trace(b.build())
     assert [(x.step, x.start_ns // US, x.dur_ns // US) for x in m.breakdown] == [(0, 110, 490)]
-    assert {s.component: s.ns // US for s in m.ledger.slices} == {"gpu_compute": 190, "data_loading": 300}
+    # the gap [200, 500): in the DataLoader up to 490, then the launch of the next kernel
+    assert {s.component: s.ns // US for s in m.ledger.slices} == {"gpu_compute": 190, "data_loading": 290,
+                                                                 "launch_overhead": 10}
     assert "span of GPU activity" in m.ledger.window
     assert m.dataloader_iter == "single-process"
 

@@ -238,7 +238,9 @@ def test_without_an_optimizer_calls_of_the_model_are_steps(tmp_path):
     run_dir = only_run_dir(tmp_path / "runs")
     m = manifest(run_dir)
     assert m["step_source"] == "module" and m["steps_seen"] == 16
-    assert m["root_module"] == {"name": "Sequential", "calls": 16, "calls_with_grad": 0}  # under torch.no_grad()
+    root = m["root_module"]  # under torch.no_grad(), in train mode (the script never calls model.eval())
+    assert (root["name"], root["calls"], root["calls_with_grad"], root["eval_calls"]) == ("Sequential", 16, 0, 0)
+    assert root["first_grad_call_site"] is None and root["eval_grad_call_site"] is None
     rows = steps(run_dir)
     assert [r["epoch"] for r in rows] == [0] * 8 + [1] * 8
     assert all(r["batches"] == 1 and r["forward_ns"] > 0 and r["marker"] == "module" for r in rows)

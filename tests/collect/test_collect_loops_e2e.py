@@ -58,7 +58,8 @@ def test_manual_updates_are_marked_by_backward(manual):
     assert (m["step_source"], m["steps_seen"]) == ("backward", 12)
     assert m["step_source_reason"].endswith("no optimizer object")
     assert m["step_markers"] == [{"marker": "backward", "first_step": 0, "detail": ""}]
-    assert m["root_module"] == {"name": "LM", "calls": 12, "calls_with_grad": None}  # not counted in a run that trains
+    root = m["root_module"]  # calls with grad not counted in a run that trains; no call in eval mode
+    assert (root["name"], root["calls"], root["calls_with_grad"], root["eval_calls"]) == ("LM", 12, None, 0)
     rows = steps(run_dir)
     assert [r["index"] for r in rows] == list(range(12))
     assert all(r["marker"] == "backward" and r["micro_batches"] == 1 for r in rows)
@@ -80,7 +81,7 @@ def test_a_marker_changes_nothing_the_script_computes(manual):
 
 
 def test_evaluation_without_no_grad_is_marked_by_the_root_module_and_diagnosed(tmp_path):
-    copy_script("loops.py", tmp_path)
+    script = copy_script("loops.py", tmp_path)
     proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--", "--shape", "eval", "--iters", "12",
                        cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -88,12 +89,16 @@ def test_evaluation_without_no_grad_is_marked_by_the_root_module_and_diagnosed(t
     m = manifest(run_dir)
     assert (m["step_source"], m["steps_seen"]) == ("module", 12)
     # the shape probe in __init__ (a submodule called alone) is not the root
-    assert m["root_module"] == {"name": "Classifier", "calls": 12, "calls_with_grad": 12}
+    root = m["root_module"]
+    assert (root["name"], root["calls"], root["calls_with_grad"], root["eval_calls_with_grad"]) == ("Classifier", 12, 12, 12)
+    line = site_lines(script)["eval_loop"]
+    assert root["first_grad_call_site"] == {"file": "loops.py", "line": line, "function": "evaluate"}
     assert all(r["marker"] == "module" and r["forward_ns"] > 0 for r in steps(run_dir))
     assert m["traces"] and collected(m, "torch.profiler")["ok"]
     report = _report(run_dir)
     gd701 = [f for f in report["findings"] if f["code"] == "GD701"]
     assert gd701 and "12 of 12 calls of Classifier" in gd701[0]["message"]
+    assert (gd701[0]["location"]["file"], gd701[0]["location"]["line"]) == ("loops.py", line)  # the fix's file:line
     marker = [s for s in report["summary"] if s["key"] == "step_marker"]
     assert marker and marker[0]["value"].startswith("each call of the root module (Classifier) ends a step")
 
@@ -171,6 +176,59 @@ def test_steps_the_hooks_close_inline_are_every_one_recorded(tmp_path, shape, ma
     # each getrusage read covers the steps since the one before (those after the last read have none)
     read = [r for r in rows if r["cpu_steps"] is not None]
     assert sum(r["cpu_steps"] for r in read) == read[-1]["index"] + 1
+
+
+def test_two_optimizers_stepping_in_one_iteration_are_one_step_not_accumulation(tmp_path):
+    """A DCGAN-shaped loop: the discriminator's optimizer steps after two backward() calls (real and
+    fake), the generator's after one. Each iteration is one step of one batch; the three backward()
+    calls are the two optimizers' own, not three micro-batches of gradient accumulation (steps
+    inside the profiler's windows take the tracker's slow path, the others its inline one)."""
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--",
+                       "--shape", "gan", "--iters", "30", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("optimizer", 30)
+    assert "accumulation: " not in m["step_source_reason"] and "micro-batches" not in m["step_source_reason"]
+    assert "another optimizer (Adam) also steps in each iteration" in m["step_source_reason"]
+    rows = steps(run_dir)
+    assert {r["window"] for r in rows[1:]} >= {"", "active"}  # both paths wrote rows
+    # step 0 is the first iteration's discriminator part (before the generator's optimizer ever stepped)
+    assert [(r["micro_batches"], r["batches"]) for r in rows[1:]] == [(1, 1)] * 29
+    # the DataLoader's call passed the dataset and batch_size: prefetch_factor and the rest are its defaults
+    assert [d["passed_args"] for d in settings(run_dir)["dataloaders"]] == [["dataset", "batch_size"]]
+    report = _report(run_dir)
+    assert "gradient accumulation: " not in json.dumps(report)
+    assert "micro-batches" not in json.dumps(report["findings"])
+
+
+@pytest.mark.parametrize("no_grad", [False, True], ids=["with-grad", "no-grad"])
+def test_an_evaluation_after_training_is_judged_as_evaluation(tmp_path, no_grad):
+    """Training epochs, then an evaluation pass in eval mode: GD701 judges the evaluation (not "the
+    run trains") and points at the line that calls the model."""
+    script = copy_script("loops.py", tmp_path)
+    args = ("--shape", "train_eval", "--iters", "8", "--epochs", "2", "--eval-batches", "5")
+    proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--", *args,
+                       *(("--eval-no-grad",) if no_grad else ()), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert (m["step_source"], m["steps_seen"]) == ("optimizer", 16)
+    root = m["root_module"]
+    assert (root["calls"], root["eval_calls"], root["eval_calls_with_grad"]) == (21, 5, 0 if no_grad else 5)
+    report = _report(run_dir)
+    item = next(i for i in report["checklist"] if "GD701" in i["codes"])
+    assert "the run trains" not in item["reason"] or "its evaluation" in item["reason"]
+    if no_grad:
+        assert not any(f["code"] == "GD701" for f in report["findings"])
+        assert item["status"] == "applied" and "without autograd recording" in item["reason"]
+        return
+    line = site_lines(script)["eval_call"]
+    (f,) = [f for f in report["findings"] if f["code"] == "GD701"]
+    assert f["location"]["file"] == "loops.py" and f["location"]["line"] == line
+    assert "5 of the 5 calls of Classifier in eval mode" in f["message"] and f"loops.py:{line}" in f["fix"]["instruction"]
+    assert item["status"] == "recommended"
 
 
 def test_an_optimizer_step_the_grad_scaler_skips_is_still_a_step(tmp_path):

@@ -189,6 +189,65 @@ def test_second_optimizer_does_not_double_count(tmp_path):
     assert t.steps_seen == 3
 
 
+def test_a_second_optimizer_s_backward_calls_are_not_micro_batches(tmp_path):
+    """A DCGAN iteration: two backward() calls then the discriminator's step, one backward() then the
+    generator's step. Each step after the first holds three backward() calls and one batch: one
+    iteration of two optimizers, not gradient accumulation of three micro-batches."""
+    t, w = _tracker(tmp_path)
+    disc, gen = object.__new__(type("D", (), {})), object.__new__(type("G", (), {}))
+    t.optimizer_created()
+
+    def backward() -> None:
+        t.backward_enter()
+        t.backward_exit(True)
+
+    for _ in range(5):
+        entered = t.dataloader_next_enter()
+        t.dataloader_next_exit(entered, False, 0)
+        backward()
+        backward()
+        _opt_step(t, disc)
+        backward()
+        _opt_step(t, gen)
+    t.finish()
+    assert [(r["micro_batches"], r["batches"]) for r in w.rows[1:]] == [(1, 1)] * 4
+    marker, why, _ = t.describe()
+    assert marker == "optimizer" and "accumulation:" not in why and "another optimizer (G) also steps" in why
+
+
+def test_gradient_accumulation_with_one_optimizer_keeps_its_micro_batches(tmp_path):
+    t, w = _tracker(tmp_path)
+    opt = object.__new__(type("Opt", (), {}))
+    t.optimizer_created()
+    for _ in range(4):
+        for _ in range(3):
+            entered = t.dataloader_next_enter()
+            t.dataloader_next_exit(entered, False, 0)
+            t.backward_enter()
+            t.backward_exit(True)
+        _opt_step(t, opt)
+    t.finish()
+    assert [(r["micro_batches"], r["batches"]) for r in w.rows[1:]] == [(3, 3)] * 3
+    assert "gradient accumulation: 3 micro-batches" in t.describe()[1]
+
+
+def test_passed_args_name_what_the_call_chose():
+    import inspect
+
+    from gpudoctor.collect.patches import passed_args
+
+    def init(self, dataset, batch_size=1, shuffle=None, num_workers=0, *, prefetch_factor=None, **extra):  # noqa: ANN001, ANN003
+        pass
+
+    sig = inspect.signature(init)
+    assert passed_args(sig, object(), ("ds", 32), {"num_workers": 4}) == ("dataset", "batch_size", "num_workers")
+    assert passed_args(sig, object(), ("ds",), {"prefetch_factor": 2, "in_order": True}) == (
+        "dataset", "prefetch_factor", "in_order")
+    assert passed_args(sig, object(), (), {"nope": 1, "batch_size": 2, "x": 3}) == ("batch_size", "nope", "x")
+    assert passed_args(None, object(), (), {}) is None
+    assert passed_args(inspect.signature(lambda self: None), object(), (1, 2), {}) is None  # does not bind
+
+
 def test_steps_limit_raises_after_the_last_step(tmp_path):
     t, w = _tracker(tmp_path, max_steps=2)
     opt = object.__new__(type("Opt", (), {}))
@@ -440,8 +499,8 @@ def test_nvml_sample_reads_every_metric_and_tolerates_unsupported():
 def test_summary_figures():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 90) == 5.0
-    rows = [{"index": 0, "wall_ns": 900_000_000, "data_wait_ns": 0}] + [
-        {"index": i, "wall_ns": 10_000_000 + i * 1_000_000, "data_wait_ns": 2_000_000} for i in range(1, 11)
+    rows = [{"index": 0, "start_ns": 0, "wall_ns": 900_000_000, "data_wait_ns": 0}] + [
+        {"index": i, "start_ns": 0, "wall_ns": 10_000_000 + i * 1_000_000, "data_wait_ns": 2_000_000} for i in range(1, 11)
     ]
     s = summarize_steps(rows)
     assert s.steps == 11
@@ -452,13 +511,14 @@ def test_summary_figures():
     assert "11 steps" in lines[0] and "median 15.5 ms" in lines[0] and "p90 19.0 ms" in lines[0]
     assert "waiting for data 12.9%" in lines[0]
     # the first step of each epoch is left out too, and the steps of an earlier marker
-    epochs = [{"index": i, "wall_ns": (900 if i % 5 == 0 else 10) * 1_000_000, "epoch": i // 5, "marker": "optimizer"}
-              for i in range(10)]
-    assert summarize_steps([{"index": -1, "wall_ns": 5 * 10**9, "marker": "module"}, *epochs], "optimizer").p90_ms == 10.0
+    epochs = [{"index": i, "start_ns": 0, "wall_ns": (900 if i % 5 == 0 else 10) * 1_000_000, "epoch": i // 5,
+               "marker": "optimizer"} for i in range(10)]
+    early = {"index": -1, "start_ns": 0, "wall_ns": 5 * 10**9, "marker": "module"}
+    assert summarize_steps([early, *epochs], "optimizer").p90_ms == 10.0
     assert lines[-1] == "gpudoctor: run directory gpudoctor-runs/x"
     # a p90 just under a rounding edge: the report rounds its figures to 3 decimals of a ms before
     # printing them (3.4496 -> 3.450 -> "3.5 ms"); the stderr line must print the same
-    edge = [{"index": 0, "wall_ns": 1}] + [{"index": i, "wall_ns": 3_449_600} for i in range(1, 4)]
+    edge = [{"index": 0, "start_ns": 0, "wall_ns": 1}] + [{"index": i, "start_ns": 0, "wall_ns": 3_449_600} for i in range(1, 4)]
     assert summarize_steps(edge).p90_ms == 3.45
     empty = summary_lines(summarize_steps([]), "none", "failed", "boom", 1, "d", ["steps (none)"])
     assert "no training steps" in empty[0] and any("not collected: steps" in x for x in empty)

@@ -150,3 +150,70 @@ def test_the_traces_of_one_process_are_one_ledger():
     assert rep.account.ledger.window == "10 windows of 2 traces"
     (idle,) = [x for x in rep.findings if x.code == "GD101"]
     assert idle.message.startswith("GPU 0 idle 30.0% of 10 windows of 2 traces")
+
+
+# --------------------------------------------------------------------------- expected gains, --verify, ranks
+
+from gpudoctor.model import Account, Ledger, LedgerSlice, Verification, VerifyStatus  # noqa: E402
+from gpudoctor.report._fmt import action_text  # noqa: E402
+from gpudoctor.rules.account import project, with_verifications  # noqa: E402
+
+
+def _ledger(key: str = "L", rank: int | None = None) -> Ledger:
+    parts = {"data_loading": 34, "gpu_fp32_conv": 37, "gpu_compute": 29}
+    return Ledger(key, "gpu", key, "1 window", 1, 100 * MS,
+                  tuple(LedgerSlice(c, v * MS, float(v), "host" if c == "data_loading" else "device")
+                        for c, v in parts.items()), rank=rank)
+
+
+def _claiming(code: str, part: str, pct: int, fraction: float | None, key: str = "L", rank: int | None = None,
+              verification: Verification | None = None) -> Finding:
+    ctx = RuleContext(run())
+    g = ctx.gain(float(pct), "", fraction, "model" if fraction is not None else "")
+    claim = Claim(part, key, pct * MS, pct * MS, pct * MS, 100 * MS)
+    return Finding(code, code.lower(), Severity.ERROR, Confidence.MEASURED, "m", Fix("f"),
+                   gain=dataclasses.replace(g, claims=(claim,)), rank=rank, verification=verification)
+
+
+def test_actions_rank_by_the_expected_gain_and_show_both_with_the_right_inequality():
+    """The V100 ResNet-50 case: AMP's bound (37%) is larger than the DataLoader's (34%), but Tensor Cores
+    win ~2/3 of the FP32 kernels while workers hide nearly all of the wait."""
+    amp = _claiming("GD401", "gpu_fp32_conv", 37, 2 / 3)
+    dl = _claiming("GD201", "data_loading", 34, 0.95)
+    actions, tried, claimed = project(_ledger(), 100 * MS, [amp, dl])
+    assert [a.code for a in actions] == ["GD201", "GD401"] and not tried and claimed == 71.0
+    first, second = actions
+    assert first.expected_pct == 32.3 and first.step_ns_expected == 67_700_000 and first.step_ns_after == 66 * MS
+    assert abs(second.expected_pct - 24.667) < 0.01 and second.step_ns_after == 29 * MS
+    text = action_text(second)
+    assert "−24.7% expected (up to −37.0%)" in text and "→ about 43.0 ms (≥ 29.0 ms) per step" in text
+    assert all(a.expected_pct <= a.gain_pct for a in actions)  # the expected share never passes the bound
+
+
+def _verified(status: VerifyStatus, speedup: float | None) -> Verification:
+    return Verification(status, "r", speedup=speedup)
+
+
+def test_a_refuted_fix_leaves_the_actions_and_a_confirmed_one_ranks_by_what_it_measured():
+    dl = _claiming("GD201", "data_loading", 34, 0.95, verification=_verified(VerifyStatus.REFUTED, 0.98))
+    amp = _claiming("GD401", "gpu_fp32_conv", 37, 2 / 3)
+    bench = _claiming("GD403", "gpu_compute", 29, 0.1, verification=_verified(VerifyStatus.CONFIRMED, 1.5))
+    account = Account("h", _ledger(), 100 * MS, "mean", ())
+    account = with_verifications(account, [dl, amp, bench])
+    assert [a.code for a in account.actions] == ["GD403", "GD401"]  # measured 33.3% > AMP's expected 24.7%
+    # 1 - 1/1.5 = 33.3%: a measurement, shown as measured even where it passes the rule's bound (29%)
+    assert account.actions[0].measured_pct == 33.3333 and account.actions[0].gain_pct == 29.0
+    assert "measured by --verify" in action_text(account.actions[0])
+    assert [a.code for a in account.tried] == ["GD201"]
+
+
+def test_a_job_of_several_ranks_leads_with_the_slowest_ranks_ledger_and_ranks_every_ranks_actions():
+    slow, fast = _ledger("R7", rank=7), _ledger("R0", rank=0)
+    launch = _claiming("GD103", "data_loading", 33, 0.5, key="R7", rank=7)
+    sync = _claiming("GD102", "data_loading", 6, 0.9, key="R0", rank=0)
+    actions, _, claimed = project(slow, 100 * MS, [sync, launch], multi=True)
+    assert [(a.code, a.rank) for a in actions] == [("GD103", 7), ("GD102", 0)]
+    assert actions[0].step_ns_after == 67 * MS and actions[1].step_ns_after == 0  # only the slow rank's step
+    assert claimed == 33.0
+    single, _, _ = project(fast, 100 * MS, [sync, launch], multi=False)
+    assert [a.code for a in single] == ["GD102"]

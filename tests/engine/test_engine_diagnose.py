@@ -9,6 +9,8 @@ import pytest
 from rule_builders import (
     GB,
     MS,
+    SITE,
+    FlagSetting,
     GapCause,
     Samples,
     cpu_manifest,
@@ -140,10 +142,11 @@ def test_checklist_statuses_on_a_gpu_run():
     by_tech = {i.technique: i for i in rep.checklist if i.technique}
     assert by_tech[1].status == ChecklistStatus.RECOMMENDED and by_tech[1].gain is not None  # pageable copies
     assert by_tech[2].status == ChecklistStatus.RECOMMENDED  # the loop waits for data
-    assert by_tech[7].status == ChecklistStatus.APPLIED  # a trace was profiled
+    # gpudoctor's own torch.profiler window and NVML sampler are not the script's technique
+    assert by_tech[7].status == ChecklistStatus.NOT_APPLICABLE and "gpudoctor profiled this run" in by_tech[7].reason
     assert by_tech[8].status == ChecklistStatus.NOT_APPLICABLE  # num_workers=0: no prefetching yet
     assert by_tech[11].status == ChecklistStatus.NOT_APPLICABLE
-    assert by_tech[12].status == ChecklistStatus.APPLIED  # NVML samples
+    assert by_tech[12].status == ChecklistStatus.NOT_APPLICABLE and "the NVML samples of this run are gpudoctor's own" in by_tech[12].reason
 
 
 def test_checklist_on_a_cpu_run_says_why():
@@ -178,6 +181,57 @@ def test_applied_technique_names_its_setting():
     by_tech = {i.technique: i for i in rep.checklist if i.technique}
     assert by_tech[2].status == ChecklistStatus.APPLIED and "num_workers=4 at train.py:31" in by_tech[2].reason
     assert by_tech[8].status == ChecklistStatus.APPLIED and "prefetch_factor=4" in by_tech[8].reason
+
+
+@pytest.mark.parametrize("passed", [("dataset", "batch_size", "num_workers"), None], ids=["recorded", "not-recorded"])
+def test_a_default_prefetch_factor_is_not_applied(passed):
+    """prefetch_factor=2 is DataLoader's default with workers: a script that does not pass it did not
+    choose prefetching (with the record of the call's arguments, or without it: the default value)."""
+    d = dataloader(num_workers=4, prefetch_factor=2, passed_args=passed)
+    data = dataclasses.replace(_gpu_run(), settings=settings(dataloaders=(d,)), steps=steps(20, 100.0, 1.0))
+    item = next(i for i in engine.diagnose(data, Config(), "profile").checklist if i.key == "prefetch")
+    assert item.status == ChecklistStatus.NO_PROBLEM_SEEN, item
+    assert "prefetch_factor=2 with 4 workers at train.py:31: DataLoader's default" in item.reason
+    chosen = dataloader(num_workers=4, prefetch_factor=2, passed_args=("dataset", "num_workers", "prefetch_factor"))
+    data = dataclasses.replace(data, settings=settings(dataloaders=(chosen,)))
+    item = next(i for i in engine.diagnose(data, Config(), "profile").checklist if i.key == "prefetch")
+    assert item.status == ChecklistStatus.APPLIED and "prefetch_factor=2 with 4 workers" in item.reason
+
+
+def test_the_script_s_own_profiler_is_applied():
+    data = dataclasses.replace(_gpu_run(), manifest=manifest(profiler_owner="user"))
+    item = next(i for i in engine.diagnose(data, Config(), "profile").checklist if i.key == "profiler")
+    assert item.status == ChecklistStatus.APPLIED and "the script runs torch.profiler itself" in item.reason
+
+
+def test_a_flag_on_by_default_is_not_applied():
+    """cudnn.benchmark reads True but nothing in the script set it (a build's or the environment's
+    default): in use, not the script's choice."""
+    flag = FlagSetting("torch.backends.cudnn.benchmark", True, None)
+    data = dataclasses.replace(_gpu_run(), settings=settings(flags=(flag,)))
+    item = next(i for i in engine.diagnose(data, Config(), "profile").checklist if i.key == "cudnn-benchmark")
+    assert item.status != ChecklistStatus.APPLIED and "the script does not set it" in item.reason
+    flag = FlagSetting("torch.backends.cudnn.benchmark", True, SITE)
+    data = dataclasses.replace(_gpu_run(), settings=settings(flags=(flag,)))
+    item = next(i for i in engine.diagnose(data, Config(), "profile").checklist if i.key == "cudnn-benchmark")
+    assert item.status == ChecklistStatus.APPLIED and "train.py:31" in item.reason
+
+
+def test_every_item_is_titled_with_a_technique():
+    """An item outside the seed techniques is titled with the technique that answers its rule, not
+    with the problem the rule detects; the `check` report lists the same titles."""
+    from gpudoctor.static.checklist import checklist_rows
+
+    rep = engine.diagnose(_gpu_run(), Config(), "profile")
+    titles = {i.codes: i.title for i in rep.checklist}
+    assert titles[("GD303",)] == "Keep results on the GPU between steps (fetch them every N steps)"
+    covered = {c for t in TECHNIQUES for c in t.codes}
+    for rule in registry.all_rules():
+        if rule.code in covered:
+            continue
+        assert rule.technique and rule.technique != rule.title, rule.code
+        assert titles[(rule.code,)] == rule.technique
+    assert {(key, title) for key, title, _, _ in checklist_rows()} == {(i.key, i.title) for i in rep.checklist}
 
 
 def test_select_and_ignore():

@@ -536,6 +536,7 @@ def empty_report() -> Report:
 
 XSS = "<script>alert(1)</script>"
 NASTY_PATH = '/tmp/we"ird & <dir>/it\'s `x` | y/train.py'
+CONTROLS = "kernel\x07bell\x1b[2J\u202egnp.exe"  # a bell, a clear-screen and a right-to-left override
 
 
 def hostile_report() -> Report:
@@ -546,7 +547,8 @@ def hostile_report() -> Report:
     kernels = m.kernels
     from dataclasses import replace
 
-    kernels = replace(kernels, top=(NameStat(XSS, 3, 5 * MS, 2 * MS, 50.0), NameStat("a|b]]>&amp;`c`", 1, MS, MS, 10.0)))
+    kernels = replace(kernels, top=(NameStat(XSS, 3, 5 * MS, 2 * MS, 50.0), NameStat("a|b]]>&amp;`c`", 1, MS, MS, 10.0),
+                                    NameStat(CONTROLS, 1, MS, MS, 10.0)))
     metrics = replace(
         m,
         path=NASTY_PATH + ".pt.trace.json.gz",

@@ -22,9 +22,10 @@ from rule_builders import (
     utilization,
 )
 
+from gpudoctor.config import Thresholds
 from gpudoctor.model import DispatchStats, Severity, WindowKind
 from gpudoctor.rules.context import Verdict
-from gpudoctor.rules.gd201_dataloader_stall import suggest_num_workers
+from gpudoctor.rules.gd201_dataloader_stall import COMPUTING, Load, plan_workers
 
 # ---------------------------------------------------------------- GD201 dataloader-stall
 
@@ -52,13 +53,18 @@ def test_gd201_fires_with_derived_num_workers_and_call_site():
 
 
 def test_gd201_suggestion_with_workers_and_cap():
-    dl = dataloader(num_workers=2, prefetch_factor=2)
-    # 2 workers, 100 ms steps of which 30 ms waiting: load ≈ 2 × 100 ms, compute 70 ms → 3 workers
-    n, load, compute, _ = suggest_num_workers(dl, 30 * MS, 100 * MS, 16, 1)
-    assert (n, load, compute) == (3, 200 * MS, 70 * MS)
-    assert suggest_num_workers(dl, 30 * MS, 100 * MS, 16, 1, spare=1)[0] == 4
-    n, *_ , how = suggest_num_workers(dataloader(), 300 * MS, 310 * MS, 4, 1)
-    assert n == 3 and "capped" in how
+    th = Thresholds()
+    # 2 workers, 100 ms steps of which 30 ms waiting: load ≈ 2 × 100 ms per batch, compute 70 ms (+1 ms
+    # hand-over) → 3 workers, +1 spare
+    load = Load(200 * MS, 200 * MS, 1.0, COMPUTING)
+    plan = plan_workers(load, compute_ns=70 * MS, wait_ns=30 * MS, workers_now=2, cores=16, main_cpu_ns=None,
+                        mem_cap=None, t=th)
+    assert plan.workers == 4 and plan.cap is None
+    # a computing load of 300 ms per batch, 10 ms of compute, on 4 cores: 3 usable cores, not 32 workers
+    load = Load(300 * MS, 300 * MS, 1.0, COMPUTING)
+    plan = plan_workers(load, compute_ns=10 * MS, wait_ns=300 * MS, workers_now=0, cores=4, main_cpu_ns=None,
+                        mem_cap=None, t=th)
+    assert plan.workers == 3 and plan.cap == 3 and "usable core" in plan.cap_reason and not plan.hides
 
 
 def test_gd201_on_gpu_run_adds_pin_memory():
@@ -183,7 +189,7 @@ def test_gd203_fires_on_gpu_run_when_python_holds_the_gpu():
     data = run(manifest=manifest(), settings=settings(), steps=steps(20, 100.0, 1.0), metrics=(m,),
                samples=Samples(process=proc_samples(99.0)), pstats=pst)
     (f,) = judge("GD203", data).findings
-    assert "99%" in f.message and "45.0%" in f.message
+    assert "99.0% of one core" in f.message and "45.0%" in f.message
     assert f.location is not None and (f.location.file, f.location.line) == ("/work/train.py", 12)
     assert round(f.gain.share_pct) == 36  # the idle time with the host busy elsewhere
 
@@ -282,7 +288,7 @@ def test_gd203_cpu_run_held_under_one_core_by_other_load_still_fires():
     data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=2, cpu_count=2),
                steps=steps(), samples=Samples(process=proc_samples(60.0, runq_wait_pct=40.0)))
     (f,) = judge("GD203", data).findings
-    assert "runs at 60% CPU, 40% more waiting for a core, 50% of what its 2 intra-op threads" in f.message
+    assert "runs at 60.0% CPU, 40% more waiting for a core, 50% of what its 2 intra-op threads" in f.message
     no_wait = dataclasses.replace(data, samples=Samples(process=proc_samples(60.0)))
     assert judge("GD203", no_wait).verdict == Verdict.FINE  # without run-queue figures: not busy
 
@@ -316,8 +322,11 @@ def test_gd204_fires_on_measured_runnable_threads_beyond_cores():
     # one thread per worker is enough: the workers used half a core between them
     assert "num_workers" not in f.fix.instruction and "training process" not in f.fix.instruction
     assert "torch.set_num_threads(1)" in f.fix.after and "worker_init_fn=worker_init_fn" in f.fix.after
-    # (5.7 - 2) / 5.7 of the demand cannot be served: not a share of step time, but the severity's figure
-    assert f.gain.share_pct is None and "64.9% of the threads' CPU demand" in f.gain.note
+    # (5.7 - 2) / 5.7 of the demand cannot be served; at stake in the step: the compute its threads stretch by
+    # waiting, 100 ms × (1 - 0.2 cores got ÷ 1.5 after the fix) of each 100 ms step
+    assert "64.9% of the threads' CPU demand" in f.gain.note
+    assert round(f.gain.share_pct, 1) == 86.7 and 0.0 <= f.gain.expected_fraction <= 1.0
+    assert f.gain.expected_share_pct <= f.gain.share_pct and "0.20 cores now" in f.gain.expected_note
     assert f.severity == Severity.ERROR
     assert str(f.location) == "train.py:31"
     metrics = {m.name: m.value for m in f.evidence.metrics}

@@ -19,7 +19,7 @@ from rule_builders import (
     transfer,
 )
 
-from gpudoctor.model import Device, Severity
+from gpudoctor.model import CallSite, Device, RootModuleUse, Severity
 from gpudoctor.rules.context import Verdict
 
 # ---------------------------------------------------------------- GD601 data-parallel
@@ -76,6 +76,47 @@ def test_gd701_not_applicable_when_training():
     opt = OptimizerSetting(SITE, "torch.optim.SGD", None, None)
     data = run(manifest=manifest(), settings=settings(optimizers=(opt,)), metrics=(trace(autograd_forward_ops=500),))
     assert judge("GD701", data).verdict == Verdict.NOT_APPLICABLE
+
+
+EVAL_SITE = CallSite("train.py", 88, "validate")
+
+
+def _training_with_eval(calls: int = 120, eval_calls: int | None = 20, eval_with_grad: int | None = 20):
+    root = RootModuleUse("ResNet", calls=calls, calls_with_grad=None, eval_calls=eval_calls,
+                         eval_calls_with_grad=eval_with_grad, first_grad_call_site=SITE,
+                         eval_grad_call_site=EVAL_SITE if eval_with_grad else None)
+    opt = OptimizerSetting(SITE, "torch.optim.SGD", None, None)
+    return run(manifest=manifest(root_module=root), settings=settings(optimizers=(opt,)),
+               metrics=(trace(autograd_forward_ops=500),))
+
+
+def test_gd701_judges_an_evaluation_inside_a_training_run():
+    """model.eval() then forward passes with grad on, after (or between) training epochs: judged as
+    the evaluation it is, at the line that made the first such call."""
+    (f,) = judge("GD701", _training_with_eval()).findings
+    assert "evaluation inside a training run records autograd: 20 of the 20 calls of ResNet in eval mode" in f.message
+    assert (f.location.file, f.location.line) == ("train.py", 88)
+    assert "train.py:88" in f.fix.instruction and "inference_mode" in f.fix.after
+
+
+def test_gd701_an_evaluation_under_no_grad_in_a_training_run_is_applied():
+    res = judge("GD701", _training_with_eval(eval_with_grad=0))
+    assert res.verdict == Verdict.FINE and res.applied and "without autograd recording" in res.reason
+
+
+def test_gd701_a_training_run_without_evaluation_or_record():
+    assert judge("GD701", _training_with_eval(eval_calls=0, eval_with_grad=0)).verdict == Verdict.NOT_APPLICABLE
+    old = judge("GD701", _training_with_eval(eval_calls=None, eval_with_grad=None))  # recorded before the counts
+    assert old.verdict == Verdict.NOT_APPLICABLE and "the run trains" in old.reason
+    # every call in eval mode, the training ones too: nothing tells the evaluation apart
+    assert judge("GD701", _training_with_eval(calls=20)).verdict == Verdict.CANNOT_JUDGE
+
+
+def test_gd701_an_inference_run_points_at_its_first_call_with_grad():
+    root = RootModuleUse("ResNet", calls=30, calls_with_grad=30, first_grad_call_site=EVAL_SITE)
+    data = run(manifest=manifest(step_source="module", root_module=root), settings=settings(optimizers=()))
+    (f,) = judge("GD701", data).findings
+    assert (f.location.file, f.location.line) == ("train.py", 88) and "train.py:88" in f.fix.instruction
 
 
 def test_gd701_cannot_judge_unknown_grad_mode():

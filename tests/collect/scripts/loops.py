@@ -14,6 +14,12 @@
                   --inf-every'th iteration, so the scaler skips that optimizer step
 --shape amp       training under torch.autocast (bfloat16) at every step; from iteration
                   --eval-from on, each step also evaluates under an autocast of its own line
+--shape gan       a DCGAN-shaped loop over a DataLoader: each iteration steps the
+                  discriminator's optimizer (two backward() calls: real and fake) and then
+                  the generator's (one backward()); one step per iteration, no accumulation
+--shape train_eval  training epochs (--epochs) of a classifier over a DataLoader, then an
+                  evaluation pass over --eval-batches batches in model.eval() mode, without
+                  torch.no_grad() (with --eval-no-grad: under torch.no_grad())
 
 --iters N         loop iterations (batches); --raise-in forward|backward --raise-at K raises
                   inside that call at iteration K; --print-losses prints every loss (the
@@ -23,6 +29,7 @@
 """
 
 import argparse
+import contextlib
 import time
 
 import torch
@@ -119,7 +126,7 @@ def evaluate():
     batches = [torch.randn(16, 8) for _ in range(ARGS.iters)]
     total = 0.0
     for x in batches:  # no torch.no_grad(): autograd records every op
-        total += model(x).softmax(1).max(1).values.sum().item()
+        total += model(x).softmax(1).max(1).values.sum().item()  # SITE:eval_loop
     print(f"eval score {total:.6f}")
     return model
 
@@ -206,6 +213,73 @@ def amp():
     return model
 
 
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.net(x).view(-1)
+
+
+def gan():
+    """As pytorch/examples' dcgan: optimizerD steps, then optimizerG, in every iteration."""
+    torch.manual_seed(0)
+    net_g, net_d = Generator(), Discriminator()
+    opt_d = torch.optim.Adam(net_d.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(net_g.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+    loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
+    for x, _ in loader:
+        n = x.shape[0]
+        net_d.zero_grad()
+        err_real = bce(net_d(x), torch.ones(n))
+        err_real.backward()
+        fake = net_g(torch.randn(n, 4))
+        err_fake = bce(net_d(fake.detach()), torch.zeros(n))
+        err_fake.backward()
+        opt_d.step()
+        net_g.zero_grad()
+        err_g = bce(net_d(fake), torch.ones(n))
+        err_g.backward()
+        opt_g.step()
+        if ARGS.print_losses:
+            print(f"loss {(err_real + err_fake).item():.10f} {err_g.item():.10f}")
+    return net_g
+
+
+def train_eval():
+    """Training epochs, then an evaluation pass (the model in eval mode) after training."""
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
+    for _ in range(ARGS.epochs):
+        model.train()
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad() if ARGS.eval_no_grad else contextlib.nullcontext():
+        for x, y in list(loader)[: ARGS.eval_batches]:
+            out = model(x)  # SITE:eval_call
+            correct += int((out.argmax(1) == y).sum())
+    print(f"eval correct {correct}")
+    return model
+
+
 def data_only():
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     total = 0.0
@@ -227,7 +301,8 @@ def tensors():
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler", "amp"])
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler", "amp",
+                                                      "gan", "train_eval"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
     p.add_argument("--collate-ms", type=float, default=0.0)
@@ -235,6 +310,9 @@ def main():
     p.add_argument("--phase-ms", type=float, default=0.0)
     p.add_argument("--inf-every", type=int, default=0)
     p.add_argument("--eval-from", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--eval-batches", type=int, default=6)
+    p.add_argument("--eval-no-grad", action="store_true")
     p.add_argument("--raise-in", choices=["forward", "backward"])
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
@@ -242,7 +320,7 @@ def main():
     ARGS = p.parse_args()
     torch.set_num_threads(1)
     shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
-              "scaler": scaler, "amp": amp}
+              "scaler": scaler, "amp": amp, "gan": gan, "train_eval": train_eval}
     model = shapes[ARGS.shape]()
     if ARGS.save and model is not None:
         torch.save(model, ARGS.save)  # pickles the whole module, hooks and all

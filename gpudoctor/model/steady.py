@@ -1,0 +1,150 @@
+"""The steady steps of a run and the step-time figures every output prints from them.
+
+One definition, used by the report (``rules.context.RuleContext``, the engine's
+summary) and by the line ``gpudoctor profile`` prints on stderr at the end of a run
+(``collect.summary``), so that a step time or a data-wait share has one value
+wherever it is shown. Pure functions of the model's records: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
+
+
+def median_int(values: Iterable[int]) -> int | None:
+    """The median of integer values (truncated to an int), None for none."""
+    vals = list(values)
+    return int(statistics.median(vals)) if vals else None
+
+
+def percentile_int(values: Iterable[int], pct: float) -> int | None:
+    """Nearest-rank percentile (``pct`` in 0..100), None for no values."""
+    vals = sorted(values)
+    if not vals:
+        return None
+    k = max(0, min(len(vals) - 1, int(-(-pct * len(vals) // 100)) - 1))
+    return vals[k]
+
+
+def main_dataloader(settings: Settings | None) -> DataLoaderSetting | None:
+    """The DataLoader the training loop iterates: most iterations started, first on ties."""
+    if settings is None or not settings.dataloaders:
+        return None
+    return max(settings.dataloaders, key=lambda d: d.iterations_started)
+
+
+def marked_steps(steps: Sequence[StepRecord], step_source: str | None) -> tuple[StepRecord, ...]:
+    """The steps of the marker that defines the run (``manifest.step_source``): when a more
+    specific marker took over mid-run (training after an evaluation pass), the steps before
+    it measured another loop."""
+    steps = tuple(steps)
+    if not step_source or not steps or not steps[-1].marker:
+        return steps
+    final = tuple(s for s in steps if s.marker == step_source)
+    return final if final and len(final) < len(steps) else steps
+
+
+def worker_firsts(steps: Sequence[StepRecord], loader: DataLoaderSetting | None) -> set[int]:
+    """The indices of the steps that receive batch 0..N-1 of an epoch whose N workers start (the
+    first epoch; every epoch without ``persistent_workers``): worker k loads batch k, so each of
+    these waits for its own worker's start-up, a one-off cost (GD202's) and not a stall. Measured
+    on 2 cores: the second of two spawned workers delivered its first batch 0.5 s after the
+    first's."""
+    n = loader.num_workers if loader is not None else 0
+    if loader is None or n < 2 or not steps:
+        return set()
+    out: set[int] = set()
+    received: dict[int | None, int] = {}  # batches of each epoch before the step
+    starts = steps[0].epoch
+    for s in steps:
+        k = received.get(s.epoch, 0)
+        if k < n and (s.epoch == starts or not loader.persistent_workers):
+            out.add(s.index)
+        received[s.epoch] = k + max(1, s.batches if s.batches is not None else (s.micro_batches or 1))
+    return out
+
+
+def compile_steps(settings: Settings | None, steps: Sequence[StepRecord] = ()) -> frozenset[int]:
+    """The steps in which ``torch.compile`` compiled (``Settings.compile``): its warm-up and every
+    recompilation, one-off costs of their own. A compilation recorded without its step (an older
+    torch, a refusal) is placed by its start time among ``steps``."""
+    state = settings.compile if settings is not None else None
+    if state is None:
+        return frozenset()
+    out = {e.step for e in state.events if e.step is not None}
+    timed = [e.start_ns for e in state.events if e.step is None and e.start_ns is not None]
+    for t in timed:
+        for s in steps:
+            if s.start_ns <= t < s.start_ns + s.wall_ns:
+                out.add(s.index)
+                break
+    return frozenset(out)
+
+
+def steady_steps(
+    steps: Sequence[StepRecord], step_source: str | None, loader: DataLoaderSetting | None,
+    compiled: Collection[int] = (),
+) -> tuple[StepRecord, ...]:
+    """Steps of the run's marker without the first (and the first of each epoch when epochs
+    are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
+    warm-up; a step that straddles a change of marker). With N DataLoader workers (``loader``:
+    :func:`main_dataloader`), also the steps that receive batches 1..N-1 of an epoch whose
+    workers start (:func:`worker_firsts`). ``compiled``: the steps in which torch.compile
+    compiled (:func:`compile_steps`), left out too (unless that leaves none)."""
+    marked = marked_steps(steps, step_source)
+    if len(marked) < 2:
+        return marked
+    first_of_epoch: set[int] = set()
+    seen: set[int | None] = set()
+    for s in marked:
+        if s.epoch not in seen:
+            seen.add(s.epoch)
+            first_of_epoch.add(s.index)
+    if all(s.epoch is None for s in marked):
+        first_of_epoch = {marked[0].index}
+    first_of_epoch |= worker_firsts(marked, loader)
+    rest = tuple(s for s in marked if s.index not in first_of_epoch)
+    if compiled:
+        warm = tuple(s for s in rest if s.index not in compiled)
+        rest = warm or rest
+    return rest or marked
+
+
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    """The step-time figures of a set of steady steps, as every output prints them."""
+
+    steps: int  # steady steps they are of
+    median_ms: float | None  # wall time, rounded to 3 decimals of a ms as the report's summary keeps it
+    p90_ms: float | None  # nearest rank
+    data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
+
+
+def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
+    """Time blocked waiting for the next batch, % of the wall time of ``steps`` (a step's wait
+    counted up to its wall time); None when they have no wall time."""
+    total = sum(s.wall_ns for s in steps)
+    if total <= 0:
+        return None
+    return 100.0 * sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / total
+
+
+def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
+    """Median and p90 wall time and the data-wait share of ``steady`` (:func:`steady_steps`),
+    rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
+    everywhere (3.4 ms, not 3.5)."""
+    if not steady:
+        return StepFigures(0, None, None, None)
+    med = median_int(s.wall_ns for s in steady) or 0
+    p90 = percentile_int((s.wall_ns for s in steady), 90) or 0
+    wait = data_wait_share_pct(steady)
+    return StepFigures(
+        steps=len(steady),
+        median_ms=round(med / 1e6, 3),
+        p90_ms=round(p90 / 1e6, 3),
+        data_wait_pct=round(wait, 3) if wait is not None else None,
+    )

@@ -1,0 +1,310 @@
+"""Fixes sized for the load (issue 24): GD201's workers from a measured waiting or computing load,
+GD104's batch factor from memory headroom, GD204's threads; each with the expected gain of its model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from rule_builders import (
+    GB,
+    MS,
+    MemoryStats,
+    OptimizerSetting,
+    PstatsEntry,
+    Samples,
+    cpu_manifest,
+    dataloader,
+    judge,
+    manifest,
+    proc_samples,
+    run,
+    settings,
+    steps,
+    trace,
+    utilization,
+)
+
+from gpudoctor.config import Thresholds
+from gpudoctor.model import GapCause, ProcessSample, Severity
+from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.gd104_batch_too_small import plan_batch
+from gpudoctor.rules.gd201_dataloader_stall import (
+    COMPUTING,
+    UNMEASURED,
+    WAITING,
+    Load,
+    classify,
+    plan_workers,
+)
+
+FETCH = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py"
+
+
+def _metric(f, name):
+    return next(m.value for m in f.evidence.metrics if m.name == name)
+
+
+def _two_core_run(wall_ms: float, wait_ms: float, *, cpu_ms: float | None = None, model_ms: float | None = None,
+                  pstats=(), **kw):
+    """A CPU run on 2 cores, num_workers=0: ``wait_ms`` of each ``wall_ms`` step in DataLoader.__next__;
+    getrusage ``cpu_ms`` per step, ``model_ms`` of it in the model's calls."""
+    s = steps(30, wall_ms, wait_ms, user_ms=cpu_ms, sys_ms=0.0 if cpu_ms is not None else None)
+    if model_ms is not None:
+        s = tuple(dataclasses.replace(x, forward_ns=int(model_ms * MS / 3), backward_ns=int(model_ms * MS / 3),
+                                      optimizer_ns=int(model_ms * MS / 3)) for x in s)
+    base = dict(manifest=cpu_manifest(cpu_count=2), settings=settings(device_type="cpu", cpu_count=2, num_threads=2),
+                steps=s, pstats=tuple(pstats))
+    base.update(kw)
+    return run(**base)
+
+
+def _fetch_profile(sleep_s: float, work_s: float, *, hot: str = "decode") -> tuple[PstatsEntry, ...]:
+    """cProfile entries of a fetch that sleeps ``sleep_s`` and computes ``work_s`` in the user's ``hot``."""
+    fetch_s = sleep_s + work_s
+    return (
+        PstatsEntry("/work/train.py", 1, "<module>", 1, 0.01, 10.0),
+        PstatsEntry(FETCH, 49, "fetch", 20, 0.001, fetch_s, 0.001, fetch_s),
+        PstatsEntry("/work/train.py", 20, "slow_collate", 20, 0.001, fetch_s, 0.001, fetch_s),
+        PstatsEntry("~", 0, "<built-in method time.sleep>", 20, sleep_s, sleep_s, sleep_s, sleep_s),
+        PstatsEntry("/work/train.py", 30, hot, 640, work_s, work_s, work_s, work_s),
+    )
+
+
+# ---------------------------------------------------------------- GD201: a waiting load
+
+
+def test_a_waiting_load_gets_more_workers_than_cores_with_the_gain_of_that_count():
+    # 20 ms sleep in collate per batch, 12 ms of compute on 2 cores: the issue's case, refuted at 1 worker
+    data = _two_core_run(32.0, 20.0, cpu_ms=12.5, model_ms=11.0, pstats=_fetch_profile(0.40, 0.004))
+    (f,) = judge("GD201", data).findings
+    assert _metric(f, "load_kind") == WAITING
+    n = _metric(f, "suggested_num_workers")
+    # ceil(20 ÷ (12 + 1 hand-over)) + 1 spare = 3, not capped at the 2 cores (1 usable)
+    assert n == 3 and n > _metric(f, "cpu_count")
+    assert "num_workers=3" in f.fix.instruction and "num_workers=3" in f.fix.after
+    assert "more than the 2 cores" in f.fix.instruction and "waits rather than computes" in f.message
+    # the model for 3 workers: max(12, 20 ÷ 3, ...) + 1 = 13 ms against 32 ms: 19 of the 20 ms wait
+    assert f.gain.expected_fraction == pytest.approx(19 / 20, abs=0.01)
+    assert "3 workers (waiting load)" in f.gain.expected_note and "20.00 ms ÷ 3 worker(s)" in f.gain.expected_note
+    assert 0.0 <= f.gain.expected_fraction <= 1.0 and f.gain.expected_share_pct <= f.gain.share_pct
+    assert any("time.sleep" in n for n in f.evidence.notes)
+
+
+def test_a_waiting_load_is_told_by_getrusage_alone():
+    # no cProfile: the process used 12 ms of CPU per step, 11 ms of it in the model's calls, against a 20 ms
+    # wait: the loading used at most 1 ms of CPU in its 20 ms
+    (f,) = judge("GD201", _two_core_run(32.0, 20.0, cpu_ms=12.0, model_ms=11.0)).findings
+    assert _metric(f, "load_kind") == WAITING and _metric(f, "suggested_num_workers") == 3
+    assert any(n.startswith("getrusage:") and "at most 5.0%" in n for n in f.evidence.notes)
+
+
+def test_the_profile_cannot_make_a_load_look_cheaper_than_getrusage_allows():
+    # cProfile counts the fetch's reads as waits, but the process's CPU shows the loading computed
+    data = _two_core_run(32.0, 20.0, cpu_ms=31.0, model_ms=11.0, pstats=_fetch_profile(0.40, 0.004))
+    (f,) = judge("GD201", data).findings
+    assert _metric(f, "load_kind") == WAITING  # the smaller estimate (cProfile's) is used: 1%
+    # without the profile the bound alone says it computes
+    (g,) = judge("GD201", _two_core_run(32.0, 20.0, cpu_ms=31.0, model_ms=11.0)).findings
+    assert _metric(g, "load_kind") == COMPUTING and _metric(g, "suggested_num_workers") == 1
+
+
+# ---------------------------------------------------------------- GD201: a computing load
+
+
+def test_a_computing_load_is_capped_at_the_usable_cores_and_names_its_hot_functions():
+    # 40 ms of CPU in decode() per batch, 12 ms of compute, 2 cores: one usable core cannot hide it
+    data = _two_core_run(52.0, 40.0, cpu_ms=52.0, model_ms=11.0, pstats=_fetch_profile(0.0, 0.8))
+    (f,) = judge("GD201", data).findings
+    assert _metric(f, "load_kind") == COMPUTING and "the loading computes" in f.message
+    assert _metric(f, "suggested_num_workers") == 1  # 2 cores less 1 for the training process
+    assert "capped at 1" in f.fix.instruction and "computing load cannot use more workers than cores" in f.fix.instruction
+    assert "cannot hide this load" in f.fix.instruction and "train.py:30(decode)" in f.fix.instruction
+    # one worker: max(12, 40 ÷ 1, 40 CPU ÷ 1 core, (12 + 40) ÷ 2) + 1 = 41 ms against 52 ms: 11 of the 40 ms wait
+    assert f.gain.expected_fraction == pytest.approx(11 / 40, abs=0.01)
+    assert f.gain.expected_share_pct <= f.gain.share_pct
+
+
+def test_a_computing_load_the_cores_can_hide_gets_its_gain():
+    # 8 cores (7 usable): 40 ms of CPU per batch over 12 ms of compute → ceil(40 ÷ 13) + 1 = 5 workers
+    data = _two_core_run(52.0, 40.0, cpu_ms=52.0, model_ms=11.0, pstats=_fetch_profile(0.0, 0.8),
+                         manifest=cpu_manifest(cpu_count=8),
+                         settings=settings(device_type="cpu", cpu_count=8, num_threads=8))
+    (f,) = judge("GD201", data).findings
+    assert _metric(f, "suggested_num_workers") == 5 and "cannot hide" not in f.fix.instruction
+    # max(12, 40 ÷ 5, 40 ÷ 7, (12 + 40) ÷ 8) + 1 = 13 ms against 52: 39 of the 40 ms
+    assert f.gain.expected_fraction == pytest.approx(39 / 40, abs=0.01)
+
+
+def test_unmeasured_load_is_sized_as_computing():
+    (f,) = judge("GD201", _two_core_run(32.0, 20.0)).findings
+    assert _metric(f, "load_kind") == UNMEASURED and _metric(f, "suggested_num_workers") == 1
+    assert any("not measured" in n for n in f.evidence.notes)
+
+
+# ---------------------------------------------------------------- GD201: with workers, from the samples
+
+
+def _workers_run(cpu_pct_each: float, *, cores: int = 2, runq: float | None = 0.0, rss: int = 10**9,
+                 memory: int | None = None):
+    """2 workers that fall behind: 100 ms steps, 30 ms waiting; each worker at ``cpu_pct_each``."""
+    d = dataloader(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    procs = proc_samples(60.0, runq_wait_pct=0.0 if runq is not None else None)
+    for pid in (201, 202):
+        procs += tuple(ProcessSample(int(i * 100 * MS), pid, "worker", cpu_pct_each, rss, 1, runq_wait_pct=runq)
+                       for i in range(20))
+    return run(manifest=cpu_manifest(cpu_count=cores), steps=steps(20, 100.0, 30.0),
+               settings=settings(device_type="cpu", cpu_count=cores, num_threads=1, dataloaders=(d,)),
+               samples=Samples(process=procs, system_memory_bytes=memory))
+
+
+def test_waiting_workers_are_told_from_their_cpu_in_the_samples():
+    # each worker busy 5% of its time: 2 × 100 ms per batch of load, 71 ms of compute → 3 + 1 spare
+    (f,) = judge("GD201", _workers_run(5.0)).findings
+    assert _metric(f, "load_kind") == WAITING and _metric(f, "suggested_num_workers") == 4
+    assert any(n.startswith("psutil: the 2 worker(s) used 0.10 cores") for n in f.evidence.notes)
+    assert "prefetch_factor=2" in f.fix.after and 0.0 < f.gain.expected_fraction <= 1.0
+
+
+def test_computing_workers_at_the_cores_get_a_deeper_queue_and_no_model_gain():
+    # 2 workers each at a full core on 2 cores: the cores allow no more workers
+    (f,) = judge("GD201", _workers_run(100.0)).findings
+    assert _metric(f, "load_kind") == COMPUTING and "num_workers=2," in f.fix.after and "prefetch_factor=4" in f.fix.after
+    assert "prefetch_factor=4" in f.fix.instruction and "make loading cheaper" in f.fix.instruction
+    assert "profile once with num_workers=0" in f.fix.instruction  # workers are not under cProfile
+    assert f.gain.expected_fraction is None and f.gain.share_pct > 0
+
+
+def test_memory_bounds_the_workers():
+    # 8 GB machine, 1 GB per worker (RSS), 1 GB training process: 50% of 8 GB less 1 GB holds 3 workers
+    (f,) = judge("GD201", _workers_run(5.0, memory=8 * 2**30, rss=2**30)).findings
+    assert _metric(f, "workers_memory_cap_count") == 3 and _metric(f, "suggested_num_workers") == 3
+    assert "capped at 3: memory:" in f.fix.instruction
+
+
+def test_the_most_workers_recommended_is_a_threshold():
+    # 200 ms of sleep per batch, 2 ms of compute: 67 + 1 workers would hide it; at most 16
+    data = _two_core_run(202.0, 200.0, cpu_ms=2.0, model_ms=1.5, pstats=_fetch_profile(4.0, 0.01))
+    (f,) = judge("GD201", data).findings
+    assert _metric(f, "suggested_num_workers") == 16 and "dataloader_max_workers_count=16" in f.fix.instruction
+    # 200 ÷ 16 = 12.5 ms per batch: the model does not promise the whole wait
+    assert f.gain.expected_fraction == pytest.approx((202 - 13.5) / 200, abs=0.01)
+    (g,) = judge("GD201", data, dataloader_max_workers_count=8).findings
+    assert _metric(g, "suggested_num_workers") == 8 and g.gain.expected_fraction < f.gain.expected_fraction
+
+
+# ---------------------------------------------------------------- GD201: the model itself
+
+
+@pytest.mark.parametrize("kind", [WAITING, COMPUTING, UNMEASURED])
+@pytest.mark.parametrize("load_ms,compute_ms,cores", [(20, 12, 2), (5, 50, 2), (300, 10, 4), (60, 40, 16), (2, 1, 1)])
+def test_the_expected_fraction_is_bounded_and_computed_for_the_count_recommended(kind, load_ms, compute_ms, cores):
+    th = Thresholds()
+    cpu = {WAITING: 0.05, COMPUTING: 1.0, UNMEASURED: None}[kind]
+    load = Load(load_ms * MS, None if cpu is None else cpu * load_ms * MS, cpu, kind)
+    plan = plan_workers(load, compute_ns=compute_ms * MS, wait_ns=load_ms * MS, workers_now=0, cores=cores,
+                        main_cpu_ns=compute_ms * MS, mem_cap=None, t=th)
+    assert 1 <= plan.workers <= th.dataloader_max_workers_count
+    if kind != WAITING:
+        assert plan.workers <= max(1, cores - th.dataloader_reserved_cores)
+    assert 0.0 <= plan.expected_fraction <= 1.0
+    # the fraction is the model's step for that count
+    running = plan.workers if kind == WAITING else min(plan.workers, max(1, cores - 1))
+    assert plan.step_after_ns >= max(compute_ms * MS, load_ms * MS / running) + th.dataloader_handover_ms * MS
+    now = (compute_ms + load_ms) * MS
+    assert plan.expected_fraction == pytest.approx(max(0.0, min(1.0, (now - plan.step_after_ns) / (load_ms * MS))))
+
+
+def test_classify_reads_its_threshold():
+    assert classify(0.5, 50.0) == WAITING and classify(0.51, 50.0) == COMPUTING and classify(None, 50.0) == UNMEASURED
+
+
+# ---------------------------------------------------------------- GD201 from a bare trace
+
+
+def test_a_bare_trace_with_the_single_process_iterator_expects_all_but_the_hand_over():
+    m = trace(breakdown_mean_pct={"data_loading": 40.0, "gpu_compute": 60.0}, dataloader_iter="single-process")
+    (f,) = judge("GD201", run(metrics=(m,))).findings
+    # 5 steps of 10 ms, 4 ms waiting each: workers leave the 1 ms hand-over
+    assert f.gain.expected_fraction == pytest.approx(0.75)
+    assert "a bare trace records neither" in f.gain.expected_note
+    m = trace(breakdown_mean_pct={"data_loading": 40.0, "gpu_compute": 60.0}, dataloader_iter="multi-process")
+    (g,) = judge("GD201", run(metrics=(m,))).findings
+    assert g.gain.expected_fraction is None and g.gain.share_pct == pytest.approx(40.0)
+
+
+# ---------------------------------------------------------------- GD104 batch-too-small
+
+
+def _launch_bound(peak_gb: float, optimizer: OptimizerSetting | None = None):
+    m = trace(
+        utilization=(utilization(40.0, causes={GapCause.LAUNCH_BOUND: 1.0}),),
+        memory=(MemoryStats(0, peak_reserved_bytes=int(peak_gb * GB), total_bytes=80 * GB),),
+    )
+    s = settings(dataloaders=(dataloader(batch_size=16),), optimizers=(optimizer,) if optimizer else ())
+    return run(metrics=(m,), settings=s, manifest=manifest())
+
+
+def test_gd104_sizes_the_batch_to_hide_the_launch_overhead_with_its_gain():
+    # 40% of the step is launch overhead, 60% the GPU busy: 2× covers the host's issue time (100 ÷ 60)
+    (f,) = judge("GD104", _launch_bound(10.0)).findings
+    assert _metric(f, "batch_factor") == 2 and "batch_size=32" in f.fix.after
+    assert "hides the launch overhead" in f.fix.instruction
+    # per sample: max(10 ms ÷ 2, 6 ms) = 6 ms against 10 ms: the 4 ms of overhead, whole
+    assert f.gain.expected_fraction == pytest.approx(1.0)
+    assert f.gain.expected_share_pct <= f.gain.share_pct
+
+
+def test_gd104_headroom_leaves_out_what_does_not_grow_with_the_batch():
+    plan = plan_batch(peak_bytes=40 * GB, total_bytes=80 * GB, fixed=0, limit_pct=90.0, busy_ns=1 * MS,
+                      overhead_ns=9 * MS, total_ns=10 * MS)
+    assert plan.factor == 1.5 and plan.memory_factor == pytest.approx(1.8)  # doubling would pass 90%
+    # 30 GB of the 38 are weights, gradients and Adam's moments: the activations (8 GB) can grow 5.25×
+    adam = OptimizerSetting(None, "torch.optim.AdamW", None, None, num_params=30 * GB // 16)
+    plan = plan_batch(peak_bytes=38 * GB, total_bytes=80 * GB, fixed=30 * GB, limit_pct=90.0, busy_ns=1 * MS,
+                      overhead_ns=9 * MS, total_ns=10 * MS)
+    assert plan.memory_factor == pytest.approx(5.25) and plan.factor == 4
+    # per sample: max(10 ÷ 4, 1) = 2.5 ms against 10 ms: 7.5 of the 9 ms of overhead
+    assert plan.expected_fraction == pytest.approx(7.5 / 9)
+    (f,) = judge("GD104", _launch_bound(38.0, adam)).findings
+    assert _metric(f, "fixed_memory_bytes") == 30 * GB and "stay, the rest grows" in f.fix.instruction
+
+
+# ---------------------------------------------------------------- GD204 cpu-oversubscription
+
+
+def test_gd204_puts_the_oversubscription_in_step_time_from_the_cpu_while_computing():
+    # 2 cores, training process with 2 threads, 2 workers with thread pools, the loop waiting 30 of 100 ms;
+    # getrusage: 35 ms of CPU in the 70 ms of compute, half a core
+    d = dataclasses.replace(dataloader(num_workers=2, prefetch_factor=2), has_worker_init_fn=True)
+    procs = proc_samples(50.0, runq_wait_pct=150.0)
+    procs += proc_samples(40.0, role="worker", pid=201, threads=4, runq_wait_pct=150.0)
+    procs += proc_samples(40.0, role="worker", pid=202, threads=4, runq_wait_pct=150.0)
+    data = run(manifest=cpu_manifest(cpu_count=2),
+               settings=settings(device_type="cpu", num_threads=2, cpu_count=2, dataloaders=(d,)),
+               steps=steps(20, 100.0, 30.0, user_ms=35.0, sys_ms=0.0), samples=Samples(process=procs))
+    (f,) = judge("GD204", data).findings
+    claimed = {c.component for c in f.gain.claims}
+    assert "data_loading" in claimed and f.gain.share_pct > 30.0
+    assert "0.50 cores now" in f.gain.expected_note
+    assert 0.0 <= f.gain.expected_fraction <= 1.0 and f.gain.expected_share_pct <= f.gain.share_pct
+    assert f.severity == Severity.ERROR
+    # the step after is never longer than the step now, nor shorter than the compute can go
+    after = _metric(f, "expected_step_ns")
+    assert 0 < after <= 100 * MS
+
+
+def test_gd204_without_per_step_records_keeps_the_demand_as_its_figure():
+    d = dataclasses.replace(dataloader(num_workers=2, prefetch_factor=2), has_worker_init_fn=True)
+    procs = proc_samples(20.0, runq_wait_pct=160.0)
+    procs += proc_samples(25.0, role="worker", pid=201, runq_wait_pct=170.0)
+    procs += proc_samples(25.0, role="worker", pid=202, runq_wait_pct=170.0)
+    data = run(manifest=cpu_manifest(cpu_count=2),
+               settings=settings(device_type="cpu", num_threads=2, cpu_count=2, dataloaders=(d,)),
+               samples=Samples(process=procs))
+    res = judge("GD204", data)
+    assert res.verdict == Verdict.FIRED
+    (f,) = res.findings
+    assert f.gain.share_pct is None and f.gain.expected_fraction is None and f.severity == Severity.ERROR
+    assert math.isclose(_metric(f, "cpu_demand_unserved_pct"), 64.9, abs_tol=0.1)
