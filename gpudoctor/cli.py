@@ -16,12 +16,13 @@ cannot drive the terminal.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
-from gpudoctor import __version__
+from gpudoctor import __version__, signals
 from gpudoctor.errors import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
@@ -238,18 +239,23 @@ DEFAULT_STEPS, DEFAULT_TRIALS, DEFAULT_BUDGET_S = 30, 3, 300.0
 def _verify_options(f):
     f = click.option("--verify-steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
                      help="Steps per trial run (the first 5 of each are left out as warm-up).")(f)
+    f = click.option("--verify-max-trials", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Rounds at most for a fix still undecided after --verify-trials rounds "
+                          "(default: twice --verify-trials; equal to it: no more rounds).")(f)
     f = click.option("--verify-trials", type=click.IntRange(min=1), default=DEFAULT_TRIALS, show_default=True,
-                     help="Trial runs with each fix, each paired with a baseline run without it.")(f)
+                     help="Rounds before the verdict is first looked at: runs with each fix, each paired "
+                          "with a baseline run without it.")(f)
     f = click.option("--verify-budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_BUDGET_S,
                      show_default=True, metavar="SECONDS", help="Time for all trial runs together; Ctrl-C stops early.")(f)
     return f
 
 
-def _verify(report, config, steps, trials, budget):
+def _verify(report, config, steps, trials, budget, max_trials=None):
     """Trial runs for ``report``'s findings; returns (report with verifications, interrupted)."""
     from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_report
 
-    opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, progress=progress_to_stderr)
+    opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, max_trials=max_trials,
+                         progress=progress_to_stderr)
     result = verify_report(report, config, opts)
     return result.report, result.interrupted
 
@@ -272,7 +278,26 @@ def _color_option(f):
 # --------------------------------------------------------------------------- commands
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP stopped a command: carried past click, which would print a blank line for
+    any ``KeyboardInterrupt`` (right after a terminal's ``^C``, not after a ``kill``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except signals.Interrupted as err:
+            if err.signum == signal.SIGINT:
+                raise
+            raise _Stopped(err.signum) from err
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="gpudoctor")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
@@ -290,6 +315,7 @@ def cli(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is None:  # bare `gpudoctor`: the help, and success
         print_stdout(ctx.get_help(), what="the help")
+    signals.pause_point("command")
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -328,7 +354,7 @@ def cli(ctx: click.Context) -> None:
 @_report_options
 def profile(script, script_args, module, out, steps, skip_first, wait, warmup, active, repeat, shapes, stack,
             memory, cprofile, sample_interval_ms, time_window, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
-            master_port, no_report, verify, verify_steps, verify_trials, verify_budget, select, ignore, sets,
+            master_port, no_report, verify, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets,
             fail_on, fmt, output, quiet, color):
     """Run SCRIPT under the profilers and diagnose it.
 
@@ -350,7 +376,8 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
     if verify:
         from gpudoctor.verify import VerifyOptions
 
-        VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget).check()
+        VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget,
+                      max_trials=verify_max_trials).check()
     if click.get_current_context().get_parameter_source("wait") == click.core.ParameterSource.DEFAULT:
         # --steps N: a second, timings-only window fits before the run stops
         wait = short_run_wait(steps, skip_first, warmup, active, repeat, wait)
@@ -384,8 +411,11 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
 
             format_from_path(output)  # a name that says no format: exit 2 now, not after the run
         check_output_writable(output)
+    signals.pause_point("parsed")
     result = profile_run(opts)
     code = result.exit_code
+    if signals.stopped_during_startup(result.manifest.status_detail):
+        no_report = True  # the script never ran: nothing to diagnose (the run's summary said so)
     if not no_report:
         try:
             config = _config(select, ignore, sets, Path(script).resolve().parent if script else Path.cwd())
@@ -399,7 +429,8 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
                     say(f"gpudoctor: --verify skipped: the script ended with exit code {result.exit_code} "
                         f"({result.manifest.status_detail or result.manifest.status.value})")
                 else:
-                    report, interrupted = _verify(report, config, verify_steps, verify_trials, verify_budget)
+                    report, interrupted = _verify(report, config, verify_steps, verify_trials, verify_budget,
+                                                  verify_max_trials)
             write_run_report(report, result.run_dir)
         except GpudoctorError as err:
             say(f"gpudoctor: could not diagnose the run: {err}")
@@ -447,8 +478,8 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
 @_verify_options
 @_rule_options
 @_report_options
-def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, ignore, sets, fail_on, fmt, output, quiet,
-               color):
+def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets, fail_on,
+               fmt, output, quiet, color):
     """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
 
     RUN_DIR is a run directory of `gpudoctor profile`; its script is run again as the
@@ -457,10 +488,21 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, igno
     site, cudnn.benchmark, TF32, thread counts, allocator environment, fused
     optimizers, non-blocking copies of DataLoader batches), trial runs with the fix
     alternate with baseline runs without it; each is stopped after --verify-steps
-    steps and times its steps only (no torch.profiler, no cProfile). Each finding gets
-    confirmed, refuted, inconclusive or not_tried, with the speed-up (baseline median
-    step / trial median step) and its 95% interval. Fixes that change numerics or need
-    a code change (AMP, batch size, torch.compile, no_grad) are not tried.
+    steps and times its steps only (no torch.profiler, no cProfile). The run is the
+    unit: each run's time per step (its steady steps' total / their count) is one
+    figure, and the speed-up (baseline time per step / trial time per step, the median
+    step shown beside it) gets a 95% interval from Welch's t-test on those figures. A
+    fix still undecided after --verify-trials rounds gets more rounds, up to
+    --verify-max-trials, and a second look (the 5% error rate shared by the two
+    looks). A fix of num_workers or batch_size that is not confirmed is tried again at
+    twice the value, while that does better and the budget allows; the finding's fix
+    then names the best value measured. Each finding gets confirmed, refuted,
+    inconclusive or not_tried; inconclusive also when other processes loaded the
+    machine more during one side's runs, or the untouched script ran far slower than
+    in the profiled run (the report says how busy the machine was). Fixes that change
+    numerics or need a code change (AMP, torch.compile, no_grad) are not tried. With
+    nothing to try, one line on stderr says so. docs/verify.md has the statistics and
+    their A/A test.
 
     Trials are real runs of your script: its side effects (files it writes,
     checkpoints, network) happen again. They run under RUN_DIR/verify/ (replaced by
@@ -472,7 +514,8 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_budget, select, igno
     path = Path(run_dir)
     if not (path / "manifest.json").is_file():
         _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no manifest.json); verify runs its script again")
-    opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, progress=progress_to_stderr)
+    opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, max_trials=verify_max_trials,
+                         progress=progress_to_stderr)
     opts.check()
     from gpudoctor.collect.options import require_torch
 
@@ -633,12 +676,28 @@ def explain(code):
     print_stdout(explain_rule(code), what="the rule's documentation")
 
 
+def _interrupted(err: BaseException) -> None:
+    """SIGINT, SIGTERM or SIGHUP stopped gpudoctor: one line, exit 128 + the signal (130, 143, 129)."""
+    signum = err.signum if isinstance(err, _Stopped) else signals.signum_of(err)
+    signals.ignore()  # a second signal cannot interrupt the way out
+    say(signals.stop_line(signum))
+    sys.exit(signals.exit_code(signum))
+
+
 def main() -> None:
+    # the entry point (gpudoctor/__main__.py) installed the handlers before click was imported;
+    # called on its own (in-process, an older console script), main installs them for the call
+    with signals.handling():
+        _main()
+
+
+def _main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="gpudoctor")
-    except click.exceptions.Abort:
-        say("gpudoctor: interrupted")
-        sys.exit(130)
+    except click.exceptions.Abort as err:  # click's form of a KeyboardInterrupt (an Interrupted)
+        _interrupted(err)
+    except _Stopped as err:
+        _interrupted(err)
     except click.UsageError as err:
         # the group's own context is named after its function (`cli`): only a subcommand's path is a command
         sub = err.ctx is not None and err.ctx.parent is not None
@@ -648,9 +707,14 @@ def main() -> None:
         _fail(err.format_message(), EXIT_USAGE)
     except GpudoctorError as err:
         _fail(str(err), err.exit_code)
-    except KeyboardInterrupt:
-        say("gpudoctor: interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt as err:
+        _interrupted(err)
+    except MemoryError:  # a trace larger than the memory this process may use (ulimit -v, a container's limit)
+        _fail("out of memory: the input needs more memory than this process may use; free memory or raise the "
+              "limit (ulimit -v, the container's memory), or analyze one trace at a time with --jobs 1", EXIT_USAGE)
+    except RecursionError:  # a file nested deeper than any decoder recurses (a trace's is caught where it is read)
+        _fail("an input file nests deeper than gpudoctor reads (RecursionError): it is malformed; re-record it or "
+              "pass another file (GPUDOCTOR_DEBUG=1 shows where)", EXIT_USAGE)
     except BrokenPipeError:  # --help or --version into a reader that went away
         _silence_stdout()
         sys.exit(EXIT_OK)

@@ -13,6 +13,8 @@ EXIT_USAGE = 2  # bad arguments, missing files, unreadable input
 EXIT_SCRIPT_FAILED = 3  # reserved for --fail-on gates when the profiled script failed
 EXIT_INTERNAL = 4  # a bug in gpudoctor
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as the shell reports it
+EXIT_HANGUP = 129  # SIGHUP (128 + 1); gpudoctor.signals.exit_code gives 128 + any signal
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
 
 
 class GpudoctorError(Exception):

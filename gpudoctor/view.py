@@ -7,8 +7,8 @@ torch-tb-profiler plugin looks for them (``*.pt.trace.json[.gz]``), so a trace
 written under another name (a colleague's ``rank0.json.gz``) is listed too. The
 URL is printed once the plugin answers, with how to open the same traces in
 Perfetto (https://ui.perfetto.dev, nothing to install). Ctrl-C, SIGTERM or SIGHUP
-stops TensorBoard and removes the temporary folder; the run directory is never
-written to.
+stops TensorBoard and removes the temporary folder, and ends gpudoctor as the signal
+says (exit 130, 143, 129); the run directory is never written to.
 
 The manifest is untrusted: its fields are type-checked and a trace it names must
 resolve inside the run directory, or nothing is served. Only regular files are
@@ -48,6 +48,7 @@ from gpudoctor import safe
 from gpudoctor.errors import GpudoctorError, UsageError
 from gpudoctor.model import Manifest
 from gpudoctor.model._serde import FieldTypeError, check
+from gpudoctor.signals import Interrupted
 
 PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")
 PLUGIN_NAME = "pytorch_profiler"
@@ -374,11 +375,12 @@ def _cmdline(pid: int) -> str:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 def serve(run_dir: Path, port: int = 0, echo: Callable[[str], None] = print) -> int:
-    """Serve RUN in TensorBoard until Ctrl-C (or SIGTERM/SIGHUP); 0 when stopped that way."""
+    """Serve RUN in TensorBoard until Ctrl-C (or SIGTERM/SIGHUP), which is raised (``Interrupted``)
+    once TensorBoard is stopped and the temporary folder removed."""
     check_installed()
     target = find_traces(Path(run_dir))
     if port:
@@ -416,6 +418,6 @@ def _serve(target: ViewTarget, port: int, echo: Callable[[str], None]) -> int:
             raise TensorBoardError(f"TensorBoard stopped by itself (exit code {code}): {tb._log_tail()}")
         except KeyboardInterrupt:
             echo("Stopping TensorBoard.")
-            return 0
+            raise
         finally:
             tb.stop()

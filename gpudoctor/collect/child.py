@@ -32,17 +32,49 @@ from gpudoctor.collect import rundir
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.model import Collected, ExceptionInfo, ProfilerSchedule, RunStatus
+from gpudoctor.signals import HANDLED, pause_point, signal_name, startup_detail
+from gpudoctor.signals import note as note_signal
 
 CONFIG_ENV = "GPUDOCTOR_CHILD_CONFIG"
 EXIT_INTERRUPTED = 130
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived: unwind the script so the instruments can write what they have."""
+    """SIGTERM or SIGHUP arrived: unwind the script so the instruments can write what they have."""
+
+    def __init__(self, signum: int = int(signal.SIGTERM)) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated()
+    raise Terminated(signum)
+
+
+# Signals held back during gpudoctor's start-up in this process (see _signals_in_place): torch's
+# import swallows a KeyboardInterrupt raised at some moments of it, and turns one raised at others
+# into "ImportError: cannot load module more than once" (numpy); so nothing is raised until the
+# instruments are in place and the script is about to run.
+_deferred: list[int] = []
+
+
+def _defer(signum: int, frame: Any) -> None:
+    note_signal(signum)
+    _deferred.append(signum)
+
+
+def _signum(ex: BaseException) -> int:
+    return ex.signum if isinstance(ex, Terminated) else int(signal.SIGINT)
+
+
+def _script_signals() -> int | None:
+    """The script's own signal handling from now on (SIGINT raises KeyboardInterrupt, SIGTERM and
+    SIGHUP unwind it); the first signal held back during start-up, if any."""
+    for sig in HANDLED:
+        if signal.getsignal(sig) is not _defer:  # ignored by who started gpudoctor (nohup): stays so
+            continue
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else _raise_terminated)
+    return _deferred[0] if _deferred else None
 
 
 def exit_code_of(code: Any) -> int:
@@ -135,9 +167,15 @@ class Child:
             st["step_markers"] = markers
             st["steps_seen"] = self.tracker.steps_seen
             if self.tracker.root_name:
-                trains = self.tracker.source in ("optimizer", "backward")  # the hooks' fast path skips the check
-                st["root_module"] = {"name": self.tracker.root_name, "calls": self.tracker.root_calls,
-                                     "calls_with_grad": None if trains else self.tracker.root_grad_calls}
+                tr = self.tracker
+                trains = tr.source in ("optimizer", "backward")  # the hooks' fast path skips the check
+                st["root_module"] = {
+                    "name": tr.root_name, "calls": tr.root_calls,
+                    "calls_with_grad": None if trains else tr.root_grad_calls,
+                    "eval_calls": tr.eval_calls, "eval_calls_with_grad": tr.eval_grad_calls,
+                    "first_grad_call_site": tr.first_grad_site.to_dict() if tr.first_grad_site is not None else None,
+                    "eval_grad_call_site": tr.eval_grad_site.to_dict() if tr.eval_grad_site is not None else None,
+                }
         st["notes"] = list(self.notes)
         if final:
             st["collected"] = [c.to_dict() for c in self.collected()]
@@ -166,7 +204,7 @@ class Child:
     # ------------------------------------------------------------------ set-up
 
     def setup(self) -> None:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        pause_point("child-setup")
         # under torchrun the parent is torchrun's agent (which gpudoctor started), not gpudoctor
         launched = self.cfg.get("launcher") == "torchrun"
         _die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))
@@ -291,8 +329,13 @@ class Child:
     def _after_fork_in_child(self) -> None:
         self.forked = True
         try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)  # a worker's signals are not the training process's
+            for sig in HANDLED:  # a worker's signals are not the training process's: Python's own handling
+                if sig == signal.SIGINT:
+                    if signal.getsignal(sig) is _defer:
+                        signal.signal(sig, signal.default_int_handler)
+                elif signal.getsignal(sig) in (_raise_terminated, _defer):
+                    signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
         except ValueError:
             pass
         for key in ("signal_fd", "state_fd"):  # the parent reads until every writer has closed
@@ -378,15 +421,21 @@ class Child:
         return ExceptionInfo(type=_exc_type_name(exc), message=message, call_site=site)
 
     def run(self) -> int:
+        # Start-up: the signals are held back (_defer) while torch is imported and the instruments
+        # are installed; one that came meanwhile ends the run here, before the script runs.
         try:
             self.setup()
-        except KeyboardInterrupt:  # Ctrl-C while torch is imported: no traceback, exit 130
-            self.finish(RunStatus.INTERRUPTED, "interrupted (Ctrl-C) during start-up, before the script ran",
-                        EXIT_INTERRUPTED, signal.SIGINT)
-            return EXIT_INTERRUPTED
-        from gpudoctor.collect.steps import StopAfterSteps  # noqa: PLC0415
+            from gpudoctor.collect.steps import StopAfterSteps  # noqa: PLC0415
 
-        self._prepare_sys()
+            self._prepare_sys()
+            held = _script_signals()
+            if held is None:
+                pause_point("child-script")
+        except (KeyboardInterrupt, Terminated) as ex:  # not held back (torchrun's ranks), or just after
+            held = _signum(ex)
+        if held is not None:
+            self.finish(RunStatus.INTERRUPTED, startup_detail(held), 128 + held, held)
+            return 128 + held
         status = RunStatus.COMPLETED
         detail = ""
         code = 0
@@ -408,9 +457,10 @@ class Child:
             self._print_exception(ex)
             status, code, sig = RunStatus.INTERRUPTED, EXIT_INTERRUPTED, signal.SIGINT
             detail = "interrupted (SIGINT / Ctrl-C)"
-        except Terminated:
-            status, code, sig = RunStatus.KILLED, 128 + signal.SIGTERM, signal.SIGTERM
-            detail = "terminated by signal 15 (SIGTERM)"
+        except Terminated as ex:
+            sig = ex.signum
+            status, code = RunStatus.KILLED, 128 + sig
+            detail = f"terminated by signal {sig} ({signal_name(sig)})"
         except BaseException as ex:  # the script raised: Python would print it and exit 1
             self._print_exception(ex)
             status, code = RunStatus.FAILED, 1
@@ -429,8 +479,8 @@ class Child:
         # when the script ended, before the flush: orders the ranks' failures (the first is the cause)
         self.state["ended_ns"] = time.monotonic_ns() - self.t0
         try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the flush finish; the parent escalates
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for s in HANDLED:  # let the flush finish; the parent escalates
+                signal.signal(s, signal.SIG_IGN)
         except ValueError:
             pass
         if self.cprof is not None:
@@ -655,16 +705,20 @@ class Child:
 
 
 def _signals_in_place(cfg: dict[str, Any]) -> None:
-    """Report every signal to the parent (``set_wakeup_fd``), then let SIGINT in: the parent
-    started this process with SIGINT blocked, so a Ctrl-C during Python's start-up arrives
-    now, where it ends the run cleanly."""
+    """Hold SIGINT, SIGTERM and SIGHUP back (:func:`_defer`) until the script is about to run,
+    report every signal to the parent (``set_wakeup_fd``: the parent then knows it arrived), and
+    let them in: the parent started this process with them blocked, so one sent during Python's
+    start-up arrives now, and ends the run cleanly once the instruments are in place."""
+    for sig in HANDLED:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _defer)
     fd = cfg.get("signal_fd")
     if isinstance(fd, int) and fd >= 0:
         try:
             signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
         except (ValueError, OSError):
             pass
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(HANDLED))
 
 
 def main() -> None:
@@ -677,12 +731,13 @@ def main() -> None:
         sys.exit(2)
     cfg = json.loads(raw)
     try:
+        pause_point("child-start")  # the three signals still blocked (not under torchrun)
         _signals_in_place(cfg)
         child = Child(cfg)
-    except KeyboardInterrupt:  # before anything was set up: nothing to write
+    except KeyboardInterrupt:  # torchrun's ranks start unblocked: before anything was set up, nothing to write
         sys.exit(EXIT_INTERRUPTED)
     try:
         code = child.run()
-    except KeyboardInterrupt:  # between set-up and the script, or during the last flush
-        code = EXIT_INTERRUPTED
+    except (KeyboardInterrupt, Terminated) as ex:  # during the last flush
+        code = 128 + _signum(ex)
     sys.exit(code)

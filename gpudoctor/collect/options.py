@@ -92,6 +92,9 @@ class ProfileResult:
     run_dir: Path
     exit_code: int
     manifest: Manifest
+    # SIGINT, SIGTERM, SIGHUP that gpudoctor's own process received while the script ran (each passed
+    # on to the script, or it got it too): a caller that runs the script again (--verify) stops on them
+    signals: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

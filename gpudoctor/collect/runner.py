@@ -5,15 +5,19 @@ writes the manifest (status "running"), starts the training process, samples it
 (psutil, NVML) until it ends however it ends, then merges the child's account into
 the manifest, prints a summary to stderr and returns the script's exit code.
 
-Signals: a terminal's Ctrl-C reaches the whole foreground process group, the script
-included, so the script gets it directly and the parent only waits for it to flush. A
-SIGINT or SIGTERM sent to the parent alone (``kill PID``, a scheduler, a container
-runtime) is passed on to the script: the training process reports every signal it
-receives through a pipe (``signal.set_wakeup_fd``), and a signal the parent got that
-the script did not get within ``FORWARD_GRACE_S`` is forwarded, so that nothing is
-delivered twice. A third SIGINT kills the script. The training process starts with
-SIGINT blocked until its signal handling is in place: Ctrl-C at any moment of start-up
-ends the run with exit 130, not with a traceback.
+Signals (SIGINT, SIGTERM, SIGHUP): before the training process exists, one of them stops
+start-up (``gpudoctor.signals.Interrupted``), and the run directory, if made, gets a
+manifest that says so. A terminal's Ctrl-C (or hang-up) reaches the whole foreground
+process group, the script included, so the script gets it directly and the parent only
+waits for it to flush. A signal sent to the parent alone (``kill PID``, a scheduler, a
+container runtime) is passed on to the script: the training process reports every
+signal it receives through a pipe (``signal.set_wakeup_fd``), and a signal the parent
+got that the script did not get within ``FORWARD_GRACE_S`` is forwarded, so that
+nothing is delivered twice. A third SIGINT kills the script. The training process
+starts with the three blocked and holds them back until its instruments are in place
+(``child.py``): a signal at any moment of its start-up ends the run as "interrupted
+during start-up", exit 128 + signal, not with a traceback. A signal that reaches the
+parent once the script has ended stops gpudoctor after the manifest is written.
 
 Writes: the manifest written at the start reserves space for the final one (a disk that
 fills up during the run cannot leave it saying "running"); the training process also
@@ -42,6 +46,16 @@ from gpudoctor.collect import rundir
 from gpudoctor.collect.options import ProfileOptions, ProfileResult, Target, validate
 from gpudoctor.errors import CollectError
 from gpudoctor.safe import terminal_line
+from gpudoctor.signals import (
+    HANDLED,
+    Interrupted,
+    deferred,
+    pause_point,
+    signum_of,
+    startup_detail,
+    stopped_during_startup,
+)
+from gpudoctor.signals import note as note_signal
 
 if TYPE_CHECKING:
     from gpudoctor.model import Collected, Manifest
@@ -95,16 +109,21 @@ def _command(opts: ProfileOptions) -> tuple[str, ...]:
 
 
 class _Signals:
-    """The parent's signal handling while the child runs (main thread only).
+    """The parent's signal handling while it runs the script (main thread only).
 
-    Handlers only record; :meth:`tick`, called by the waiting loop, decides what to forward.
+    Before the training process exists, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``
+    (start-up stops). Then handlers only record; :meth:`tick`, called by the waiting loop,
+    decides what to forward, and :meth:`settle` what never reached the script.
     """
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sigints = 0
-        self.sigterm = False
+        self.received: list[int] = []  # every signal the parent got, in order
+        self.delivered: list[int] = []  # those the script got: it reported them, or they were forwarded
         self.forwarded: list[int] = []  # signals passed on to the script because it had not got them
+        self.late: list[int] = []  # signals that could not reach the script: it had ended
+        self._reader: threading.Thread | None = None
         self._old: dict[int, Any] = {}
         self._pending: list[tuple[int, float]] = []  # (signal, when) received by the parent, not yet judged
         self._child_got: list[tuple[int, float]] = []  # (signal, when) the training process reported
@@ -115,8 +134,10 @@ class _Signals:
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig, fn in ((signal.SIGINT, self._on_sigint), (signal.SIGTERM, self._on_sigterm)):
-            self._old[sig] = signal.signal(sig, fn)
+        for sig in HANDLED:
+            if signal.getsignal(sig) == signal.SIG_IGN:  # nohup: a hang-up is not ours to act on
+                continue
+            self._old[sig] = signal.signal(sig, self._on_signal)
 
     def restore(self) -> None:
         for sig, old in self._old.items():
@@ -146,31 +167,28 @@ class _Signals:
                 with self._lock:
                     self._child_got.extend((b, now) for b in data)
 
-        threading.Thread(target=run, name="gpudoctor-signals", daemon=True).start()
+        self._reader = threading.Thread(target=run, name="gpudoctor-signals", daemon=True)
+        self._reader.start()
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self.sigints += 1
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        note_signal(signum)  # a start-up hook waiting for a signal goes on
+        self.received.append(signum)
         proc = self.proc
-        if proc is None:  # before the script started: stop here
-            raise KeyboardInterrupt
-        if proc.poll() is not None:
+        if proc is None:  # before the training process exists: start-up stops here
+            raise Interrupted(signum)
+        if proc.poll() is not None:  # the script has ended: gpudoctor stops once the manifest is written
+            self.late.append(signum)
             return
-        if self.sigints >= 3:
-            _say("gpudoctor: killing the script")
-            try:
-                proc.kill()
-            except OSError:
-                pass
-            return
-        self._pending.append((signal.SIGINT, time.monotonic()))
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self.sigterm = True
-        proc = self.proc
-        if proc is None:
-            raise KeyboardInterrupt
-        if proc.poll() is None:
-            self._pending.append((signal.SIGTERM, time.monotonic()))
+        if signum == signal.SIGINT:
+            self.sigints += 1
+            if self.sigints >= 3:
+                _say("gpudoctor: killing the script")
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
+                return
+        self._pending.append((signum, time.monotonic()))
 
     def tick(self) -> None:
         """Forward the signals the parent received and the script did not (see the module docstring)."""
@@ -180,28 +198,48 @@ class _Signals:
         now = time.monotonic()
         keep: list[tuple[int, float]] = []
         for sig, when in self._pending:
-            with self._lock:
-                match = next((i for i, (s, t) in enumerate(self._child_got)
-                              if s == sig and when - SAME_DELIVERY_S <= t), None)
-                if match is not None:
-                    self._child_got.pop(match)
-                    continue
+            if self._reported(sig, when):
+                continue
             if self.detects and now - when < FORWARD_GRACE_S:
                 keep.append((sig, when))
                 continue
             if not self.detects and sig == signal.SIGINT and self.sigints < 2:
-                continue  # torchrun: Ctrl-C reached the group; a second one is passed on
+                self.delivered.append(sig)  # torchrun: Ctrl-C reached the group; a second one is passed on
+                continue
             if proc is not None and proc.poll() is None:
                 name = _signal_name(sig)
                 _say(f"gpudoctor: passing {name} on to the script (it was sent to gpudoctor alone)")
                 try:
                     proc.send_signal(sig)
                     self.forwarded.append(sig)
+                    self.delivered.append(sig)
+                    continue
                 except OSError:  # the child has just ended
                     pass
+            self.late.append(sig)  # the script ended before it could be passed on
         self._pending = keep
         with self._lock:  # reports older than any pending signal can match nothing more
             self._child_got = [(s, t) for s, t in self._child_got if now - t < SAME_DELIVERY_S + FORWARD_GRACE_S]
+
+    def _reported(self, sig: int, when: float) -> bool:
+        """The training process reported getting ``sig`` (the same delivery): it is counted as delivered."""
+        with self._lock:
+            match = next((i for i, (s, t) in enumerate(self._child_got) if s == sig and when - SAME_DELIVERY_S <= t), None)
+            if match is None:
+                return False
+            self._child_got.pop(match)
+        self.delivered.append(sig)
+        return True
+
+    def settle(self, timeout_s: float = 1.0) -> None:
+        """The script has ended: the signals still waiting to be forwarded either reached it (its last
+        reports, read once its end of the pipe is closed) or never did (:attr:`late`)."""
+        if self._pending and self._reader is not None:
+            self._reader.join(timeout_s)
+        for sig, when in self._pending:
+            if not self._reported(sig, when):
+                self.late.append(sig)
+        self._pending = []
 
 
 def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_ns: int, cwd: str) -> dict[str, Any]:
@@ -224,11 +262,11 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
 
 
 def _launcher_preexec() -> None:
-    """``preexec_fn`` of torchrun's agent: SIGINT unblocked (the agent handles it), and SIGTERM
-    when gpudoctor's process dies."""
+    """``preexec_fn`` of torchrun's agent: SIGINT, SIGTERM and SIGHUP unblocked (the agent handles
+    them), and SIGTERM when gpudoctor's process dies."""
     from gpudoctor.collect import distributed  # noqa: PLC0415
 
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(HANDLED))
     distributed.die_with_parent_preexec()
 
 
@@ -263,7 +301,7 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
     t0_unix_ns = time.time_ns()
     t0_mono_ns = time.monotonic_ns()
     signals = _Signals()
-    signals.install()  # from here on, Ctrl-C before the script starts stops gpudoctor cleanly
+    signals.install()  # from here on, a signal before the script starts stops gpudoctor cleanly
     run_dir: Path | None = None
     try:
         try:
@@ -275,25 +313,33 @@ def profile_run(opts: ProfileOptions) -> ProfileResult:
         except OSError as err:
             where = opts.run_dir or opts.out_dir
             raise CollectError(f"cannot create the run directory {where}: {rundir.os_reason(err)}; pass --out DIR") from err
-        return _run(opts, target, run_dir, cwd, t0_unix_ns, t0_mono_ns, signals)
-    except KeyboardInterrupt:
+        pause_point("run-dir")
+        result = _run(opts, target, run_dir, cwd, t0_unix_ns, t0_mono_ns, signals)
+        if signals.late:  # the manifest is final: now gpudoctor stops, as it was asked to
+            raise Interrupted(signals.late[0])
+        return result
+    except KeyboardInterrupt as err:
         if run_dir is not None and signals.proc is None:
-            _interrupted_before_start(opts, target, run_dir, cwd, t0_unix_ns)
+            _interrupted_before_start(opts, target, run_dir, cwd, t0_unix_ns, signum_of(err))
         raise
     finally:
         signals.restore()
 
 
-def _interrupted_before_start(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int) -> None:
-    from gpudoctor.model import RunStatus
+def _interrupted_before_start(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int,
+                              signum: int) -> None:
+    """The manifest of a run stopped by a signal before the training process existed (written whole:
+    a second signal waits for it)."""
+    with deferred():
+        from gpudoctor.model import RunStatus
 
-    m = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
-    m = _replace(m, status=RunStatus.INTERRUPTED, status_detail="interrupted (Ctrl-C) before the script started",
-                 exit_code=130, signal=int(signal.SIGINT), ended_at=_iso(time.time_ns()))
-    try:
-        rundir.write_json_atomic(run_dir / rundir.MANIFEST, m.to_dict())
-    except OSError:
-        pass
+        m = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
+        m = _replace(m, status=RunStatus.INTERRUPTED, status_detail=startup_detail(signum),
+                     exit_code=128 + signum, signal=signum, ended_at=_iso(time.time_ns()))
+        try:
+            rundir.write_json_atomic(run_dir / rundir.MANIFEST, m.to_dict())
+        except OSError:
+            pass
 
 
 def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int, t0_mono_ns: int,
@@ -325,12 +371,13 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
         child_env(opts.injections, env)
     env[CONFIG_ENV] = json.dumps(config)
     env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
-    # SIGINT stays blocked from here until the parent knows its child: a Ctrl-C now is handled
-    # once the child exists. The training process inherits the block and lifts it once its own
-    # handling is in place, so a Ctrl-C during its start-up waits for that instead of a traceback.
+    # SIGINT, SIGTERM and SIGHUP stay blocked from here until the parent knows its child: a signal
+    # now is handled once the child exists (passed on to it). The training process inherits the
+    # block and lifts it once its own handling is in place, so a signal during its start-up waits
+    # for that instead of a traceback (or a half-imported torch).
     blocked = threading.current_thread() is threading.main_thread()
     if blocked:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(HANDLED))
     try:
         flags = getattr(subprocess, "_args_from_interpreter_flags", lambda: [])()  # -W, -X, -O … as given to us
         if launcher:
@@ -355,7 +402,7 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
         for fd in fds:
             os.close(fd)
         if blocked:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, set(HANDLED))
     # written while the training process starts (it imports torch for a second or more)
     manifest = _start_manifest(opts, target, run_dir, cwd, t0_unix_ns)
     if launcher:
@@ -363,6 +410,7 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     _write_manifest(run_dir, manifest, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
     if sig_r >= 0:
         signals.watch(sig_r)
+    pause_point("spawned")
     state_pipe = _StatePipe(state_r) if state_r >= 0 else None
     sampler, nvml, nvml_reason = _start_sampler(opts, run_dir, t0_mono_ns, proc.pid, launcher)
     compressor = _TraceCompressor(run_dir)
@@ -389,6 +437,8 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
             progress.clear()
     t_end_unix_ns = time.time_ns()
     t_end_mono_ns = time.monotonic_ns()
+    signals.settle()
+    pause_point("ended")
     sampler.stop()
     compressor.stop()
     state, job = None, {}
@@ -416,7 +466,8 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
                 pass
     if opts.summary:
         _print_summary(manifest, run_dir, opts)
-    return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest)
+    return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest,
+                         signals=tuple(signals.received))
 
 
 def _write_manifest(run_dir: Path, manifest: Manifest, reserve_bytes: int = 0) -> bool:
@@ -669,9 +720,10 @@ def _finish_manifest(
             note = _SIGNAL_NOTES.get(sig)
             detail = f"killed by signal {sig} ({note or name})"
         exit_code = 128 + sig
-    elif child_status in (None, RunStatus.RUNNING.value) and signals.sigints and rc == 130:
-        exit_code, status, sig = rc, RunStatus.INTERRUPTED, int(signal.SIGINT)
-        detail = "interrupted (Ctrl-C) during start-up, before the script ran"
+    elif child_status in (None, RunStatus.RUNNING.value) and rc - 128 in signals.delivered:
+        # a training process that could not report (torchrun's ranks): it ended as the signal says
+        exit_code, status, sig = rc, RunStatus.INTERRUPTED, rc - 128
+        detail = startup_detail(sig)
     elif child_status in (None, RunStatus.RUNNING.value):
         exit_code = rc
         status = RunStatus.COMPLETED if rc == 0 else RunStatus.FAILED
@@ -685,9 +737,15 @@ def _finish_manifest(
     else:
         status = RunStatus(child_status)
         exit_code = rc
-    if signals.sigints and status == RunStatus.COMPLETED:
+    if signals.delivered and status == RunStatus.COMPLETED:
+        sig = signals.delivered[0]
         status = RunStatus.INTERRUPTED
-        detail = f"Ctrl-C received; the script handled it and ended with exit code {rc}"
+        who = "Ctrl-C" if sig == signal.SIGINT else _signal_name(sig)
+        detail = f"{who} received; the script handled it and ended with exit code {rc}"
+    if signals.late and sig is None:
+        late = signals.late[0]
+        detail = "; ".join(d for d in (detail, f"{_signal_name(late)} reached gpudoctor after the script had ended "
+                                       f"(not passed on): gpudoctor stopped, exit code {128 + late}") if d)
 
     collected: list[Collected] = []
     for c in state.get("collected", []) or []:
@@ -896,15 +954,22 @@ def _collected_from_files(run_dir: Path, steps_lines: int) -> list[Collected]:
 
 
 def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
-    from gpudoctor.collect.summary import summarize_steps, summary_lines
+    from gpudoctor.collect.summary import main_loader, summarize_steps, summary_lines
 
     steps_path = run_dir / rundir.STEPS
-    if m.launcher and not steps_path.exists():  # a torchrun job: the lowest rank's steps stand for the job's
+    settings_path = run_dir / rundir.SETTINGS
+    if m.launcher and not steps_path.exists():  # a torchrun job: every rank's steps, as the report reads them
         from gpudoctor.collect import distributed  # noqa: PLC0415
 
-        steps_path = distributed.first_rank_steps(run_dir) or steps_path
-    steps = rundir.read_jsonl(steps_path)
-    s = summarize_steps(steps, m.step_source)
+        files = distributed.rank_steps_files(run_dir)
+        steps = [{**row, "rank": rank if row.get("rank") is None else row["rank"]} for rank in sorted(files) for row in rundir.read_jsonl(files[rank])]
+        if files:  # and the lowest rank's settings, as the report reads them
+            settings_path = run_dir / f"settings.rank{min(files)}.json"
+    else:
+        steps = rundir.read_jsonl(steps_path)
+    # the steady steps the report's summary is of: without the first batches of the workers the settings name
+    raw_settings = rundir.read_json(settings_path)
+    s = summarize_steps(steps, m.step_source, main_loader(raw_settings), raw_settings)
     important = ("steps", "torch.profiler")
     missing = [f"{c.name} ({c.reason})" for c in m.collected if not c.ok and c.name in important and c.reason]
     try:
@@ -913,7 +978,10 @@ def _print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
             shown = str(run_dir)
     except ValueError:
         shown = str(run_dir)
-    for line in summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing):
+    lines = summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing)
+    if stopped_during_startup(m.status_detail):  # the script never ran: how the run ended and where, not its steps
+        lines = [ln for ln in lines if ln.startswith("gpudoctor: run ")]
+    for line in lines:
         _say(line)
     if m.write_errors:
         _say(write_errors_line(m))

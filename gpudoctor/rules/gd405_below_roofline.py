@@ -348,6 +348,13 @@ def check(ctx: RuleContext) -> RuleResult:
 # --------------------------------------------------------------------------- the summary's figures
 
 
+# The share of kernel time the shapes must model before the summary states an MFU (the share of peak is
+# of the modelled kernels, and says so):
+# below it the figures are of a sliver of the work (a PyTorch 1.x trace models its backward convolutions
+# only), not of the model. gpudoctor's choice: most of the kernel time.
+SUMMARY_MIN_MODELLED_PCT = 50.0
+
+
 def roofline_summary(m: TraceMetrics | None) -> list[SummaryStat]:
     """The headline figures of a trace's roofline: achieved TFLOP/s of the matmul/conv/attention
     kernels, their share of the device's peak and the MFU (or why there is no share of peak)."""
@@ -368,11 +375,18 @@ def roofline_summary(m: TraceMetrics | None) -> list[SummaryStat]:
         of = f"the {r.peak.name}'s {dtypes[0].upper()} peak, {pk:g} TFLOP/s"
     else:
         of = f"the {r.peak.name}'s peak of each precision"
+    of = f"{of}; the modelled kernels, {what}"
     if r.peak_pct is not None:
         out.append(SummaryStat("roofline_peak_pct", "share of the device's peak", round(r.peak_pct, 3), "%", of))
     if r.mfu_pct is not None:
-        out.append(SummaryStat("mfu", "model FLOPs utilization (MFU)", round(r.mfu_pct, 3), "%",
-                               "steps" if r.window.value == "steps" else "span"))
+        if r.modelled_pct is not None and r.modelled_pct < SUMMARY_MIN_MODELLED_PCT:
+            # the FLOPs of a sliver of the kernels over the whole step would read as the model's utilization
+            out.append(SummaryStat("mfu", "model FLOPs utilization (MFU)",
+                                   f"not stated: the shapes model {fmt_pct(r.modelled_pct)} of kernel time "
+                                   f"(under {SUMMARY_MIN_MODELLED_PCT:g}%)"))
+        else:
+            out.append(SummaryStat("mfu", "model FLOPs utilization (MFU)", round(r.mfu_pct, 3), "%",
+                                   "steps" if r.window.value == "steps" else "span"))
     return out
 
 

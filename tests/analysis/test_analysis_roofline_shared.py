@@ -105,7 +105,10 @@ def test_summary_reports_throughput_and_share_of_peak(shared_traces, name):
     r = rep.run.metrics[0].roofline
     assert r.peak is not None and r.peak.name == WITH_SHAPES[name]
     assert stats["roofline_tflops"] > 0 and 0 < stats["roofline_peak_pct"] < 100
-    assert 0 <= stats["mfu"] <= stats["roofline_peak_pct"]  # the window holds at least the kernels' time
+    if r.modelled_pct >= 50:
+        assert 0 <= stats["mfu"] <= stats["roofline_peak_pct"]  # the window holds at least the kernels' time
+    else:  # an MFU of a sliver of the kernels would misread as the model's
+        assert str(stats["mfu"]).startswith("not stated: the shapes model")
     for row in r.rows:  # no op class beats its roof
         if row.peak_pct is not None:
             assert row.peak_pct < 100 and (row.bandwidth_pct or 0) < 100, (name, row)

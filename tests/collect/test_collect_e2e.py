@@ -140,7 +140,9 @@ def test_traces_hold_the_active_steps_by_their_run_index(basic):
 def test_samples_cover_the_process_and_its_worker(basic):
     work, script, proc, run_dir = basic
     rows = samples(run_dir)
-    assert rows[0] == {"kind": "meta", "interval_ms": 200.0, "system_cpu_count": rows[0]["system_cpu_count"]}
+    assert rows[0] == {"kind": "meta", "interval_ms": 200.0, "system_cpu_count": rows[0]["system_cpu_count"],
+                       "system_memory_bytes": rows[0]["system_memory_bytes"]}
+    assert rows[0]["system_memory_bytes"] > 0
     procs = [r for r in rows if r["kind"] == "process"]
     assert procs and {r["role"] for r in procs} >= {"main"}
     main = [r for r in procs if r["role"] == "main"]

@@ -132,6 +132,33 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "c
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# --------------------------------------------------------------------------- start-up moments
+
+HOOK_ENV = "GPUDOCTOR_STARTUP_HOOK"  # gpudoctor.signals.STARTUP_HOOK_ENV
+
+
+def start_paused(points: str, *args: Any, cwd: Path, hooks: Path, **extra: str) -> subprocess.Popen[str]:
+    """``gpudoctor ARGS`` that stops at the named start-up point(s) (``gpudoctor.signals.POINTS``,
+    comma-separated), writes ``hooks/POINT`` and waits there for a signal: the test sends it at
+    exactly that moment. In its own process group: what reaches it is only what the test sends."""
+    hooks.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(gd_cmd(*args), cwd=cwd, env=env(**{HOOK_ENV: f"{points}:{hooks}"}, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+
+
+def wait_paused(proc: subprocess.Popen[str], hooks: Path, point: str, timeout: float = 120) -> None:
+    """Until gpudoctor (or its training process) waits at ``point``."""
+
+    def there() -> bool:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"gpudoctor ended (exit {proc.returncode}) before {point!r}: {err[-2000:]}")
+        return (hooks / point).is_file()
+
+    wait_for(there, timeout=timeout, what=f"start-up point {point!r}")
+
+
 # --------------------------------------------------------------------------- file systems
 
 

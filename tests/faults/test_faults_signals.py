@@ -1,12 +1,19 @@
-"""Signals: to gpudoctor alone, during start-up, a parent killed outright, `view` stopped or killed."""
+"""Signals: to gpudoctor alone, at every moment of start-up, a parent killed outright, `view` stopped or killed.
+
+The start-up moments are pinned with gpudoctor's start-up hook (``GPUDOCTOR_STARTUP_HOOK``,
+``faultlib.start_paused``): gpudoctor writes a marker at the named point and waits there
+for the signal, so each case lands exactly where it says, on a loaded machine too.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from faultlib import (
+    ROOT,
     WINDOW,
     env,
     gd,
@@ -21,7 +29,9 @@ from faultlib import (
     gd_lines,
     manifest,
     only_run_dir,
+    start_paused,
     wait_for,
+    wait_paused,
     write_train,
 )
 
@@ -70,19 +80,150 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 90) -> tuple[str, str]
             proc.wait()
 
 
-@pytest.mark.parametrize(("sig", "code", "status"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "killed")])
-def test_a_signal_to_gpudoctor_alone_reaches_the_script(sig: int, code: int, status: str, tmp_path: Path) -> None:
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+STOP_LINE = {signal.SIGINT: "gpudoctor: interrupted", signal.SIGTERM: "gpudoctor: stopped by SIGTERM",
+             signal.SIGHUP: "gpudoctor: stopped by SIGHUP"}
+OURS = re.compile(r"gpudoctor[/\\](collect|cli|signals|__main__)")  # a frame of gpudoctor's in a traceback
+
+
+def _send(proc: subprocess.Popen[str], sig: int, to: str) -> None:
+    if to == "group":  # a terminal's Ctrl-C or hang-up: gpudoctor and the training process together
+        os.killpg(proc.pid, sig)
+    else:  # kill PID, a scheduler, a container runtime: gpudoctor's process only
+        os.kill(proc.pid, sig)
+
+
+@pytest.mark.parametrize("to", ["gpudoctor", "group"])
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "killed"),
+                                             (signal.SIGHUP, "killed")])
+def test_a_signal_while_the_script_runs_reaches_it(sig: int, status: str, to: str, tmp_path: Path) -> None:
     proc = _start(tmp_path)
     wait_for(lambda: _marks(tmp_path) >= 5, timeout=90, what="5 steps")
-    os.kill(proc.pid, sig)  # to gpudoctor's process only, not its group
+    _send(proc, sig, to)
     out, err = _finish(proc)
+    code = 128 + sig
     assert proc.returncode == code, err
     ran = _marks(tmp_path)
     assert ran < 400, "the script ran to its end: the signal never reached it"
     m = manifest(only_run_dir(tmp_path / "runs"))
     assert m["status"] == status and m["exit_code"] == code, m["status_detail"]
     assert m["signal"] == sig
-    assert "Traceback" not in "\n".join(gd_lines(err))
+    assert not OURS.search(err), err  # the script's own KeyboardInterrupt is Python's, without gpudoctor's frames
+    if to == "gpudoctor":
+        assert f"passing {signal.Signals(sig).name} on to the script" in err
+    else:  # it reached the script directly: passing it on again would deliver it twice
+        assert "passing" not in err
+
+
+# --------------------------------------------------------------------------- start-up, moment by moment
+
+
+@pytest.mark.parametrize("point", ["entry", "command", "parsed"])
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_before_the_run_directory_exists_is_one_line(sig: int, point: str, tmp_path: Path) -> None:
+    """Before click is imported, once the command is chosen, once profile's options are checked."""
+    write_train(tmp_path)
+    proc = start_paused(point, "profile", "--out", "runs", *WINDOW, "train.py", cwd=tmp_path, hooks=tmp_path / "hooks")
+    wait_paused(proc, tmp_path / "hooks", point)
+    os.kill(proc.pid, sig)
+    out, err = _finish(proc)
+    assert proc.returncode == 128 + sig, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [STOP_LINE[sig]], err
+    assert out == ""
+    assert not (tmp_path / "runs").exists()
+
+
+# (point(s) the hook pauses at, the one the signal is sent at): at "spawned" the training process
+# also waits before its script ("child-script"), so a signal passed on half a second later still
+# finds it in start-up whatever the machine's speed
+# (before the training process exists, the group is gpudoctor alone)
+START_UP = [("run-dir", "run-dir", "gpudoctor")] + [
+    (points, point, to)
+    for points, point in [("spawned,child-script", "spawned"), ("child-start", "child-start"),
+                          ("child-setup", "child-setup"), ("child-script", "child-script")]
+    for to in ("gpudoctor", "group")
+]
+
+
+@pytest.mark.parametrize(("points", "point", "to"), START_UP, ids=[f"{p}-to-{t}" for _, p, t in START_UP])
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_during_start_up_leaves_a_manifest_that_says_so(sig: int, points: str, point: str, to: str,
+                                                                  tmp_path: Path) -> None:
+    """Once the run directory exists: before the training process starts, while it starts (Python,
+    then torch's import and the instruments, where the signal is held back), just before the script."""
+    write_train(tmp_path)
+    proc = start_paused(points, "profile", "--out", "runs", *WINDOW, "train.py", cwd=tmp_path,
+                        hooks=tmp_path / "hooks", MARK=str(tmp_path / "marks"))
+    wait_paused(proc, tmp_path / "hooks", point)
+    _send(proc, sig, to)
+    out, err = _finish(proc)
+    code = 128 + sig
+    assert proc.returncode == code, err
+    assert "Traceback" not in err, err
+    assert out == "", "the script never ran: there is nothing to diagnose"
+    assert _marks(tmp_path) == 0
+    m = manifest(only_run_dir(tmp_path / "runs"))
+    assert m["status"] == "interrupted" and m["exit_code"] == code and m["signal"] == sig, m
+    assert m["status_detail"].endswith("during start-up, before the script ran"), m["status_detail"]
+    assert "instruments" not in m["status_detail"]
+    if point != "run-dir":  # held back, not raised inside torch's import (which can swallow it): the import finished
+        assert "torch" in m["versions"], m["versions"]
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_once_the_script_has_ended_stops_gpudoctor_after_the_manifest(sig: int, tmp_path: Path) -> None:
+    """While gpudoctor finishes the run directory: it finishes it, then stops (no report)."""
+    write_train(tmp_path)
+    proc = start_paused("ended", "profile", "--out", "runs", *WINDOW, "train.py", cwd=tmp_path,
+                        hooks=tmp_path / "hooks", MARK=str(tmp_path / "marks"))
+    wait_paused(proc, tmp_path / "hooks", "ended")
+    os.kill(proc.pid, sig)
+    out, err = _finish(proc)
+    assert proc.returncode == 128 + sig, err
+    assert out == "" and gd_lines(err)[-1] == STOP_LINE[sig], err
+    m = manifest(only_run_dir(tmp_path / "runs"))
+    assert m["status"] == "completed" and m["exit_code"] == 0, m  # the script's own end
+    assert f"{signal.Signals(sig).name} reached gpudoctor after the script had ended" in m["status_detail"]
+    assert _marks(tmp_path) == 30
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize("command", ["analyze", "report", "compare", "check"])
+def test_every_command_stops_on_a_signal_with_one_line(command: str, sig: int, profiled_run: Path,
+                                                       tmp_path: Path) -> None:
+    args = {"analyze": [profiled_run], "report": [profiled_run, "--format", "md"],
+            "compare": [profiled_run, profiled_run], "check": [write_train(tmp_path)]}[command]
+    proc = start_paused("command", command, *args, cwd=tmp_path, hooks=tmp_path / "hooks")
+    wait_paused(proc, tmp_path / "hooks", "command")
+    os.kill(proc.pid, sig)
+    out, err = _finish(proc)
+    assert proc.returncode == 128 + sig, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [STOP_LINE[sig]], err
+    assert out == ""
+
+
+def test_the_console_script_handles_signals_before_click_is_imported(tmp_path: Path) -> None:
+    """`gpudoctor` as pip installs it: a wrapper that imports pyproject's entry point and calls it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the test extra pulls tomli on 3.10
+        import tomli as tomllib
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]["gpudoctor"]
+    module, func = entry.split(":")
+    wrapper = tmp_path / "gpudoctor"
+    wrapper.write_text(f"import sys\nfrom {module} import {func}\nif __name__ == '__main__':\n    sys.exit({func}())\n")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for sig in SIGNALS:
+        proc = subprocess.Popen([sys.executable, str(wrapper), "rules"], cwd=tmp_path,
+                                env=env(GPUDOCTOR_STARTUP_HOOK=f"entry:{hooks}"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        wait_paused(proc, hooks, "entry")
+        (hooks / "entry").unlink()
+        os.kill(proc.pid, sig)
+        out, err = _finish(proc)
+        assert proc.returncode == 128 + sig, err
+        assert err == STOP_LINE[sig] + "\n" and out == ""
 
 
 def test_the_scripts_handler_decides_and_the_manifest_says_so(tmp_path: Path) -> None:
@@ -196,11 +337,17 @@ def test_a_run_whose_parent_died_is_reported_from_the_childs_state(tmp_path: Pat
 # --------------------------------------------------------------------------- view
 
 
-def _view(tmp_path: Path, run: Path) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+def _view(tmp_path: Path, run: Path) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     proc = subprocess.Popen(gd_cmd("view", run), cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stderr], daemon=True).start()
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for ln in proc.stderr:
+            lines.put(ln)
+        lines.put(None)  # stderr closed: view has ended
+
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + 150
     seen = []
     while time.monotonic() < deadline:
@@ -209,6 +356,7 @@ def _view(tmp_path: Path, run: Path) -> tuple[subprocess.Popen[str], queue.Queue
         except queue.Empty:
             assert proc.poll() is None, f"view ended early: {seen}"
             continue
+        assert line is not None, f"view ended early: {seen}"
         seen.append(line)
         if "Press Ctrl-C to stop" in line:
             return proc, lines
@@ -224,16 +372,22 @@ def _tensorboard(view: subprocess.Popen[str]) -> tuple[psutil.Process, Path]:
     raise AssertionError("no tensorboard process")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_view_cleans_up_on_sigterm_and_sighup(sig: int, profiled_run: Path, tmp_path: Path) -> None:
-    proc, _ = _view(tmp_path, profiled_run)
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_view_cleans_up_and_exits_as_the_signal_says(sig: int, profiled_run: Path, tmp_path: Path) -> None:
+    proc, lines = _view(tmp_path, profiled_run)
     tb, tmp = _tensorboard(proc)
     assert tmp.is_dir()
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
-    assert proc.returncode == 0
+    assert proc.returncode == 128 + sig
     wait_for(lambda: not tb.is_running() or tb.status() == psutil.STATUS_ZOMBIE, timeout=30, what="TensorBoard to stop")
     assert not tmp.exists()
+    rest = []
+    while (line := lines.get(timeout=60)) is not None:  # what view wrote after serving, to its end
+        rest.append(line)
+    said = [ln.strip() for ln in rest if ln.strip()]
+    assert said[-2:] == ["Stopping TensorBoard.", STOP_LINE[sig]], said
+    assert not any("Traceback" in ln for ln in rest)
 
 
 def test_a_killed_view_takes_tensorboard_along_and_the_next_view_reclaims_its_folder(profiled_run: Path, tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ def test_metadata_is_complete() -> None:
     assert lowest is not None
     versions = {int(m) for c in PROJECT["classifiers"] for m in re.findall(r"^Programming Language :: Python :: 3\.(\d+)$", c)}
     assert versions and min(versions) == int(lowest.group(1))
-    assert PROJECT["scripts"]["gpudoctor"] == "gpudoctor.cli:main"
+    # the entry module installs the signal handlers before click is imported (tests/faults/test_faults_signals.py)
+    assert PROJECT["scripts"]["gpudoctor"] == "gpudoctor.__main__:main"
 
 
 @pytest.mark.parametrize("where", ["README.md", ".ci/run"])
