@@ -2,42 +2,68 @@
 
 ``gpudoctor profile --verify`` and ``gpudoctor verify RUN`` call :func:`verify_report`
 (scripts such as ``benchmarks/accuracy.py`` can call :func:`verify_run` with a run
-directory). For each finding whose rule can apply its fix without editing the script
-(``Rule.inject``), the script is run again, as the run's manifest recorded it (same
-folder, arguments, interpreter), in *trial runs* under ``RUN/verify/``:
+directory, ``benchmarks/verify_aa.py`` calls :func:`measure` with arms of its own). For
+each finding whose rule can apply its fix without editing the script (``Rule.inject``),
+the script is run again, as the run's manifest recorded it (same folder, arguments,
+interpreter), in *trial runs* under ``RUN/verify/``:
 
 - every run is stopped after ``steps`` steps (``--verify-steps``) and records step
   timing only: ``steps.jsonl``, ``settings.json``, ``manifest.json``,
-  ``samples.jsonl`` (psutil / NVML), the script's output in ``output.log``; no
-  torch.profiler window and no cProfile;
+  ``samples.jsonl`` (psutil / NVML, and the whole machine's load), the script's output
+  in ``output.log``; no torch.profiler window and no cProfile;
 - baseline runs (the script untouched, ``RUN/verify/baseline/N``) and fix runs (the
   fix injected, ``RUN/verify/GD201/N``) alternate, round after round, in an order that
   rotates every round, so that a machine that slows down or warms up over the trials
-  weighs on both sides; findings whose fixes are the same change share their runs;
+  weighs on both sides; findings whose fixes are the same change share their runs, and
+  each fix is compared with the baseline runs of its own rounds;
 - each run's first ``warmup_steps`` steps (and the first step of each epoch) are left
-  out: start-up, worker spawning, autotuning and allocator warm-up are one-off costs;
-- the steady steps of all runs of a side are pooled and compared with the statistics
-  ``gpudoctor compare`` uses (``analysis.stats``: the bootstrap interval of the ratio of
-  medians, Mann–Whitney U).
+  out: start-up, worker spawning, autotuning and allocator warm-up are one-off costs.
 
-A fix is ``confirmed`` when its speed-up's interval lies above 1, the test rejects
-"same distribution" and the speed-up is at least ``Thresholds.verify_min_speedup_ratio``;
-``refuted`` when the whole interval lies under that minimum (slower, or no gain worth
-claiming); ``inconclusive`` otherwise, or when a fix run crashed (its error is kept), a
-change never took effect in the trial, or too few steps were measured. A finding whose
-fix needs a source edit or changes numerics is ``not_tried`` with the rule's reason.
+**The run is the unit** (docs/verify.md). Each run gives one figure, its *time per
+step*: the total wall time of its judged steps ÷ their count (throughput: what an epoch
+costs; per sample when the fix changes the batch size); the median step is shown
+beside it. The two sides' figures are compared by Welch's t-test on their logarithms
+(``analysis.stats.run_speedup_stats``): the speed-up is the ratio of the geometric
+means, with its interval. A rule may ask for another statistic with a reason
+(``Rule.verify_statistic``): "epoch" keeps the first step of each epoch (GD202: its gain
+is there).
+
+A fix is ``confirmed`` when its interval lies above 1 and the speed-up is at least
+``Thresholds.verify_min_speedup_ratio``; ``refuted`` when the whole interval lies under
+that minimum (slower, or no gain worth claiming); ``inconclusive`` otherwise, or when a
+fix run crashed (its error is kept), a change never took effect in the trial, too few
+runs or steps were measured, the machine's load differed between the two sides
+(``verify_load_gap_pct``), or the untouched script ran far slower in the trials than in
+the profiled run (``verify_max_slowdown_ratio``). A finding whose fix needs a source edit
+or changes numerics is ``not_tried`` with the rule's reason.
+
+**Sequential rounds.** After ``trials`` rounds the interval is looked at; a fix still
+undecided (its interval straddles the thresholds, or the load differed) gets more rounds,
+up to ``max_trials``, while the budget allows, and is looked at once more. The error rate
+is shared over the two looks (Bonferroni: each look's interval at 1 − α/2), so the
+interval reported covers the true ratio with at least ``confidence_pct`` whichever look
+stopped.
+
+**The ladder.** A fix that sets a sized knob (``num_workers``, ``batch_size`` at a
+DataLoader) and is refuted or inconclusive is tried again at the next rungs (workers ×2 up
+to ``verify_workers_per_core_ratio`` × cores; batch ×2 while no run fails, out of memory or
+otherwise), ``trials`` rounds each, while each rung does better than the last and the
+budget allows. The rungs share one error rate (Bonferroni over the rungs planned). The best
+confirmed setting becomes the finding's verification, and its fix names that value.
 
 Bounded and safe: no run starts once the time budget (``--verify-budget``) cannot hold
 it (its length estimated from the runs so far), and a run still going when the budget
 ends is stopped; Ctrl-C stops the trials and what was measured so far is judged. The
 script's side effects (files it writes, network, checkpoints) are the user's: each
-trial is a real run of it.
+trial is a real run of it. With nothing to try, one line on stderr and the report's
+"verified" summary say so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import shutil
 import statistics
 import sys
@@ -51,10 +77,13 @@ from gpudoctor.config import Config, Thresholds
 from gpudoctor.errors import GpudoctorError, UsageError
 from gpudoctor.model import (
     Finding,
+    HostLoad,
     Injection,
+    LadderRung,
     Manifest,
     Report,
     RunData,
+    RunFigure,
     RunStatus,
     Settings,
     StepRecord,
@@ -64,13 +93,18 @@ from gpudoctor.model import (
 )
 
 DEFAULT_STEPS = 30  # steps per trial run (--verify-steps)
-DEFAULT_TRIALS = 3  # runs with each fix, as many baseline runs interleaved (--verify-trials)
+DEFAULT_TRIALS = 3  # rounds before the first look: runs with each fix, as many baseline runs (--verify-trials)
 DEFAULT_BUDGET_S = 300.0  # all trial runs together (--verify-budget)
 DEFAULT_WARMUP_STEPS = 5  # steps at the start of each run left out (start-up, workers, autotuning)
 CONFIDENCE_PCT = 95.0  # analysis.stats.CONFIDENCE_PCT (not imported here: it loads scipy)
-MIN_STEPS = 5  # steady steps each side needs before it is judged (compare's minimum)
+MIN_STEPS = 5  # judged steps each side needs before it is judged (compare's minimum)
+MIN_RUNS = 2  # runs a side before an interval can be formed (one run shows no run-to-run spread)
+SAMPLE_INTERVAL_MS = 100  # trial runs sample the machine's load twice as often as a profile (they are short)
+LADDER_MAX_BATCH_RUNGS = 3  # batch size ×2, ×4, ×8 at most (each until a run fails)
 MARKER = ".gpudoctor-verify"  # in RUN/verify: a folder gpudoctor made (and may replace)
 INTERNAL_CODE = "GD000"
+STATISTICS = ("throughput", "epoch")  # Rule.verify_statistic: steady steps, or epoch starts kept
+SIZED_KNOBS = ("num_workers", "batch_size")  # DataLoader arguments the ladder climbs
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +115,16 @@ class VerifyOptions:
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     confidence_pct: float = CONFIDENCE_PCT
     progress: Callable[[str], None] | None = None  # one line per event (the CLI: stderr)
+    max_trials: int | None = None  # rounds at most for a fix still undecided (--verify-max-trials); None: 2 × trials
+    ladder: bool = True  # climb a sized knob's ladder when its first setting is not confirmed
 
     def check(self) -> None:
         if self.steps < 1:
             raise UsageError("--verify-steps must be at least 1")
         if self.trials < 1:
             raise UsageError("--verify-trials must be at least 1")
+        if self.max_trials is not None and self.max_trials < self.trials:
+            raise UsageError(f"--verify-max-trials ({self.max_trials}) must be at least --verify-trials ({self.trials})")
         if self.budget_s <= 0:
             raise UsageError("--verify-budget must be more than 0 seconds")
         if self.steps < self.warmup_steps + MIN_STEPS:
@@ -94,6 +132,16 @@ class VerifyOptions:
                 f"--verify-steps {self.steps} leaves fewer than {MIN_STEPS} steps to compare after the "
                 f"{self.warmup_steps} warm-up steps of each run; give at least {self.warmup_steps + MIN_STEPS}"
             )
+
+    @property
+    def rounds_max(self) -> int:
+        """Rounds a fix still undecided after the first look may get in all."""
+        return max(self.trials, self.max_trials if self.max_trials is not None else 2 * self.trials)
+
+    @property
+    def max_looks(self) -> int:
+        """Looks at each fix's interval: after ``trials`` rounds, and after ``rounds_max`` when more."""
+        return 2 if self.rounds_max > self.trials else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +164,19 @@ class _Run:
     duration_s: float
     error: str = ""  # how it failed (crashed, killed, stopped by the budget)
     status: str = ""  # the run's RunStatus value
+    round: int = 0  # the round it ran in (1-based; 0: unknown, compared with every round)
+    load: HostLoad | None = None  # how busy the machine was during its judged steps
 
 
 @dataclass(slots=True)
 class _Arm:
     """One set of changes and the findings that share it; ``changes`` empty: the baseline."""
 
-    label: str  # "baseline", "GD201", "GD301+GD302"
+    label: str  # "baseline", "GD201", "GD301+GD302", "GD201@num_workers=4" (a rung of the ladder)
     changes: tuple[Injection, ...]
     findings: list[int] = field(default_factory=list)  # indices into report.findings
     runs: list[_Run] = field(default_factory=list)
-    statistic: str = "median"  # the rule's Rule.verify_statistic
-
+    statistic: str = "throughput"  # the rule's Rule.verify_statistic
 
 def _key(changes: Sequence[Injection]) -> tuple[str, ...]:
     import json  # noqa: PLC0415
@@ -179,8 +228,8 @@ def plan(report: Report, config: Config | None = None) -> tuple[list[_Arm], dict
         if isinstance(changes, str) or not changes:
             not_tried[i] = changes or "the fix needs a change to the source"
             continue
-        arm = arms.setdefault((*_key(changes), rule.verify_statistic),
-                              _Arm("", tuple(changes), statistic=rule.verify_statistic))
+        statistic = rule.verify_statistic if rule.verify_statistic in STATISTICS else "throughput"
+        arm = arms.setdefault((*_key(changes), statistic), _Arm("", tuple(changes), statistic=statistic))
         arm.findings.append(i)
     out = list(arms.values())
     labels: dict[str, int] = {}
@@ -224,10 +273,11 @@ def _estimate_s(run: RunData, steps: int) -> float:
 
 
 def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection, ...],
-           opts: VerifyOptions, timeout_s: float) -> _Run:
+           opts: VerifyOptions, timeout_s: float, rnd: int = 0) -> _Run:
     """One trial run of the script as ``manifest`` recorded it, into ``run_dir / rel``."""
+    from gpudoctor.analysis.load import host_load  # noqa: PLC0415
     from gpudoctor.collect import ProfileOptions, profile_run  # noqa: PLC0415
-    from gpudoctor.parse.rundir import read_settings, read_steps  # noqa: PLC0415
+    from gpudoctor.parse.rundir import read_samples, read_settings, read_steps  # noqa: PLC0415
 
     if manifest.module:
         script, module, args = None, manifest.module, tuple(manifest.argv[1:])
@@ -250,27 +300,33 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
             injections=changes,
             command=manifest.command,
             timeout_s=max(1.0, timeout_s),
+            sample_interval_ms=SAMPLE_INTERVAL_MS,
         )
     )
     duration = time.monotonic() - t0
     notes: list[str] = []
     steps = list(read_steps(target, notes))
     settings = read_settings(target, notes)
+    judged = [s for s in steps if s.index >= opts.warmup_steps] or steps
+    load = None
+    if judged:
+        span = (min(s.start_ns for s in judged), max(s.start_ns + s.wall_ns for s in judged))
+        load = host_load(read_samples(target, notes), *span)
     m = result.manifest
     if m.status in (RunStatus.COMPLETED, RunStatus.STOPPED) and m.exit_code == 0:
-        return _Run(rel, True, steps, settings, duration, status=m.status.value)
+        return _Run(rel, True, steps, settings, duration, status=m.status.value, round=rnd, load=load)
     what = m.status_detail or m.status.value
     if m.exception is not None:
         what = f"{m.exception.type}: {m.exception.message.splitlines()[0] if m.exception.message else ''}"
         if m.exception.call_site is not None:
             what += f" at {m.exception.call_site}"
     return _Run(rel, False, steps, settings, duration, error=f"{rel}: {m.status.value}: {what} (see {rel}/output.log)",
-                status=m.status.value)
+                status=m.status.value, round=rnd, load=load)
 
 
-def _steady(run: _Run, warmup: int, statistic: str = "median") -> list[StepRecord]:
-    """The steps a run is judged on: after its warm-up, and for medians without the first step of
-    each epoch (one-off costs); by epoch, every step after the warm-up, epoch starts included."""
+def _steady(run: _Run, warmup: int, statistic: str = "throughput") -> list[StepRecord]:
+    """The steps a run is judged on: after its warm-up, and without the first step of each epoch
+    (a one-off cost); for "epoch", every step after the warm-up, epoch starts included."""
     if statistic == "epoch":
         return sorted((s for s in run.steps if s.index >= warmup), key=lambda s: s.index)
     return [s for s in steady_of(run.steps) if s.index >= warmup]
@@ -282,12 +338,23 @@ def _epoch_start_ids(steps: Sequence[StepRecord]) -> set[int]:
     return {b.index for a, b in zip(ordered, ordered[1:], strict=False) if b.epoch is not None and b.epoch != a.epoch}
 
 
+def profiled_step_ns(run: RunData | None, warmup: int = DEFAULT_WARMUP_STEPS) -> int | None:
+    """The profiled run's median steady step outside its instrumented windows (torch.profiler,
+    cProfile): what the trial runs of the untouched script should take on the same machine."""
+    if run is None or not run.steps:
+        return None
+    steady = [s for s in steady_of(run.steps) if s.index >= warmup and not s.window] or steady_of(run.steps)
+    return int(statistics.median(s.wall_ns for s in steady)) if steady else None
+
+
 # --------------------------------------------------------------------------- judging
 
 
 def _ms(ns: float | None) -> str:
     if ns is None:
         return "?"
+    if ns >= 999.5e6:
+        return f"{ns / 1e9:.3g} s"
     return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} µs"
 
 
@@ -297,6 +364,24 @@ def _x(v: float | None) -> str:
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _ms_list(values: Sequence[float | None]) -> str:
+    """"23.1, 55.9, 22.3 ms": figures in one unit (µs when they are all under 0.1 ms)."""
+    got = [v for v in values if v is not None]
+    if got and max(got) < 1e5:
+        return ", ".join(f"{v / 1e3:.3g}" for v in got) + " µs"
+    if got and max(got) >= 999.5e6:
+        return ", ".join(f"{v / 1e9:.3g}" for v in got) + " s"
+    return ", ".join(f"{v / 1e6:.3g}" for v in got) + " ms"
+
+
+def _pct(v: float) -> str:
+    return f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
+
+
+def _cores(pct: float | None) -> str:
+    return "?" if pct is None else f"{pct / 100:.2f}"
 
 
 def _batch(settings: Settings | None) -> int | None:
@@ -320,28 +405,147 @@ def _not_applied(arm: _Arm) -> list[str]:
     return [f"{k} ({notes.get(k) or 'never applied'})" for k, n in seen.items() if n == 0]
 
 
+def mean_load(loads: Sequence[HostLoad | None]) -> HostLoad | None:
+    """The mean of runs' loads, field by field (a field missing in a run is averaged over the others)."""
+    got = [x for x in loads if x is not None]
+    if not got:
+        return None
+
+    def avg(name: str) -> float | None:
+        vals = [getattr(x, name) for x in got if getattr(x, name) is not None]
+        return round(statistics.fmean(vals), 2) if vals else None
+
+    return HostLoad(
+        samples=sum(x.samples for x in got),
+        cores=got[0].cores,
+        training_cpu_pct=avg("training_cpu_pct") or 0.0,
+        runq_wait_pct=avg("runq_wait_pct"),
+        system_cpu_pct=avg("system_cpu_pct"),
+        others_cpu_pct=avg("others_cpu_pct"),
+        steal_pct=avg("steal_pct"),
+        procs_running=avg("procs_running"),
+    )
+
+
+def load_text(base: HostLoad | None, trial: HostLoad | None) -> str:
+    """How busy the machine was: "machine: other processes used 0.91 of 2 cores (baseline runs 0.85, fix
+    runs 0.97), steal 0.00; the training process waited for a core 12% of the time"."""
+    both = mean_load([base, trial])
+    if both is None:
+        return "machine load not recorded"
+    of = f" of {both.cores} cores" if both.cores else " cores"
+    if both.others_cpu_pct is None:
+        text = f"machine: the training used {_cores(both.training_cpu_pct)}{of} (other processes not recorded)"
+    else:
+        text = f"machine: other processes used {_cores(both.others_cpu_pct)}{of}"
+        if base is not None and trial is not None and base.others_cpu_pct is not None and trial.others_cpu_pct is not None:
+            text += f" (baseline runs {_cores(base.others_cpu_pct)}, fix runs {_cores(trial.others_cpu_pct)})"
+        text += f", the training {_cores(both.training_cpu_pct)}"
+    if both.steal_pct is not None:
+        text += f", steal {_cores(both.steal_pct)}"
+    if both.runq_wait_pct is not None:  # summed over its threads: 100 = one thread waiting all the time
+        w = both.runq_wait_pct
+        text += (f"; the training process waited for a core {_pct(w)} of the time" if w <= 100.0
+                 else f"; the training process kept {w / 100:.1f} threads waiting for a core")
+    return text
+
+
+def load_unfair(base: HostLoad | None, trial: HostLoad | None, base_step_ns: float | None,
+                profiled_ns: int | None, thresholds: Thresholds) -> str:
+    """Why the machine makes the comparison unfair ("" when it does not): other processes took far
+    more CPU during one side's runs than the other's, or the untouched script ran far slower in the
+    trials than in the profiled run."""
+    why = []
+    if base is not None and trial is not None and base.others_cpu_pct is not None and trial.others_cpu_pct is not None:
+        gap = trial.others_cpu_pct - base.others_cpu_pct
+        if abs(gap) > thresholds.verify_load_gap_pct:
+            busier = "fix" if gap > 0 else "baseline"
+            why.append(
+                f"the machine was busier during the {busier} runs: other processes used {_cores(abs(gap))} cores more "
+                f"(baseline runs {_cores(base.others_cpu_pct)}, fix runs {_cores(trial.others_cpu_pct)}; more than "
+                f"the {_cores(thresholds.verify_load_gap_pct)} of verify_load_gap_pct)"
+            )
+    if profiled_ns and base_step_ns and base_step_ns > thresholds.verify_max_slowdown_ratio * profiled_ns:
+        why.append(
+            f"the untouched script's steps were {base_step_ns / profiled_ns:.1f}× slower in the trials than in the "
+            f"profiled run ({_ms(base_step_ns)} against {_ms(profiled_ns)}; more than the "
+            f"{thresholds.verify_max_slowdown_ratio:g}× of verify_max_slowdown_ratio): the machine is not the one "
+            "the findings describe"
+        )
+    return "; ".join(why)
+
+
+def _figures(runs: Sequence[_Run], opts: VerifyOptions, statistic: str,
+             per_sample: bool) -> list[tuple[_Run, list[StepRecord], float | None]]:
+    """Each run with its judged steps and its time per step (per sample when ``per_sample``)."""
+    out = []
+    for r in runs:
+        steps = _steady(r, opts.warmup_steps, statistic)
+        batch = _batch(r.settings) if per_sample else None
+        per = None
+        if steps:
+            per = sum(s.wall_ns for s in steps) / len(steps)
+            if per_sample and batch:
+                per /= batch
+        out.append((r, steps, per))
+    return out
+
+
+def _per_run(arm: _Arm, baseline_runs: Sequence[_Run], opts: VerifyOptions, statistic: str,
+             per_sample: bool) -> tuple[RunFigure, ...]:
+    rows = []
+    runs = sorted([("baseline", r) for r in baseline_runs] + [("trial", r) for r in arm.runs],
+                  key=lambda t: (t[1].round, t[0] != "baseline"))
+    for side, r in runs:
+        _, steps, per = _figures([r], opts, statistic, per_sample)[0] if r.ok else (r, [], None)
+        med = statistics.median(s.wall_ns for s in steps) if steps else None
+        batch = _batch(r.settings) if per_sample else None
+        if med is not None and batch:
+            med = med / batch
+        rows.append(RunFigure(run=r.rel, arm=side, round=r.round, ok=r.ok, steps=len(steps),
+                              step_ns=int(per) if per is not None else None,
+                              median_step_ns=int(med) if med is not None else None, load=r.load))
+    return tuple(rows)
+
+
 def judge(
     arm: _Arm,
     baseline: _Arm,
     thresholds: Thresholds,
     opts: VerifyOptions,
     interrupted: bool = False,
+    *,
+    looks: int = 1,
+    max_looks: int = 1,
+    profiled_ns: int | None = None,
+    confidence_pct: float | None = None,
 ) -> Verification:
-    """The verdict on one arm's runs against the baseline runs (see the module docstring)."""
-    from gpudoctor.analysis.stats import speedup_stats, stratified_speedup_stats  # noqa: PLC0415 - scipy
+    """The verdict on one arm's runs against the baseline runs of the same rounds (see the module
+    docstring). ``looks``: this is the how-manyth look of ``max_looks`` at the interval; the error
+    rate of ``confidence_pct`` (default ``opts.confidence_pct``) is shared over them (Bonferroni)."""
+    from gpudoctor.analysis.stats import bonferroni_confidence_pct, run_speedup_stats  # noqa: PLC0415 - scipy
 
+    family = opts.confidence_pct if confidence_pct is None else confidence_pct
+    level = bonferroni_confidence_pct(family, max_looks)
     minimum = thresholds.verify_min_speedup_ratio
-    base_runs = [r for r in baseline.runs if r.ok]
+    rounds = {r.round for r in arm.runs}
+    base_all = [r for r in baseline.runs if not r.round or not rounds or r.round in rounds]
+    base_runs = [r for r in base_all if r.ok]
     trial_runs = [r for r in arm.runs if r.ok]
     common = {
         "changes": arm.changes,
         "min_speedup": minimum,
-        "confidence_pct": opts.confidence_pct,
+        "confidence_pct": family,
+        "statistic": arm.statistic,
         "trials": len(trial_runs),
         "baseline_runs": len(base_runs),
         "steps": opts.steps,
         "runs": tuple(r.rel for r in arm.runs),
-        "errors": tuple(r.error for r in (*arm.runs, *baseline.runs) if r.error),
+        "errors": tuple(r.error for r in (*arm.runs, *base_all) if r.error),
+        "looks": looks,
+        "max_looks": max_looks,
+        "look_confidence_pct": level,
+        "profiled_step_ns": profiled_ns,
     }
     when = " (interrupted)" if interrupted else ""
     crashed = [r for r in arm.runs if not r.ok]
@@ -349,7 +553,7 @@ def judge(
         return Verification(VerifyStatus.INCONCLUSIVE, f"a run with the fix failed{when}: {crashed[0].error}", **common)
     if not trial_runs or not base_runs:
         side = "with the fix" if not trial_runs else "without it (baseline)"
-        why = baseline.runs[0].error if baseline.runs and not base_runs and baseline.runs[0].error else ""
+        why = next((r.error for r in base_all if r.error), "") if not base_runs else ""
         return Verification(VerifyStatus.INCONCLUSIVE, f"no run {side} finished{when}" + (f": {why}" if why else ""), **common)
     missing = _not_applied(arm)
     if missing:
@@ -357,88 +561,371 @@ def judge(
             VerifyStatus.INCONCLUSIVE, "the change never took effect in the runs: " + "; ".join(missing), **common
         )
     by_epoch = arm.statistic == "epoch"
-    base = [s for r in base_runs for s in _steady(r, opts.warmup_steps, arm.statistic)]
-    trial = [s for r in trial_runs for s in _steady(r, opts.warmup_steps, arm.statistic)]
-    counts = {"steps_baseline": len(base), "steps_trial": len(trial), "statistic": arm.statistic}
-    if len(base) < MIN_STEPS or len(trial) < MIN_STEPS:
-        return Verification(
-            VerifyStatus.INCONCLUSIVE,
-            f"too few steady steps to compare: {len(base)} without the fix, {len(trial)} with it "
-            f"({MIN_STEPS} each needed after {opts.warmup_steps} warm-up steps per run){when}",
-            **common, **counts,
-        )
-    starts = {r.rel: _epoch_start_ids(r.steps) for r in (*base_runs, *trial_runs)}
-    if by_epoch and not any(s.index in starts[r.rel] for r in base_runs for s in _steady(r, opts.warmup_steps, "epoch")):
-        return Verification(
-            VerifyStatus.INCONCLUSIVE,
-            f"the fix acts when an epoch starts, and no run started one after its {opts.warmup_steps} warm-up "
-            f"steps: give --verify-steps more than an epoch's steps{when}",
-            **common, **counts,
-        )
     batch_a = _batch(base_runs[0].settings)
     batch_b = _batch(trial_runs[0].settings)
     per_sample = bool(batch_a and batch_b and batch_a != batch_b)
-
-    def times(runs: list[_Run], batch: int | None, first: bool | None = None) -> list[float]:
-        """Step times (per sample when the batch size differs); ``first``: only epoch starts / only the rest."""
-        return [
-            s.wall_ns / batch if per_sample and batch else float(s.wall_ns)
-            for r in runs
-            for s in _steady(r, opts.warmup_steps, arm.statistic)
-            if first is None or (s.index in starts[r.rel]) == first
-        ]
-
-    if by_epoch:  # epoch starts and the other steps, each by its median, weighted by how often they occur
-        st = stratified_speedup_stats(
-            (times(base_runs, batch_a, True), times(base_runs, batch_a, False)),
-            (times(trial_runs, batch_b, True), times(trial_runs, batch_b, False)),
-            opts.confidence_pct,
+    fa = _figures(base_runs, opts, arm.statistic, per_sample)
+    fb = _figures(trial_runs, opts, arm.statistic, per_sample)
+    n_a, n_b = sum(len(st) for _, st, _ in fa), sum(len(st) for _, st, _ in fb)
+    base_load = mean_load([r.load for r in base_runs])
+    trial_load = mean_load([r.load for r in trial_runs])
+    counts = {"steps_baseline": n_a, "steps_trial": n_b, "per_sample": per_sample,
+              "per_run": _per_run(arm, base_all, opts, arm.statistic, per_sample),
+              "load_baseline": base_load, "load_trial": trial_load}
+    if n_a < MIN_STEPS or n_b < MIN_STEPS:
+        return Verification(
+            VerifyStatus.INCONCLUSIVE,
+            f"too few steady steps to compare: {n_a} without the fix, {n_b} with it "
+            f"({MIN_STEPS} each needed after {opts.warmup_steps} warm-up steps per run){when}",
+            **common, **counts,
         )
-    else:
-        st = speedup_stats(times(base_runs, batch_a), times(trial_runs, batch_b), opts.confidence_pct)
+    if by_epoch:
+        starts = {r.rel: _epoch_start_ids(r.steps) for r in base_runs}
+        if not any(s.index in starts[r.rel] for r, st, _ in fa for s in st):
+            return Verification(
+                VerifyStatus.INCONCLUSIVE,
+                f"the fix acts when an epoch starts, and no run started one after its {opts.warmup_steps} warm-up "
+                f"steps: give --verify-steps more than an epoch's steps{when}",
+                **common, **counts,
+            )
+    st = run_speedup_stats([p for _, _, p in fa if p], [p for _, _, p in fb if p], level)
+    med_a = statistics.median(s.wall_ns / (batch_a if per_sample else 1) for _, steps, _ in fa for s in steps)
+    med_b = statistics.median(s.wall_ns / (batch_b if per_sample else 1) for _, steps, _ in fb for s in steps)
+    base_median_step = statistics.median(s.wall_ns for _, steps, _ in fa for s in steps)
+    unfair = load_unfair(base_load, trial_load, base_median_step, profiled_ns, thresholds)
     figures = {
         **counts,
         "speedup": round(st.speedup, 4) if st.speedup is not None else None,
         "ci": (round(st.ci_low, 4), round(st.ci_high, 4)) if st.ci_low is not None and st.ci_high is not None else None,
         "p_value": st.p_value,
-        "baseline_step_ns": int(st.median_a),
-        "trial_step_ns": int(st.median_b),
-        "per_sample": per_sample,
+        "test": st.test,
+        "baseline_step_ns": int(st.mean_a) if st.mean_a is not None else None,
+        "trial_step_ns": int(st.mean_b) if st.mean_b is not None else None,
+        "median_baseline_step_ns": int(med_a),
+        "median_trial_step_ns": int(med_b),
+        "median_speedup": round(med_a / med_b, 4) if med_b > 0 else None,
+        "load_reason": unfair,
     }
-    what = "median time per sample" if per_sample else "median step"
+    what = "time per sample" if per_sample else "time per step"
     if by_epoch:
-        what = "time per step by epoch (epoch starts and other steps, each by its median)"
-    moved = f"{what} {_ms(st.median_a)} → {_ms(st.median_b)}"
+        what += " (epoch starts included: the fix acts there)"
+    moved = (f"{what} {_ms(st.mean_a)} → {_ms(st.mean_b)} (median {'sample' if per_sample else 'step'} "
+             f"{_ms(med_a)} → {_ms(med_b)})")
+
     over = (
-        f"{_n(len(trial_runs), 'run')} with the fix, {len(base_runs)} without; "
-        f"{len(trial)} and {len(base)} steady steps{when}"
+        f"per run: baseline {_ms_list([p for _, _, p in fa])}, fix {_ms_list([p for _, _, p in fb])}; "
+        f"{_n(len(trial_runs), 'run')} with the fix, {len(base_runs)} without; {n_b} and {n_a} steps{when}; "
+        + load_text(base_load, trial_load)
     )
-    if st.speedup is None or st.ci_low is None or st.ci_high is None:
+    if st.speedup is None:
         return Verification(VerifyStatus.INCONCLUSIVE, f"the speed-up cannot be formed: {moved} ({over})", **common, **figures)
-    ci = f"{opts.confidence_pct:g}% CI {_x(st.ci_low)}–{_x(st.ci_high)}"
-    if st.p_value is None:
-        p = "no rank test"
-    else:
-        p = "p < 0.001" if st.p_value < 0.001 else f"p = {st.p_value:.3f}"
-    if st.significant and st.ci_low > 1.0 and st.speedup >= minimum:
-        status = VerifyStatus.CONFIRMED
+    if st.ci_low is None or st.ci_high is None:
+        few = min(len(fa), len(fb)) < MIN_RUNS
+        why = (f"one run a side cannot show how much runs differ: {_x(st.speedup)}, {moved}; give --verify-trials "
+               f"{MIN_RUNS} or more" if few else f"no interval can be formed: {_x(st.speedup)}, {moved}")
+        return Verification(VerifyStatus.INCONCLUSIVE, f"{why} ({over})", **common, **figures)
+    ci = f"{family:g}% CI {_x(st.ci_low)}–{_x(st.ci_high)}"
+    if max_looks > 1:
+        ci += f", look {looks} of {max_looks} at {level:g}%"
+    p = "p < 0.001" if st.p_value is not None and st.p_value < 0.001 else f"p = {st.p_value:.3f}"
+    status, kind = decide(st.speedup, st.ci_low, st.ci_high, minimum)
+    if kind == FASTER:
         text = f"{_x(st.speedup)} faster with the fix: {moved} ({ci}, {p}; {over})"
-    elif st.ci_high < 1.0:
-        status = VerifyStatus.REFUTED
+    elif kind == SLOWER:
         text = f"{_x(1 / st.speedup)} slower with the fix: {moved} ({ci}, {p}; {over})"
-    elif st.ci_high < minimum:
-        status = VerifyStatus.REFUTED
+    elif kind == NO_GAIN:
         text = (
             f"no gain worth the fix: {moved}, {_x(st.speedup)} ({ci}, {p}), the whole interval under the "
             f"{_x(minimum)} a confirmed fix must reach ({over})"
         )
     else:
-        status = VerifyStatus.INCONCLUSIVE
         text = (
             f"cannot tell: {moved}, {_x(st.speedup)} ({ci}, {p}) reaches both sides of the {_x(minimum)} a "
             f"confirmed fix must reach; more trials (--verify-trials, --verify-steps) narrow it ({over})"
         )
+    if unfair:
+        verdict = {VerifyStatus.CONFIRMED: "would be confirmed", VerifyStatus.REFUTED: "would be refuted"}.get(status, "")
+        status = VerifyStatus.INCONCLUSIVE
+        text = f"not a fair comparison: {unfair}; {verdict + ': ' if verdict else ''}{text}"
     return Verification(status, text, **common, **figures)
+
+
+FASTER, SLOWER, NO_GAIN, STRADDLE = "faster", "slower", "no_gain", "straddle"  # what an interval says
+
+
+def decide(speedup: float, ci_low: float, ci_high: float, minimum: float) -> tuple[VerifyStatus, str]:
+    """The verdict an interval gives, and which kind: confirmed "faster" (the interval above 1 and
+    the speed-up at least ``minimum``); refuted "slower" (the whole interval under 1 / ``minimum``:
+    slower by at least what a fix must win, beyond noise) or "no_gain" (the whole interval under
+    ``minimum``: whatever the change does, faster or slower, is less than a fix must win); else
+    inconclusive "straddle". The minimum effect stands on both sides: a claim that a fix *hurts*
+    needs as much as a claim that it helps."""
+    if ci_low > 1.0 and speedup >= minimum:
+        return VerifyStatus.CONFIRMED, FASTER
+    if ci_high < 1.0 / minimum:
+        return VerifyStatus.REFUTED, SLOWER
+    if ci_high < minimum:
+        return VerifyStatus.REFUTED, NO_GAIN
+    return VerifyStatus.INCONCLUSIVE, STRADDLE
+
+
+def undecided(v: Verification) -> bool:
+    """More rounds could decide it: inconclusive on the figures (the interval straddles a
+    threshold, one run a side, or the load differed), not on a crash or a change that never took
+    effect."""
+    return v.status == VerifyStatus.INCONCLUSIVE and v.speedup is not None and not v.errors
+
+
+# --------------------------------------------------------------------------- running the rounds
+
+
+@dataclass(slots=True)
+class _Session:
+    """The trial runs of one verify: where they go, the budget, what stopped them."""
+
+    manifest: Manifest
+    run_dir: Path
+    rdir: Path
+    opts: VerifyOptions
+    estimate_s: float
+    t0: float = field(default_factory=time.monotonic)
+    rounds: int = 0  # rounds started
+    started: int = 0  # runs started
+    interrupted: bool = False
+    out_of_budget: bool = False
+    baseline: _Arm | None = None  # the untouched script's runs, every round
+
+    def left_s(self) -> float:
+        return self.opts.budget_s - (time.monotonic() - self.t0)
+
+    def round(self, baseline: _Arm, arms: Sequence[_Arm], what: str = "") -> bool:
+        """One round: a baseline run and a run of each arm, in an order that rotates every round.
+        False when the budget or Ctrl-C stopped it (the runs made are kept)."""
+        opts = self.opts
+        self.rounds += 1
+        rnd = self.rounds
+        units = [baseline, *arms]
+        k = (rnd - 1) % len(units)
+        order = units[k:] + units[:k]
+        for arm in order:
+            left = self.left_s()
+            if left < self.estimate_s:
+                self.out_of_budget = True
+                return False
+            rel = f"{self.rdir.name}/{arm.label}/{rnd}"
+            desc = "baseline (no change)" if not arm.changes else f"{arm.label} fix ({_changes_text(arm.changes)})"
+            _say(opts, f"gpudoctor: verify [{time.monotonic() - self.t0:.0f}/{opts.budget_s:g} s] "
+                       f"round {rnd}{what}: {desc}")
+            self.started += 1
+            try:
+                r = _trial(self.manifest, self.run_dir, rel, arm.changes, opts, left, rnd)
+            except GpudoctorError as err:
+                r = _Run(rel, False, [], None, 0.0, error=f"{rel}: could not start: {err}", round=rnd)
+            except KeyboardInterrupt:
+                self.interrupted = True
+                return False
+            arm.runs.append(r)
+            self.estimate_s = max(self.estimate_s, r.duration_s)
+            steady = _steady(r, opts.warmup_steps)
+            per = sum(s.wall_ns for s in steady) / len(steady) if steady else None
+            med = statistics.median(s.wall_ns for s in steady) if steady else None
+            busy = ""
+            if r.load is not None and r.load.others_cpu_pct is not None:
+                busy = f", other processes {_cores(r.load.others_cpu_pct)} cores"
+            _say(opts, "gpudoctor: verify   " + (
+                f"{len(r.steps)} steps in {r.duration_s:.1f} s, {_ms(per)} per steady step (median {_ms(med)}){busy}"
+                if r.ok else r.error
+            ))
+            if r.status == RunStatus.INTERRUPTED.value:
+                self.interrupted = True
+                arm.runs.pop()  # an interrupted run is neither side's evidence
+                return False
+        return True
+
+    def fits_round(self, arms: int) -> bool:
+        """A whole round of ``arms`` fix runs and a baseline run fits in what is left of the budget."""
+        return self.left_s() >= self.estimate_s * (arms + 1)
+
+
+def measure(
+    run: RunData,
+    arms: Sequence[_Arm],
+    config: Config | None = None,
+    opts: VerifyOptions | None = None,
+) -> tuple[dict[str, Verification], _Session | None]:
+    """Interleaved rounds of ``arms`` against the untouched script, looked at after ``trials`` rounds
+    and, for the arms still undecided, after up to ``rounds_max`` rounds; then the ladder of the sized
+    knobs not confirmed. Returns each arm's verdict by label (a ladder's best rung replaces its first
+    setting's), and the session (None when nothing ran)."""
+    opts = opts or VerifyOptions()
+    config = config or Config()
+    t = config.thresholds
+    if not arms:
+        return {}, None
+    assert run.manifest is not None
+    _check_target(run.manifest)
+    run_dir = Path(run.source)
+    rdir = _verify_dir(run_dir)
+    session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
+    baseline = session.baseline = _Arm("baseline", ())
+    profiled = profiled_step_ns(run, opts.warmup_steps)
+    looks = opts.max_looks
+    more = f" (up to {opts.rounds_max} for a fix still undecided)" if looks > 1 else ""
+    _say(opts, f"gpudoctor: verify: {len(arms)} fix(es) to try ({', '.join(a.label for a in arms)}), "
+               f"{opts.trials} round(s){more} of {len(arms) + 1} runs of {opts.steps} steps, budget "
+               f"{opts.budget_s:g} s; trial runs in {rdir}")
+    out: dict[str, Verification] = {}
+    try:
+        for _ in range(opts.trials):
+            if not session.round(baseline, arms, f"/{opts.trials}"):
+                break
+        open_arms = []
+        for arm in arms:
+            if not arm.runs:
+                continue
+            v = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks, profiled_ns=profiled)
+            out[arm.label] = v
+            if undecided(v) and looks > 1:
+                open_arms.append(arm)
+        if open_arms and not (session.interrupted or session.out_of_budget):
+            _say(opts, f"gpudoctor: verify: {', '.join(a.label for a in open_arms)} undecided after "
+                       f"{opts.trials} round(s): more rounds, up to {opts.rounds_max}")
+            extra = 0
+            while extra < opts.rounds_max - opts.trials:
+                if not session.fits_round(len(open_arms)):
+                    session.out_of_budget = True  # the verdict stays the first look's
+                    break
+                if not session.round(baseline, open_arms, " (more rounds)"):
+                    break
+                extra += 1
+            if extra:
+                for arm in open_arms:
+                    out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=2, max_looks=looks,
+                                           profiled_ns=profiled)
+        if opts.ladder:
+            for arm in arms:
+                v = out.get(arm.label)
+                if v is not None and v.status in (VerifyStatus.REFUTED, VerifyStatus.INCONCLUSIVE) and not v.errors:
+                    out[arm.label] = _climb(session, arm, v, baseline, t, profiled, run.settings)
+    except KeyboardInterrupt:
+        session.interrupted = True
+    for arm in arms:  # what an interruption left unjudged
+        if arm.label not in out and arm.runs:
+            out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks,
+                                   profiled_ns=profiled)
+    if session.interrupted:
+        _say(opts, "gpudoctor: verify: interrupted; judging what was measured")
+    elif session.out_of_budget:
+        _say(opts, f"gpudoctor: verify: the budget of {opts.budget_s:g} s is spent; judging what was measured")
+    return out, session
+
+
+# --------------------------------------------------------------------------- the ladder
+
+
+def sized_knob(changes: Sequence[Injection], settings: Settings | None) -> tuple[int, Injection] | None:
+    """The change the ladder climbs: a DataLoader's num_workers (first) or batch_size that the fix
+    *raises* above what the profiled run's DataLoader at that call site used (a fix that lowers one,
+    GD204's fewer workers, is not climbed); None when there is none or the current value is unknown."""
+    loaders = settings.dataloaders if settings is not None else ()
+    for key in SIZED_KNOBS:
+        for i, c in enumerate(changes):
+            if c.kind != "dataloader" or c.key != key or not isinstance(c.value, int) or isinstance(c.value, bool):
+                continue
+            now = next((getattr(d, key) for d in loaders if d.call_site == c.call_site), None)
+            if isinstance(now, int) and c.value > now:
+                return i, c
+    return None
+
+
+def ladder_values(knob: Injection, cores: int | None, thresholds: Thresholds) -> list[int]:
+    """The rungs above the knob's first setting: num_workers ×2 up to ``verify_workers_per_core_ratio`` ×
+    cores; batch_size ×2, ``LADDER_MAX_BATCH_RUNGS`` times at most (a run that fails stops the climb)."""
+    v = int(knob.value)
+    out: list[int] = []
+    if knob.key == "num_workers":
+        cap = max(1, int(thresholds.verify_workers_per_core_ratio * (cores or 1)))
+        nxt = max(1, 2 * v)
+        while nxt <= cap:
+            out.append(nxt)
+            nxt *= 2
+    elif knob.key == "batch_size" and v > 0:
+        out = [v * 2 ** k for k in range(1, LADDER_MAX_BATCH_RUNGS + 1)]
+    return out
+
+
+def _rung_changes(changes: Sequence[Injection], i: int, value: int) -> tuple[Injection, ...]:
+    knob = changes[i]
+    text = re.sub(rf"\b{re.escape(knob.key)}={knob.value!r}", f"{knob.key}={value!r}", knob.text) if knob.text else ""
+    return (*changes[:i], dataclasses.replace(knob, value=value, text=text), *changes[i + 1:])
+
+
+def _rung(knob: Injection, value: int, v: Verification) -> LadderRung:
+    return LadderRung(knob.key, value, v.status, v.speedup, v.ci, v.confidence_pct, v.trials, v.reason)
+
+
+def _climb(session: _Session, arm: _Arm, first: Verification, baseline: _Arm, t: Thresholds,
+           profiled: int | None, settings: Settings | None) -> Verification:
+    """Try the rungs above a sized knob's first setting (refuted or inconclusive there): ``trials``
+    rounds each against baseline runs of the same rounds, while each rung is faster than the best so
+    far by at least the minimum effect (``verify_min_speedup_ratio``: a setting that buys less is not
+    worth its processes or memory), no run fails and the budget holds. The rungs share the error rate (Bonferroni over the rungs
+    planned). Returns the best confirmed rung's verdict, with the whole ladder; else ``first``, with it."""
+    opts = session.opts
+    found = sized_knob(arm.changes, settings)
+    if found is None:
+        return first
+    i, knob = found
+    values = ladder_values(knob, session.manifest.cpu_count, t)
+    if not values:
+        return first
+    from gpudoctor.analysis.stats import bonferroni_confidence_pct  # noqa: PLC0415 - scipy
+
+    level = bonferroni_confidence_pct(opts.confidence_pct, len(values))
+    rungs = [_rung(knob, int(knob.value), first)]
+    best: Verification | None = None
+    best_speedup = first.speedup or 0.0
+    _say(opts, f"gpudoctor: verify: {arm.label} {knob.key}={knob.value} {first.status.value}; trying "
+               f"{', '.join(f'{knob.key}={x}' for x in values)} while each does better ({level:g}% intervals: the "
+               f"error rate shared over {_n(len(values), 'rung')})")
+    for value in values:
+        if session.interrupted or not session.fits_round(1):
+            if not session.interrupted:
+                session.out_of_budget = True
+            break
+        rung = _Arm(f"{arm.label}@{knob.key}={value}", _rung_changes(arm.changes, i, value), statistic=arm.statistic)
+        for _ in range(opts.trials):
+            if not session.round(baseline, [rung], f" ({knob.key}={value})"):
+                break
+        if not rung.runs:
+            break
+        one = dataclasses.replace(opts, confidence_pct=level)
+        v = judge(rung, baseline, t, one, session.interrupted, profiled_ns=profiled)
+        rungs.append(_rung(knob, value, v))
+        if v.errors or any(not r.ok for r in rung.runs):
+            break  # out of memory, or the script refuses it: the rungs above would fail too
+        better = v.speedup is not None and v.speedup >= best_speedup * t.verify_min_speedup_ratio
+        if v.status == VerifyStatus.CONFIRMED and (best is None or better):
+            best = v
+        if not better:
+            break  # not better than the best below it by the minimum effect: more of the knob buys nothing
+        best_speedup = v.speedup
+    ladder = tuple(rungs)
+    table = "; ".join(
+        f"{r.knob}={r.value} {r.status.value} {_x(r.speedup)}"
+        + (f" [{_x(r.ci[0])}–{_x(r.ci[1])}]" if r.ci else "") for r in ladder
+    )
+    if best is None:
+        return dataclasses.replace(first, ladder=ladder,
+                                   reason=f"{first.reason}; the ladder confirmed no setting ({table})")
+    value = next(c.value for c in best.changes if c.kind == "dataloader" and c.key == knob.key)
+    name = f"{knob.key}={value}"
+    ci = f"{best.confidence_pct:g}% CI {_x(best.ci[0])}–{_x(best.ci[1])}" if best.ci else "no interval"
+    return dataclasses.replace(
+        best, ladder=ladder, measured_best=name,
+        reason=(f"measured best: {name}, {_x(best.speedup)} faster ({ci}); {knob.key}={knob.value} first was "
+                f"{first.status.value} ({_x(first.speedup)}); ladder: {table}. {name}: {best.reason}"),
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -451,75 +938,40 @@ def verify_report(report: Report, config: Config | None = None, opts: VerifyOpti
     opts.check()
     config = config or Config()
     arms, not_tried = plan(report, config)
-    run = report.run
-    t0 = time.monotonic()
     verifications: dict[int, Verification] = {
         i: Verification(VerifyStatus.NOT_TRIED, why) for i, why in not_tried.items()
     }
     if not arms:
-        return VerifyResult(_attach(report, verifications), False, 0.0, 0)
-    assert run is not None and run.manifest is not None
-    manifest = run.manifest
-    _check_target(manifest)
-    run_dir = Path(run.source)
-    rdir = _verify_dir(run_dir)
-    baseline = _Arm("baseline", ())
-    units = [baseline, *arms]
-    estimate = max(_estimate_s(run, opts.steps), 0.1)
-    interrupted = False
-    out_of_budget = False
-    started = 0
-    _say(opts, f"gpudoctor: verify: {len(arms)} fix(es) to try ({', '.join(a.label for a in arms)}), "
-               f"{opts.trials} round(s) of {len(units)} runs of {opts.steps} steps, budget {opts.budget_s:g} s; "
-               f"trial runs in {rdir}")
-    try:
-        for rnd in range(opts.trials):
-            order = units[rnd % len(units):] + units[: rnd % len(units)]
-            for arm in order:
-                left = opts.budget_s - (time.monotonic() - t0)
-                if left < estimate:
-                    out_of_budget = True
-                    break
-                rel = f"{rdir.name}/{arm.label}/{rnd + 1}"
-                what = "baseline (no change)" if not arm.changes else f"{arm.label} fix ({_changes_text(arm.changes)})"
-                _say(opts, f"gpudoctor: verify [{time.monotonic() - t0:.0f}/{opts.budget_s:g} s] "
-                           f"round {rnd + 1}/{opts.trials}: {what}")
-                started += 1
-                try:
-                    r = _trial(manifest, run_dir, rel, arm.changes, opts, left)
-                except GpudoctorError as err:
-                    r = _Run(rel, False, [], None, 0.0, error=f"{rel}: could not start: {err}")
-                arm.runs.append(r)
-                estimate = max(estimate, r.duration_s)
-                steady = _steady(r, opts.warmup_steps)
-                med = statistics.median(s.wall_ns for s in steady) if steady else None
-                _say(opts, "gpudoctor: verify   " + (
-                    f"{len(r.steps)} steps in {r.duration_s:.1f} s, median steady step {_ms(med)}" if r.ok else r.error
-                ))
-                if r.status == RunStatus.INTERRUPTED.value:
-                    interrupted = True
-                    arm.runs.pop()  # an interrupted run is neither side's evidence
-                    break
-            if interrupted or out_of_budget:
-                break
-    except KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        _say(opts, "gpudoctor: verify: interrupted; judging what was measured")
-    elif out_of_budget:
-        _say(opts, f"gpudoctor: verify: the budget of {opts.budget_s:g} s is spent; judging what was measured")
+        nothing = nothing_to_try(report, not_tried)
+        _say(opts, f"gpudoctor: verify: {nothing}")
+        return VerifyResult(_attach(report, verifications, nothing), False, 0.0, 0)
+    assert report.run is not None
+    t0 = time.monotonic()
+    judged, session = measure(report.run, arms, config, opts)
+    interrupted = session is not None and session.interrupted
     for arm in arms:
-        if not arm.runs:
+        v = judged.get(arm.label)
+        if v is None:
             why = (
                 "interrupted (Ctrl-C) before its trial runs" if interrupted
                 else f"the --verify-budget of {opts.budget_s:g} s ran out before its trial runs"
             )
             v = Verification(VerifyStatus.NOT_TRIED, why, changes=arm.changes, steps=opts.steps)
-        else:
-            v = judge(arm, baseline, config.thresholds, opts, interrupted)
         for i in arm.findings:
             verifications[i] = v
+    started = session.started if session is not None else 0
     return VerifyResult(_attach(report, verifications), interrupted, time.monotonic() - t0, started)
+
+
+def nothing_to_try(report: Report, not_tried: dict[int, str]) -> str:
+    """One line: verify had nothing to try, and why (each finding's code with its reason)."""
+    if not report.findings:
+        return "nothing to try: no findings"
+    reasons: dict[str, list[str]] = {}
+    for i, why in sorted(not_tried.items()):
+        reasons.setdefault(why, []).append(report.findings[i].code)
+    parts = [f"{', '.join(dict.fromkeys(codes))}: {why}" for why, codes in reasons.items()]
+    return "nothing to try: no finding has a fix gpudoctor can apply without editing the script (" + "; ".join(parts) + ")"
 
 
 def verify_run(
@@ -583,17 +1035,39 @@ def read_previous(run_dir: Path) -> Report | None:
     return previous if any(f.verification is not None for f in previous.findings) else None
 
 
-def _attach(report: Report, verifications: dict[int, Verification]) -> Report:
-    """The findings with their verification, and a headline count of the outcomes."""
+def _attach(report: Report, verifications: dict[int, Verification], nothing: str = "") -> Report:
+    """The findings with their verification (a fix the ladder measured names the best setting), and
+    a headline of the outcomes; ``nothing``: why verify had nothing to try, said instead."""
     findings = tuple(
-        dataclasses.replace(f, verification=verifications.get(i, f.verification)) for i, f in enumerate(report.findings)
+        with_verification(f, verifications.get(i, f.verification)) for i, f in enumerate(report.findings)
     )
     counts = {s: sum(1 for f in findings if f.verification is not None and f.verification.status == s) for s in VerifyStatus}
-    text = ", ".join(f"{n} {s.value.replace('_', ' ')}" for s, n in counts.items())
+    text = nothing or ", ".join(f"{n} {s.value.replace('_', ' ')}" for s, n in counts.items())
     summary = tuple(s for s in report.summary if s.key != "verified") + (
         SummaryStat("verified", "verified fixes", text),
     )
     return dataclasses.replace(report, findings=findings, summary=summary)
+
+
+MEASURED = "Measured by --verify:"  # the sentence a ladder's best setting adds to a fix's instruction
+
+
+def with_verification(f: Finding, v: Verification | None) -> Finding:
+    """``f`` with ``v``; when the ladder confirmed a setting other than the fix's first one, the fix's
+    instruction and its after-snippet name the measured value, and say how it was measured."""
+    f = dataclasses.replace(f, verification=v)
+    if v is None or v.status != VerifyStatus.CONFIRMED or not v.measured_best or not v.ladder:
+        return f
+    first, best = v.ladder[0], v.measured_best
+    if MEASURED in f.fix.instruction:
+        return f
+    old = re.compile(rf"\b{re.escape(first.knob)}=\s*{first.value}\b")
+    ci = f" ({v.confidence_pct:g}% CI {_x(v.ci[0])}–{_x(v.ci[1])})" if v.ci else ""
+    instruction = old.sub(best, f.fix.instruction).rstrip()
+    instruction += (f" {MEASURED} {best} is the best setting tried, {_x(v.speedup)} faster{ci}; "
+                    f"{first.knob}={first.value} gave {_x(first.speedup)} ({first.status.value}).")
+    fix = dataclasses.replace(f.fix, instruction=instruction, after=old.sub(best, f.fix.after))
+    return dataclasses.replace(f, fix=fix)
 
 
 def progress_to_stderr(line: str) -> None:

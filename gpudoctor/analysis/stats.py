@@ -19,11 +19,26 @@ into strata (epoch starts, the other steps) and compares
 occurs; its bootstrap resamples within each stratum, and its verdict rests on the
 interval alone (there is no rank test of that statistic).
 
-``speedup_stats`` computes both once; ``gpudoctor compare`` (``analysis.compare``)
-and ``gpudoctor verify`` (``gpudoctor.verify``) each turn them into their verdict, so
-the two commands never disagree on the same steps. Step times of one run are not
-independent draws (a slow phase lasts several steps), so the p-value is optimistic;
-the callers' minimum effect and the interval are the guard.
+``speedup_stats`` computes both once for ``gpudoctor compare`` (``analysis.compare``),
+which has one run a side and so nothing but steps to compare. Step times of one run are
+not independent draws (a slow phase, another job on the machine, lasts several steps),
+so its p-value is optimistic; the caller's minimum effect and the interval are the guard.
+
+``gpudoctor verify`` has several runs a side and makes the *run* the unit
+(``run_speedup_stats``): each run gives one figure, its time per step (total ÷ count:
+throughput), and the two sides' figures are compared by Welch's t-test on their
+logarithms (``scipy.stats.ttest_ind(equal_var=False)`` and its confidence interval): the
+speed-up is the ratio of the geometric means, its interval the exponential of the
+interval of the difference of the mean logs. Why this and not a bootstrap: with the 3
+to 6 runs a side a trial budget buys, a bootstrap of the runs has a handful of distinct
+resamples (10 for 3 runs) and its percentile interval is too narrow, while a two-level
+bootstrap (runs, then steps within them) adds the steps' spread back and still draws
+from 3 runs; the t interval is exact when the log run times are normal and is the
+classical small-sample answer, and logs make a ratio's interval symmetric (1.25× faster
+and 1.25× slower are the same distance from 1). ``benchmarks/verify_aa.py`` checks it:
+the false-confirm rate of A/A trials (the same script on both sides) and the coverage of
+a planted effect (docs/verify.md). ``bonferroni_confidence_pct`` shares an error rate
+over the looks of a sequential design.
 """
 
 from __future__ import annotations
@@ -43,9 +58,12 @@ __all__ = [
     "EXACT_MAX_PAIRS",
     "RESAMPLES",
     "SEED",
+    "RunSpeedupStats",
     "SpeedupStats",
+    "bonferroni_confidence_pct",
     "bootstrap_speedup_ci",
     "mann_whitney_p",
+    "run_speedup_stats",
     "speedup_stats",
     "stratified_speedup_stats",
 ]
@@ -233,5 +251,66 @@ def stratified_speedup_stats(
         ci_high=hi if ok else None,
         p_value=None,
         test="stratified bootstrap (no rank test)",
+        confidence_pct=confidence_pct,
+    )
+
+
+# --------------------------------------------------------------------------- the run as the unit
+
+
+def bonferroni_confidence_pct(confidence_pct: float, looks: int) -> float:
+    """The level of each of ``looks`` intervals such that all of them hold together with at least
+    ``confidence_pct`` (Bonferroni: the error rate 1 − confidence shared equally over the looks)."""
+    if looks < 1:
+        raise ValueError("looks must be at least 1")
+    return 100.0 - (100.0 - confidence_pct) / looks
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpeedupStats:
+    """A's runs against B's, one figure per run (its time per step): how much faster B is."""
+
+    speedup: float | None  # geometric mean of A ÷ geometric mean of B; None without a positive figure a side
+    ci_low: float | None  # Welch t interval of ``speedup`` at ``confidence_pct`` (None: fewer than 2 runs a
+    ci_high: float | None  # side, or no spread at all)
+    p_value: float | None  # Welch's t-test, two-sided, of "same mean log time per step"
+    df: float | None  # Welch–Satterthwaite degrees of freedom
+    mean_a: float | None  # geometric means of the runs' figures
+    mean_b: float | None
+    runs_a: int
+    runs_b: int
+    confidence_pct: float
+    test: str = "Welch's t-test on log time per step of the runs"
+
+
+def run_speedup_stats(
+    a: Sequence[float], b: Sequence[float], confidence_pct: float = CONFIDENCE_PCT
+) -> RunSpeedupStats:
+    """Welch's t on the logs of the runs' times per step (``a``: before, ``b``: after).
+
+    Figures that are not positive and finite are left out (a run without a judged step gives
+    none). One run a side gives the ratio without an interval."""
+    xa = np.log(np.asarray([v for v in a if math.isfinite(v) and v > 0], dtype=np.float64))
+    xb = np.log(np.asarray([v for v in b if math.isfinite(v) and v > 0], dtype=np.float64))
+    if len(xa) == 0 or len(xb) == 0:
+        return RunSpeedupStats(None, None, None, None, None, None, None, len(xa), len(xb), confidence_pct)
+    ma, mb = float(np.mean(xa)), float(np.mean(xb))
+    lo = hi = p = df = None
+    if len(xa) >= 2 and len(xb) >= 2 and (np.ptp(xa) > 0 or np.ptp(xb) > 0):
+        res = sps.ttest_ind(xa, xb, equal_var=False)
+        ci = res.confidence_interval(confidence_level=confidence_pct / 100.0)
+        if math.isfinite(ci.low) and math.isfinite(ci.high) and math.isfinite(res.pvalue):
+            lo, hi = math.exp(float(ci.low)), math.exp(float(ci.high))
+            p, df = float(res.pvalue), float(res.df)
+    return RunSpeedupStats(
+        speedup=math.exp(ma - mb),
+        ci_low=lo,
+        ci_high=hi,
+        p_value=p,
+        df=df,
+        mean_a=math.exp(ma),
+        mean_b=math.exp(mb),
+        runs_a=len(xa),
+        runs_b=len(xb),
         confidence_pct=confidence_pct,
     )

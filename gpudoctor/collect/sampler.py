@@ -1,4 +1,5 @@
-"""The parent's sampler: psutil for the training process and its workers, NVML for the GPUs.
+"""The parent's sampler: psutil for the training process and its workers, NVML for the GPUs,
+and the whole machine's load (every process's CPU, steal, runnable threads).
 
 Runs in a thread of the parent (so it costs the training process nothing but the
 CPU it takes on another core) and appends to ``samples.jsonl`` as it goes, so a run
@@ -15,7 +16,7 @@ from typing import Any
 
 from gpudoctor.collect.nvml import Nvml
 from gpudoctor.collect.rundir import JsonlWriter
-from gpudoctor.model import ProcessSample
+from gpudoctor.model import HostSample, ProcessSample
 
 ROLE_MAIN = "main"
 ROLE_WORKER = "worker"  # a DataLoader / multiprocessing worker of the training process
@@ -91,6 +92,68 @@ class RunQueueWait:
                 del self._last[pid]
 
 
+class HostCpu:
+    """The machine's CPU use by every process, from psutil's system-wide CPU times (``/proc/stat``
+    on Linux): what the training's own processes leave to the rest tells a timing on a busy
+    machine from one on an idle machine.
+
+    ``sample(t_ns)`` returns a ``HostSample`` for the interval since the previous call (None on
+    the first call, which primes the counters). CPU figures are in cores × 100 (100 = one core,
+    as for a process): busy = everything but idle and I/O wait (psutil's own definition; guest
+    time is already inside user time); steal where the OS reports it (Linux in a VM), else None.
+    ``procs_running`` is read from ``/proc/stat`` (Linux), the load average from
+    ``os.getloadavg`` where there is one.
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.stat_path = os.path.join(proc_root, "stat")
+        self._last: tuple[int, float, float, float | None] | None = None  # t_ns, total_s, busy_s, steal_s
+
+    @staticmethod
+    def _times() -> tuple[float, float, float | None]:
+        import psutil  # noqa: PLC0415
+
+        t = psutil.cpu_times()
+        fields = t._asdict()
+        total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+        idle = fields.get("idle", 0.0) + fields.get("iowait", 0.0)
+        steal = fields.get("steal")
+        return total, total - idle, steal
+
+    def procs_running(self) -> int | None:
+        try:
+            with open(self.stat_path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"procs_running "):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def sample(self, t_ns: int) -> HostSample | None:
+        total, busy, steal = self._times()
+        prev, self._last = self._last, (t_ns, total, busy, steal)
+        if prev is None:
+            return None
+        _, total0, busy0, steal0 = prev
+        span = total - total0  # CPU-seconds of every core over the interval
+        cores = os.cpu_count() or 1
+        if span <= 0:
+            return None
+        scale = 100.0 * cores / span  # seconds of all cores -> cores × 100
+        try:
+            load1: float | None = round(os.getloadavg()[0], 2)
+        except (AttributeError, OSError):
+            load1 = None
+        return HostSample(
+            t_ns=t_ns,
+            cpu_pct=round(max(0.0, busy - busy0) * scale, 1),
+            steal_pct=round(max(0.0, steal - steal0) * scale, 1) if steal is not None and steal0 is not None else None,
+            procs_running=self.procs_running(),
+            load1=load1,
+        )
+
+
 class Sampler:
     """Samples ``pid`` and its descendants every ``interval_ms`` until :meth:`stop`."""
 
@@ -123,6 +186,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._writer = JsonlWriter(path)
         self._runq = RunQueueWait()
+        self._host = HostCpu()
+        self.host_samples = 0
         self._procs: dict[int, Any] = {}
         self._roles: dict[int, str] = {}
         self._main_cmdline: list[str] | None = None
@@ -139,13 +204,19 @@ class Sampler:
             self.psutil_reason = "psutil is not installed"
 
     def write_meta(self) -> None:
-        self._writer.write(
-            {
-                "kind": "meta",
-                "interval_ms": float(self.interval_ms),
-                "system_cpu_count": os.cpu_count(),
-            }
-        )
+        meta: dict[str, Any] = {
+            "kind": "meta",
+            "interval_ms": float(self.interval_ms),
+            "system_cpu_count": os.cpu_count(),
+        }
+        if self._psutil_ok:
+            import psutil  # noqa: PLC0415
+
+            try:
+                meta["system_memory_bytes"] = int(psutil.virtual_memory().total)  # GD201 bounds workers by it
+            except Exception:  # noqa: BLE001 - a figure the rules can do without
+                pass
+        self._writer.write(meta)
 
     def start(self, pid: int) -> None:
         self._pid = pid
@@ -301,6 +372,12 @@ class Sampler:
             self._runq.forget(pids)
             self.max_workers = max(self.max_workers, workers)
             self.process_samples += sum(1 for x in lines if x["kind"] == "process")
+            host = self._host.sample(t_ns)
+            if host is not None:
+                d = host.to_dict()
+                d["kind"] = "host"
+                lines.append(d)
+                self.host_samples += 1
         if self.nvml is not None:
             try:
                 if pids and tick % 10 == 0:

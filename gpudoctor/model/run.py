@@ -13,8 +13,7 @@ from enum import Enum
 from typing import Any
 
 from gpudoctor.model._serde import Serde
-
-SCHEMA_VERSION = 1
+from gpudoctor.model.layout import SCHEMA_VERSION  # noqa: F401 - the run directory's, re-exported
 
 
 class RunStatus(str, Enum):

@@ -1,4 +1,4 @@
-"""The sampler's pieces that need no training run: roles and run-queue wait."""
+"""The sampler's pieces that need no training run: roles, run-queue wait, the machine's load."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.collect.sampler import ROLE_CHILD, ROLE_WORKER, RunQueueWait, _role
+from gpudoctor.collect.sampler import ROLE_CHILD, ROLE_WORKER, HostCpu, RunQueueWait, _role
 
 MS = 1_000_000
 
@@ -88,3 +88,35 @@ def _spin_for(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+
+
+# ---------------------------------------------------------------- the machine's load (HostCpu)
+
+
+def test_host_cpu_is_the_busy_share_of_every_core_since_the_last_sample(tmp_path, monkeypatch):
+    (tmp_path / "stat").write_text("cpu  1 2 3 4\nintr 5\nprocs_running 3\nprocs_blocked 0\n")
+    host = HostCpu(str(tmp_path))
+    readings = iter([(100.0, 50.0, 1.0), (110.0, 58.0, 1.5)])  # CPU-seconds of all cores: total, busy, steal
+    monkeypatch.setattr(HostCpu, "_times", staticmethod(lambda: next(readings)))
+    assert host.sample(0) is None  # the first reading primes
+    s = host.sample(200 * MS)
+    cores = os.cpu_count() or 1
+    # 8 of the 10 CPU-seconds that passed were busy: 80% of every core, 100 = one core
+    assert s.t_ns == 200 * MS and s.cpu_pct == pytest.approx(80.0 * cores, abs=0.1)
+    assert s.steal_pct == pytest.approx(5.0 * cores, abs=0.1) and s.procs_running == 3
+
+
+def test_host_cpu_without_proc_stat_leaves_runnable_threads_unknown(tmp_path):
+    assert HostCpu(str(tmp_path)).procs_running() is None
+
+
+def test_host_cpu_sees_a_busy_core():
+    """A process spinning for 0.5 s: the machine was busy at least most of one core meanwhile."""
+    host = HostCpu()
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=_spin_for, args=(0.5,))
+    host.sample(0)
+    p.start()
+    p.join()
+    s = host.sample(500 * MS)
+    assert s is not None and s.cpu_pct >= 70.0

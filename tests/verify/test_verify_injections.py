@@ -88,9 +88,11 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """The settings that differ; a DataLoader's ``passed_args`` (the arguments its call passed) is left
+    out: an injected argument is passed to the call like the script's own, and is in ``injected``."""
     a = _flat({k: v for k, v in before.items() if k != "injected"})
     b = _flat({k: v for k, v in after.items() if k != "injected"})
-    return {k for k in a.keys() | b.keys() if a.get(k, "<absent>") != b.get(k, "<absent>")}
+    return {k for k in a.keys() | b.keys() if a.get(k, "<absent>") != b.get(k, "<absent>") and ".passed_args[" not in k}
 
 
 # --------------------------------------------------------------------------- runs where each rule fires

@@ -2,8 +2,9 @@
 
 The collate function stands for per-batch work that takes time without using much CPU
 (a storage read, a remote fetch: 20 ms of sleep), done in the training process
-between steps. GD201 fires; its fix (one worker on a 2-core machine) hides the wait
-behind the step, which ``--verify`` must measure as a speed-up. With
+between steps. GD201 fires; its fix (a waiting load: enough workers to hide the wait,
+more than the cores of a 2-core machine) hides it behind the step, which ``--verify``
+must measure as a speed-up. With
 ``--refuse-workers`` it raises when given workers: a fix that crashes the script.
 """
 

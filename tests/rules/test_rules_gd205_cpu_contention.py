@@ -1,0 +1,75 @@
+"""GD205 cpu-contention: other processes take the cores; it must fire on a busy machine only."""
+
+from __future__ import annotations
+
+from rule_builders import MS, Samples, cpu_manifest, judge, proc_samples, run, settings, steps
+
+from gpudoctor.model import HostSample, Severity
+from gpudoctor.rules.context import Verdict
+
+
+def _host(cpu_pct: float, n: int = 20, steal_pct: float | None = 0.0) -> tuple[HostSample, ...]:
+    return tuple(HostSample(int(i * 100 * MS), cpu_pct, steal_pct, procs_running=3) for i in range(n))
+
+
+def _busy(main: tuple[float, float], system_cpu_pct: float | None, cores: int = 2, workers: tuple[float, float] | None = None):
+    """The training process at main = (cpu_pct, runq_wait_pct) beside a machine using ``system_cpu_pct``
+    (every process, 100 = one core; None: no host samples, as in runs recorded before them)."""
+    procs = proc_samples(main[0], runq_wait_pct=main[1])
+    if workers is not None:
+        procs += proc_samples(workers[0], role="worker", pid=201, runq_wait_pct=workers[1])
+    host = _host(system_cpu_pct) if system_cpu_pct is not None else ()
+    return run(manifest=cpu_manifest(cpu_count=cores), settings=settings(device_type="cpu", cpu_count=cores),
+               steps=steps(20, 100.0), samples=Samples(process=procs, host=host, system_cpu_count=cores))
+
+
+def test_gd205_fires_when_other_processes_take_the_cores():
+    # measured on the 2-core machine: a CPU hog beside a CPU-bound loop, the loop runs half the time
+    res = judge("GD205", _busy((50.0, 50.0), 200.0))
+    assert res.verdict == Verdict.FIRED
+    (f,) = res.findings
+    assert f.severity == Severity.ERROR  # waited half the time: above the error scale's 20%
+    assert "waited for a core 50.0% of the time" in f.message
+    assert "other processes used 1.50 of the 2 cores" in f.message
+    assert "taskset" in f.fix.instruction and "taskset" in f.fix.after
+    metrics = {m.name: m.value for m in f.evidence.metrics}
+    assert metrics["others_cpu_pct"] == 150.0 and metrics["runq_wait_pct"] == 50.0
+    assert f.gain.share_pct is None and not f.gain.claims  # not a share of step time
+
+
+def test_gd205_fires_without_host_samples_on_the_wait_alone():
+    res = judge("GD205", _busy((60.0, 30.0), None))
+    assert res.verdict == Verdict.FIRED
+    assert "not recorded in this run" in res.findings[0].message
+
+
+def test_gd205_is_fine_on_a_quiet_machine():
+    # measured: 1-2.5% wait with other jobs on the other core
+    res = judge("GD205", _busy((98.0, 2.0), 165.0))
+    assert res.verdict == Verdict.FINE and "2.0% of the time" in res.reason
+
+
+def test_gd205_stands_aside_when_the_training_oversubscribes_itself():
+    # its own threads want 1.0 + 2 × 1.5 = 4 cores of 2: GD204's case
+    res = judge("GD205", _busy((50.0, 50.0), 200.0, workers=(100.0, 200.0)))
+    assert res.verdict == Verdict.NOT_APPLICABLE and "GD204" in res.reason
+
+
+def test_gd205_does_not_blame_others_who_used_little():
+    res = judge("GD205", _busy((80.0, 15.0), 100.0))  # the others used 0.2 cores
+    assert res.verdict == Verdict.FINE and "only 0.20 cores" in res.reason
+
+
+def test_gd205_cannot_judge_without_run_queue_figures():
+    assert judge("GD205", _busy((80.0, None), 200.0)).verdict == Verdict.CANNOT_JUDGE
+    assert judge("GD205", run(settings=settings())).verdict == Verdict.CANNOT_JUDGE
+
+
+def test_gd205_thresholds_are_thresholds():
+    assert judge("GD205", _busy((50.0, 50.0), 200.0), cpu_contention_wait_pct=60.0).verdict == Verdict.FINE
+    assert judge("GD205", _busy((50.0, 50.0), 200.0), cpu_contention_others_pct=180.0).verdict == Verdict.FINE
+
+
+def test_gd205_says_threads_when_more_than_one_waits():
+    (f,) = judge("GD205", _busy((40.0, 120.0), 200.0)).findings  # summed over threads: 1.2 threads waiting
+    assert "kept 1.2 threads waiting for a core on average" in f.message
