@@ -1046,7 +1046,14 @@ def _attach(report: Report, verifications: dict[int, Verification], nothing: str
     summary = tuple(s for s in report.summary if s.key != "verified") + (
         SummaryStat("verified", "verified fixes", text),
     )
-    return dataclasses.replace(report, findings=findings, summary=summary)
+    from gpudoctor.engine import sort_key  # noqa: PLC0415 - the engine's imports, only once something was verified
+    from gpudoctor.rules.account import with_verifications  # noqa: PLC0415
+
+    # the verdicts change the advice: a confirmed fix ranks by what it measured, a refuted one drops
+    # out of the top actions into "tried, did not help"
+    findings = tuple(sorted(findings, key=sort_key))
+    return dataclasses.replace(report, findings=findings, summary=summary,
+                               account=with_verifications(report.account, findings))
 
 
 MEASURED = "Measured by --verify:"  # the sentence a ladder's best setting adds to a fix's instruction

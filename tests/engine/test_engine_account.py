@@ -217,3 +217,21 @@ def test_a_job_of_several_ranks_leads_with_the_slowest_ranks_ledger_and_ranks_ev
     assert claimed == 33.0
     single, _, _ = project(fast, 100 * MS, [sync, launch], multi=False)
     assert [a.code for a in single] == ["GD102"]
+
+
+def test_verify_re_projects_the_account_once_it_judged_the_fixes():
+    """gpudoctor verify attaches the verdicts and re-projects the account: the refuted fix leaves the
+    top actions, the confirmed one leads with what it measured, and the findings are re-ranked."""
+    from gpudoctor.model import Report
+    from gpudoctor.verify import _attach
+
+    dl = _claiming("GD201", "data_loading", 34, 0.95)
+    amp = _claiming("GD401", "gpu_fp32_conv", 37, 2 / 3)
+    actions, tried, claimed = project(_ledger(), 100 * MS, [dl, amp])
+    rep = Report(4, "0", "profile", "run", "now", findings=(dl, amp),
+                 account=Account("h", _ledger(), 100 * MS, "mean", actions, claimed))
+    assert [a.code for a in rep.account.actions] == ["GD201", "GD401"]
+    out = _attach(rep, {0: _verified(VerifyStatus.REFUTED, 0.99), 1: _verified(VerifyStatus.CONFIRMED, 1.25)})
+    assert [a.code for a in out.account.actions] == ["GD401"] and out.account.actions[0].measured_pct == 20.0
+    assert [a.code for a in out.account.tried] == ["GD201"]
+    assert [f.code for f in out.findings] == ["GD401", "GD201"]
