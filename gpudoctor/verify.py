@@ -62,13 +62,17 @@ trial is a real run of it. With nothing to try, one line on stderr and the repor
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import math
+import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +95,8 @@ from gpudoctor.model import (
     Verification,
     VerifyStatus,
 )
+from gpudoctor.safe import terminal_line as safe_line
+from gpudoctor.signals import signum_of
 
 DEFAULT_STEPS = 30  # steps per trial run (--verify-steps)
 DEFAULT_TRIALS = 3  # rounds before the first look: runs with each fix, as many baseline runs (--verify-trials)
@@ -117,6 +123,9 @@ class VerifyOptions:
     progress: Callable[[str], None] | None = None  # one line per event (the CLI: stderr)
     max_trials: int | None = None  # rounds at most for a fix still undecided (--verify-max-trials); None: 2 × trials
     ladder: bool = True  # climb a sized knob's ladder when its first setting is not confirmed
+    out_dir: Path | None = None  # where the trial runs go (--out); None: RUN/verify
+    allow_changed: bool = False  # run the script although it changed since it was profiled (--allow-changed)
+    allow_outside: bool = False  # run a script outside the run's recorded working directory (--yes)
 
     def check(self) -> None:
         if self.steps < 1:
@@ -125,8 +134,8 @@ class VerifyOptions:
             raise UsageError("--verify-trials must be at least 1")
         if self.max_trials is not None and self.max_trials < self.trials:
             raise UsageError(f"--verify-max-trials ({self.max_trials}) must be at least --verify-trials ({self.trials})")
-        if self.budget_s <= 0:
-            raise UsageError("--verify-budget must be more than 0 seconds")
+        if not math.isfinite(self.budget_s) or self.budget_s <= 0:
+            raise UsageError(f"--verify-budget {self.budget_s!r}: give a finite number of seconds above 0")
         if self.steps < self.warmup_steps + MIN_STEPS:
             raise UsageError(
                 f"--verify-steps {self.steps} leaves fewer than {MIN_STEPS} steps to compare after the "
@@ -150,6 +159,7 @@ class VerifyResult:
     interrupted: bool  # Ctrl-C stopped the trials (what was measured is judged)
     elapsed_s: float
     runs: int  # trial runs started (baseline and fixes)
+    signum: int | None = None  # the signal that stopped the trials (SIGINT, SIGTERM, SIGHUP); None: not stopped
 
 
 # --------------------------------------------------------------------------- the plan
@@ -166,6 +176,7 @@ class _Run:
     status: str = ""  # the run's RunStatus value
     round: int = 0  # the round it ran in (1-based; 0: unknown, compared with every round)
     load: HostLoad | None = None  # how busy the machine was during its judged steps
+    signals: tuple[int, ...] = ()  # signals gpudoctor got during the run (passed on to the script): stop verify
 
 
 @dataclass(slots=True)
@@ -248,18 +259,54 @@ def _say(opts: VerifyOptions, line: str) -> None:
         opts.progress(line)
 
 
-def _verify_dir(run_dir: Path) -> Path:
-    """``RUN/verify``, emptied when an earlier ``--verify`` made it; refused when it is not ours."""
+def trials_dir(run_dir: Path, opts: VerifyOptions) -> Path:
+    """Where the trial runs go: ``--out DIR``, else ``RUN/verify``."""
     from gpudoctor.collect.rundir import VERIFY_DIR  # noqa: PLC0415
 
-    d = run_dir / VERIFY_DIR
-    if d.exists():
-        if not (d / MARKER).is_file():
-            raise UsageError(f"{d} exists and was not made by gpudoctor: move it away to verify this run")
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
-    (d / MARKER).write_text("trial runs of `gpudoctor verify`; replaced by the next one\n", encoding="utf-8")
+    return Path(opts.out_dir) if opts.out_dir is not None else run_dir / VERIFY_DIR
+
+
+def _verify_dir(d: Path) -> Path:
+    """The trial runs' folder, emptied when an earlier ``verify`` made it; refused when it is not ours
+    (an existing folder with files gpudoctor did not write), and a one-line error with what to do when
+    it cannot be written (a read-only run directory: ``--out DIR``)."""
+    try:
+        if d.exists():
+            if not d.is_dir():
+                raise UsageError(f"{d} is not a folder: pass --out with a folder for the trial runs")
+            if not (d / MARKER).is_file() and any(d.iterdir()):
+                raise UsageError(f"{d} exists and was not made by gpudoctor: move it away, or pass --out with "
+                                 "another folder for the trial runs")
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        (d / MARKER).write_text("trial runs of `gpudoctor verify`; replaced by the next one\n", encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot write the trial runs into {d}: {err.strerror or err}; pass --out DIR "
+                         "(a writable folder) to verify a read-only run") from None
     return d
+
+
+@contextmanager
+def _verify_lock(d: Path):
+    """One ``verify`` at a time per trial folder: a second one fails at once with what to do, instead
+    of emptying the first one's runs. The lock (``.NAME.lock`` beside the folder) is released when the
+    process ends, however it ends."""
+    lock = d.parent / f".{d.name}.lock"
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as err:
+        raise UsageError(f"cannot write the trial runs beside {d}: {err.strerror or err}; pass --out DIR "
+                         "(a writable folder) to verify a read-only run") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UsageError(f"another `gpudoctor verify` is running trials in {d}; wait for it to finish, or "
+                             "pass --out with another folder") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def _estimate_s(run: RunData, steps: int) -> float:
@@ -313,7 +360,8 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
         span = (min(s.start_ns for s in judged), max(s.start_ns + s.wall_ns for s in judged))
         load = host_load(read_samples(target, notes), *span)
     m = result.manifest
-    if m.status in (RunStatus.COMPLETED, RunStatus.STOPPED) and m.exit_code == 0:
+    got = tuple(getattr(result, "signals", ()) or ())
+    if m.status in (RunStatus.COMPLETED, RunStatus.STOPPED) and m.exit_code == 0 and not got:
         return _Run(rel, True, steps, settings, duration, status=m.status.value, round=rnd, load=load)
     what = m.status_detail or m.status.value
     if m.exception is not None:
@@ -321,7 +369,7 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
         if m.exception.call_site is not None:
             what += f" at {m.exception.call_site}"
     return _Run(rel, False, steps, settings, duration, error=f"{rel}: {m.status.value}: {what} (see {rel}/output.log)",
-                status=m.status.value, round=rnd, load=load)
+                status=m.status.value, round=rnd, load=load, signals=got)
 
 
 def _steady(run: _Run, warmup: int, statistic: str = "throughput") -> list[StepRecord]:
@@ -692,6 +740,7 @@ class _Session:
     rounds: int = 0  # rounds started
     started: int = 0  # runs started
     interrupted: bool = False
+    signum: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)
     out_of_budget: bool = False
     baseline: _Arm | None = None  # the untouched script's runs, every round
 
@@ -712,7 +761,7 @@ class _Session:
             if left < self.estimate_s:
                 self.out_of_budget = True
                 return False
-            rel = f"{self.rdir.name}/{arm.label}/{rnd}"
+            rel = _rel(self.run_dir, self.rdir / arm.label / str(rnd))
             desc = "baseline (no change)" if not arm.changes else f"{arm.label} fix ({_changes_text(arm.changes)})"
             _say(opts, f"gpudoctor: verify [{time.monotonic() - self.t0:.0f}/{opts.budget_s:g} s] "
                        f"round {rnd}{what}: {desc}")
@@ -721,8 +770,9 @@ class _Session:
                 r = _trial(self.manifest, self.run_dir, rel, arm.changes, opts, left, rnd)
             except GpudoctorError as err:
                 r = _Run(rel, False, [], None, 0.0, error=f"{rel}: could not start: {err}", round=rnd)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 self.interrupted = True
+                self.signum = signum_of(exc)
                 return False
             arm.runs.append(r)
             self.estimate_s = max(self.estimate_s, r.duration_s)
@@ -736,8 +786,10 @@ class _Session:
                 f"{len(r.steps)} steps in {r.duration_s:.1f} s, {_ms(per)} per steady step (median {_ms(med)}){busy}"
                 if r.ok else r.error
             ))
-            if r.status == RunStatus.INTERRUPTED.value:
+            if r.status == RunStatus.INTERRUPTED.value or r.signals:
+                # Ctrl-C, or SIGTERM/SIGHUP passed on to the trial (a CI cancel, `timeout`): stop at the first
                 self.interrupted = True
+                self.signum = r.signals[0] if r.signals else int(signal.SIGINT)
                 arm.runs.pop()  # an interrupted run is neither side's evidence
                 return False
         return True
@@ -759,13 +811,21 @@ def measure(
     setting's), and the session (None when nothing ran)."""
     opts = opts or VerifyOptions()
     config = config or Config()
-    t = config.thresholds
     if not arms:
         return {}, None
     assert run.manifest is not None
-    _check_target(run.manifest)
+    _check_target(run.manifest, opts)
     run_dir = Path(run.source)
-    rdir = _verify_dir(run_dir)
+    d = trials_dir(run_dir, opts)
+    with _verify_lock(d):
+        return _measure(run, arms, config, opts, run_dir, _verify_dir(d))
+
+
+def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOptions, run_dir: Path,
+             rdir: Path) -> tuple[dict[str, Verification], _Session | None]:
+    t = config.thresholds
+    assert run.manifest is not None
+    _say(opts, f"gpudoctor: verify: each trial runs, in {run.manifest.cwd}: {trial_command(run.manifest)}")
     session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
     baseline = session.baseline = _Arm("baseline", ())
     profiled = profiled_step_ns(run, opts.warmup_steps)
@@ -807,8 +867,9 @@ def measure(
                 v = out.get(arm.label)
                 if v is not None and v.status in (VerifyStatus.REFUTED, VerifyStatus.INCONCLUSIVE) and not v.errors:
                     out[arm.label] = _climb(session, arm, v, baseline, t, profiled, run.settings)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         session.interrupted = True
+        session.signum = signum_of(exc)
     for arm in arms:  # what an interruption left unjudged
         if arm.label not in out and arm.runs:
             out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks,
@@ -960,7 +1021,8 @@ def verify_report(report: Report, config: Config | None = None, opts: VerifyOpti
         for i in arm.findings:
             verifications[i] = v
     started = session.started if session is not None else 0
-    return VerifyResult(_attach(report, verifications), interrupted, time.monotonic() - t0, started)
+    signum = (session.signum or int(signal.SIGINT)) if interrupted and session is not None else None
+    return VerifyResult(_attach(report, verifications), interrupted, time.monotonic() - t0, started, signum)
 
 
 def nothing_to_try(report: Report, not_tried: dict[int, str]) -> str:
@@ -994,14 +1056,47 @@ def verify_run(
     return verify_report(report, config, opts)
 
 
-def _check_target(m: Manifest) -> None:
-    """The script (or module) and its folder must still be there to run again."""
+def _rel(run_dir: Path, path: Path) -> str:
+    """A trial run's folder as ``Verification.runs`` names it: relative to the run directory when inside
+    it (``verify/GD201/1``), else absolute (``--out`` elsewhere)."""
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def trial_command(m: Manifest) -> str:
+    """The command each trial runs, as a shell would show it (the script and its arguments as recorded)."""
+    import shlex  # noqa: PLC0415
+
+    head = ["python", "-m", m.module] if m.module else ["python"]
+    return " ".join(shlex.quote(a) for a in (*head, *(m.argv[1:] if m.module else m.argv)))
+
+
+def _check_target(m: Manifest, opts: VerifyOptions | None = None) -> None:
+    """What a run directory's manifest names is untrusted: the script (or module) and its folder must
+    still be there, the script inside the recorded working directory (``--yes`` overrides), and the
+    same bytes as when it was profiled (``--allow-changed`` overrides)."""
+    opts = opts or VerifyOptions()
     if not Path(m.cwd).is_dir():
         raise UsageError(f"the run's working directory {m.cwd} no longer exists: trials run the script from there")
     if m.module is None:
         script = m.script or ""
         if not Path(script).is_file():
             raise UsageError(f"{script or 'the script'}: no such file any more; trials run the script the run recorded")
+        cwd = Path(m.cwd).resolve()
+        where = Path(script).resolve()
+        if not opts.allow_outside and cwd not in where.parents:
+            raise UsageError(f"the run names a script outside its working directory ({safe_line(script)}, not under "
+                             f"{safe_line(m.cwd)}): verify would run it; check the run directory and pass --yes to "
+                             "run it anyway")
+        if m.script_sha256 and not opts.allow_changed:
+            from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
+
+            if file_sha256(script) != m.script_sha256:
+                raise UsageError(f"{safe_line(script)} changed since it was profiled: the trials would not measure "
+                                 "the profiled script; profile it again, or pass --allow-changed to verify it as "
+                                 "it is now")
 
 
 def _changes_text(changes: Sequence[Injection]) -> str:

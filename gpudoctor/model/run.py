@@ -172,6 +172,7 @@ class Manifest(Serde):
     launcher: str = ""  # "torchrun" for a distributed job started by gpudoctor, "" for one process
     rank_ends: tuple[RankEnd, ...] = ()  # distributed: how each rank of this node ended
     write_errors: tuple[WriteError, ...] = ()  # files that could not be written (a full disk, a size limit …)
+    script_sha256: str | None = None  # the script's SHA-256 when it started (verify refuses a changed script)
 
     def collected_ok(self, name: str) -> bool:
         return any(c.name == name and c.ok for c in self.collected)
