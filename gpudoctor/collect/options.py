@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.errors import UsageError
+from gpudoctor.safe import not_regular
 
 if TYPE_CHECKING:  # gpudoctor.model takes ~0.1 s to import: the parent loads it after the launch
     from gpudoctor.model import Injection, Manifest, ProfilerSchedule
@@ -261,6 +262,9 @@ def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
             f"{opts.script} is a directory; give the training script inside it "
             "(gpudoctor profile DIR/train.py) or run a package with -m"
         )
+    kind = not_regular(path)
+    if kind:  # a FIFO would block the interpreter's read forever, a device never end
+        raise UsageError(f"{opts.script} is {kind}, not a file; give the path of the training script")
     if not os.access(path, os.R_OK):
         raise UsageError(f"{opts.script}: permission denied; make the script readable")
     if path.suffix not in _PY_SUFFIXES and not _looks_like_python(path):

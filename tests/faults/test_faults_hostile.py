@@ -109,6 +109,16 @@ def test_a_fifo_argument_is_refused_at_once(command: str, name: str, tmp_path: P
     assert "not a regular file" in _one_error(done.stderr)
 
 
+def test_profile_refuses_a_fifo_script_at_once(tmp_path: Path) -> None:
+    """`profile FIFO.py` hung: the interpreter blocked reading a pipe no one writes."""
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)
+    done = gd("profile", "--out", "runs", fifo, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "is a FIFO (named pipe), not a file" in _one_error(done.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_compare_refuses_a_fifo(run_copy: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "b.json"
     os.mkfifo(fifo)
