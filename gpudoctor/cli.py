@@ -23,6 +23,27 @@ from pathlib import Path
 import click
 
 from gpudoctor import __version__, signals
+from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the tests
+    DEFAULT_BUDGET_S,
+    DEFAULT_STEPS,
+    DEFAULT_TRIALS,
+    VERIFY_HELP,
+    color_option,
+    parallel_options,
+    report_options,
+    rule_options,
+    verify_options,
+)
+from gpudoctor.console import (  # noqa: F401 - use_color: re-exported
+    check_output_writable,
+    emit_report,
+    print_stdout,
+    say,
+    silence_stdout,
+    stdout_is_tty,
+    use_color,
+    write_output,
+)
 from gpudoctor.errors import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
@@ -33,101 +54,14 @@ from gpudoctor.errors import (
     GpudoctorError,
     UsageError,
 )
-from gpudoctor.safe import terminal_line
-
-FORMATS = ("terminal", "md", "json", "html", "sarif")
-LEVELS = ("info", "warning", "error")
-
+from gpudoctor.model import layout
 
 # --------------------------------------------------------------------------- helpers
-
-
-def say(line: str) -> None:
-    """One line of gpudoctor's own on stderr, escaped; a closed or broken stderr loses the line, not the run."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    try:
-        stream.write(terminal_line(line) + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     say(f"gpudoctor: error: {message}")
     sys.exit(code)
-
-
-def _silence_stdout() -> None:
-    """The reader went away: later writes (and the flush at exit) go to /dev/null, not to a traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, AttributeError, ValueError):
-        pass
-
-
-def print_stdout(text: str, what: str = "the report") -> None:
-    """The report on stdout: skipped with one line when stdout is closed, dropped when its reader is gone.
-
-    Neither changes the exit code: it is decided by what the command found, not by the pipe.
-    """
-    stream = sys.stdout
-    if stream is None:
-        say(f"gpudoctor: stdout is closed: {what} was not printed (pass -o FILE to write it to a file)")
-        return
-    text = text if text.endswith("\n") else text + "\n"
-    try:
-        try:
-            stream.write(text)
-        except UnicodeEncodeError:  # a terminal that cannot show every character: replaced, not lost
-            stream.write(text.encode(stream.encoding or "utf-8", "replace").decode(stream.encoding or "utf-8"))
-        stream.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-    except OSError as err:  # EBADF, EIO: a stdout that cannot be written to
-        _silence_stdout()
-        say(f"gpudoctor: stdout cannot be written ({err.strerror or err}): {what} was not printed")
-
-
-def _stdout_is_tty() -> bool:
-    try:
-        return sys.stdout is not None and sys.stdout.isatty()
-    except (OSError, ValueError):
-        return False
-
-
-def use_color(flag: bool | None, is_tty: bool, env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Colour or not: ``--color``/``--no-color`` when given, else ``NO_COLOR`` set to anything but the
-    empty string turns it off (https://no-color.org), else ``FORCE_COLOR`` set to anything but the empty
-    string turns it on where stdout is not a terminal (CI logs), else colour on a terminal only.
-
-    NO_COLOR before FORCE_COLOR when both are set: the order CPython's own colouring uses (3.13)."""
-    if flag is not None:
-        return flag
-    if env.get("NO_COLOR"):
-        return False
-    if env.get("FORCE_COLOR"):
-        return True
-    return is_tty
-
-
-def write_output(path: str, text: str, what: str = "report") -> None:
-    """``-o FILE`` for every command: ``gpudoctor.output`` says what each kind of path gets (a regular
-    file is replaced atomically, a FIFO, a device or ``/dev/stdout`` written through, a symlink followed
-    and kept, a folder refused); every failure is a one-line ``UsageError`` (exit 2)."""
-    from gpudoctor.output import write_output as write
-
-    write(path, text, what, say=say)
-
-
-def check_output_writable(path: str | None) -> None:
-    """Before a long run: can ``-o FILE`` be written at all? (exit 2 now, rather than after the run)."""
-    from gpudoctor.output import check_output_writable as check
-
-    check(path)
 
 
 def write_run_report(report, run_dir: Path) -> None:
@@ -137,7 +71,7 @@ def write_run_report(report, run_dir: Path) -> None:
     try:
         write_report_json(report, run_dir)
     except GpudoctorError as err:
-        say(f"gpudoctor: note: report.json not written: {err}")
+        say(f"gpudoctor: note: {layout.REPORT} not written: {err}")
 
 
 def load_and_analyze(paths: list[str], jobs: int | None = None, cluster: str | None = None):
@@ -172,107 +106,19 @@ def fail_on_exit_code(report, level: str | None) -> int:
     return EXIT_FINDINGS if any(f.severity.rank <= limit for f in report.findings) else EXIT_OK
 
 
-def _emit(report, fmt: str, output: str | None, quiet: bool, color_flag: bool | None = None) -> None:
-    from gpudoctor.report import format_from_path, render
-
-    if output and not fmt:
-        fmt = format_from_path(output)
-    fmt = fmt or "terminal"
-    color = fmt == "terminal" and output is None and use_color(color_flag, _stdout_is_tty())
-    text = render(report, fmt, color=color, quiet=quiet)
-    if output:
-        write_output(output, text)
-        say(f"gpudoctor: wrote {fmt} report to {output}")
-    else:
-        print_stdout(text)
-
-
-def _rule_options(f):
-    f = click.option(
-        "--select", multiple=True, metavar="CODE", help="Run only these rules (codes or prefixes, e.g. GD2)."
-    )(f)
-    f = click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rules (codes or prefixes).")(f)
-    f = click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        metavar="FIELD=VALUE",
-        help="Override a threshold, e.g. --set dataloader_wait_share_pct=10.",
-    )(f)
-    f = click.option(
-        "--fail-on",
-        type=click.Choice(LEVELS),
-        default=None,
-        help="Exit 1 when a finding is at or above this severity (for CI gates).",
-    )(f)
-    return f
-
-
-def _parallel_options(f):
-    f = click.option(
-        "-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-        help="Processes that read and analyze traces: one per rank trace, or one large trace in N parts "
-        "(default: the cores available). The report is the same for every N.",
-    )(f)
-    f = click.option(
-        "--cluster", default=None, metavar="ADDRESS",
-        help="Analyze the traces on a Dask cluster (the scheduler's address, tcp://HOST:8786): one task per "
-        "trace, read by the workers by path (a file system they share with this machine), reduced here. "
-        "Needs pip install 'gpudoctor[cluster]' here and on the workers.",
-    )(f)
-    return f
-
-
-VERIFY_HELP = (
-    "After the diagnosis, apply each finding's fix that gpudoctor can apply without editing the "
-    "script in trial runs (with and without the fix, interleaved) and report the measured speed-up "
-    "with its interval. Trials are real runs of your script: its side effects (files, checkpoints, "
-    "network) happen again. They run under RUN/verify/."
-)
-
-
-# gpudoctor.verify's DEFAULT_STEPS, DEFAULT_TRIALS and DEFAULT_BUDGET_S (a test keeps them in step):
-# importing it here would load scipy for every command
-DEFAULT_STEPS, DEFAULT_TRIALS, DEFAULT_BUDGET_S = 30, 3, 300.0
-
-
-def _verify_options(f):
-    f = click.option("--verify-steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
-                     help="Steps per trial run (the first 5 of each are left out as warm-up).")(f)
-    f = click.option("--verify-max-trials", type=click.IntRange(min=1), default=None, metavar="N",
-                     help="Rounds at most for a fix still undecided after --verify-trials rounds "
-                          "(default: twice --verify-trials; equal to it: no more rounds).")(f)
-    f = click.option("--verify-trials", type=click.IntRange(min=1), default=DEFAULT_TRIALS, show_default=True,
-                     help="Rounds before the verdict is first looked at: runs with each fix, each paired "
-                          "with a baseline run without it.")(f)
-    f = click.option("--verify-budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_BUDGET_S,
-                     show_default=True, metavar="SECONDS", help="Time for all trial runs together; Ctrl-C stops early.")(f)
-    return f
-
-
 def _verify(report, config, steps, trials, budget, max_trials=None):
-    """Trial runs for ``report``'s findings; returns (report with verifications, interrupted)."""
+    """Trial runs for ``report``'s findings; returns (report with verifications, the exit code of the
+    signal that stopped the trials: 130, 143 or 129; 0 when none did)."""
     from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_report
 
     opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, max_trials=max_trials,
                          progress=progress_to_stderr)
     result = verify_report(report, config, opts)
-    return result.report, result.interrupted
+    if not result.interrupted:
+        return result.report, 0
+    from gpudoctor.signals import exit_code
 
-
-def _report_options(f):
-    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Report format.")(f)
-    f = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report to FILE.")(f)
-    f = click.option("--quiet", is_flag=True, help="Findings only (terminal format).")(f)
-    f = _color_option(f)
-    return f
-
-
-def _color_option(f):
-    return click.option(
-        "--color/--no-color", "color", default=None,
-        help="Colour the terminal report (default: on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it).",
-    )(f)
+    return result.report, exit_code(result.signum) if result.signum else EXIT_INTERRUPTED
 
 
 # --------------------------------------------------------------------------- commands
@@ -349,9 +195,9 @@ def cli(ctx: click.Context) -> None:
 @click.option("--master-port", type=int, default=None, help="torchrun --master-port.")
 @click.option("--no-report", is_flag=True, help="Collect only; do not diagnose.")
 @click.option("--verify", "verify", is_flag=True, help=VERIFY_HELP)
-@_verify_options
-@_rule_options
-@_report_options
+@verify_options
+@rule_options
+@report_options
 def profile(script, script_args, module, out, steps, skip_first, wait, warmup, active, repeat, shapes, stack,
             memory, cprofile, sample_interval_ms, time_window, nproc_per_node, nnodes, node_rank, rdzv_endpoint,
             master_port, no_report, verify, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets,
@@ -423,7 +269,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             from gpudoctor.engine import diagnose
 
             report = diagnose(run, config, kind="profile")
-            interrupted = False
+            interrupted = 0
             if verify:
                 if result.exit_code != 0:
                     say(f"gpudoctor: --verify skipped: the script ended with exit code {result.exit_code} "
@@ -436,21 +282,21 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             say(f"gpudoctor: could not diagnose the run: {err}")
         else:
             try:
-                _emit(report, fmt, output, quiet, color)
+                emit_report(report, fmt, output, quiet, color)
             except UsageError as err:  # -o could be written before the run, not now (a disk filled up)
-                _fail(f"{err}; the report is in {result.run_dir / 'report.json'}", EXIT_USAGE)
+                _fail(f"{err}; the report is in {result.run_dir / layout.REPORT}", EXIT_USAGE)
             if fail_on:
                 code = EXIT_SCRIPT_FAILED if result.exit_code != 0 else fail_on_exit_code(report, fail_on)
             if interrupted:
-                code = EXIT_INTERRUPTED
+                code = interrupted
     sys.exit(code)
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@_parallel_options
-@_rule_options
-@_report_options
+@parallel_options
+@rule_options
+@report_options
 def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Diagnose a saved run directory, a Kineto trace, or a folder of traces (one per rank).
 
@@ -464,22 +310,28 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     report = diagnose(run, config, kind="analyze")
     first = Path(paths[0])
-    if len(paths) == 1 and (first / "manifest.json").is_file():
+    if len(paths) == 1 and (first / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
         report = carry_over(report, read_previous(first))  # what `verify` measured stays
         write_run_report(report, first)
-    _emit(report, fmt, output, quiet, color)
+    emit_report(report, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(report, fail_on))
 
 
 @cli.command(name="verify")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@_verify_options
-@_rule_options
-@_report_options
+@verify_options
+@rule_options
+@report_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Folder for the trial runs (default: RUN_DIR/verify); a read-only run needs one.")
+@click.option("--yes", "allow_outside", is_flag=True,
+              help="Run the script even when the run names one outside its recorded working directory.")
+@click.option("--allow-changed", is_flag=True,
+              help="Run the script even when it changed since it was profiled (its SHA-256 differs).")
 def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets, fail_on,
-               fmt, output, quiet, color):
+               fmt, output, quiet, color, out_dir, allow_outside, allow_changed):
     """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
 
     RUN_DIR is a run directory of `gpudoctor profile`; its script is run again as the
@@ -505,17 +357,23 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     their A/A test.
 
     Trials are real runs of your script: its side effects (files it writes,
-    checkpoints, network) happen again. They run under RUN_DIR/verify/ (replaced by
-    the next verify), their output in each run's output.log. Ctrl-C stops the trials
-    and reports what was measured. report.json is rewritten with the verifications.
+    checkpoints, network) happen again. verify prints the exact command each trial
+    runs, and refuses a script outside the run's recorded working directory (--yes)
+    or one that changed since it was profiled (--allow-changed). They run under
+    RUN_DIR/verify/ (replaced by the next verify; --out DIR elsewhere, e.g. for a
+    read-only run; two verifies of one folder do not run at once), their output in each
+    run's output.log. Ctrl-C, SIGTERM or SIGHUP stops the trials at once and reports
+    what was measured (exit 130, 143, 129). report.json is rewritten with the
+    verifications.
     """
     from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_run
 
     path = Path(run_dir)
-    if not (path / "manifest.json").is_file():
-        _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no manifest.json); verify runs its script again")
+    if not (path / layout.MANIFEST).is_file():
+        _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no {layout.MANIFEST}); verify runs its script again")
     opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, max_trials=verify_max_trials,
-                         progress=progress_to_stderr)
+                         progress=progress_to_stderr, out_dir=Path(out_dir) if out_dir else None,
+                         allow_changed=allow_changed, allow_outside=allow_outside)
     opts.check()
     from gpudoctor.collect.options import require_torch
 
@@ -523,17 +381,19 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     config = _config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)
-    _emit(result.report, fmt, output, quiet, color)
-    if result.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+    emit_report(result.report, fmt, output, quiet, color)
+    if result.interrupted:  # 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP: what was measured is reported
+        from gpudoctor.signals import exit_code
+
+        sys.exit(exit_code(result.signum) if result.signum else EXIT_INTERRUPTED)
     sys.exit(fail_on_exit_code(result.report, fail_on))
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@_parallel_options
-@_rule_options
-@_report_options
+@parallel_options
+@rule_options
+@report_options
 def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Render the diagnosis of a run or trace as terminal, md, json, html or sarif.
 
@@ -544,18 +404,18 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
     run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
     config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = diagnose(run, config, kind="analyze")
-    if len(paths) == 1 and (Path(paths[0]) / "manifest.json").is_file():
+    if len(paths) == 1 and (Path(paths[0]) / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
         rep = carry_over(rep, read_previous(Path(paths[0])))  # what `verify` measured is shown too
-    _emit(rep, fmt, output, quiet, color)
+    emit_report(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@_rule_options
-@_report_options
+@rule_options
+@report_options
 def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color):
     """Review training scripts (files or folders) without running them."""
     from gpudoctor.static import check_paths
@@ -564,7 +424,7 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color):
     rep = check_paths([Path(p) for p in paths], config)
     for line in rep.errors:  # files that could not be checked: the rest were
         say(f"gpudoctor: warning: {line}")
-    _emit(rep, fmt, output, quiet, color)
+    emit_report(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
 
@@ -585,7 +445,7 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color):
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help="Override a threshold for both runs.")
 @click.option("--format", "fmt", type=click.Choice(("terminal", "md", "json", "html")), default=None, help="Output format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison to FILE.")
-@_color_option
+@color_option
 def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output, color):
     """Before and after: compare RUN_A (before a fix) with RUN_B (after).
 
@@ -612,7 +472,7 @@ def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output, color):
         before, after, diagnose(before, config, kind="analyze"), diagnose(after, config, kind="analyze")
     )
     text = render_comparison(comparison, fmt, color=fmt == "terminal" and output is None
-                             and use_color(color, _stdout_is_tty()))
+                             and use_color(color, stdout_is_tty()))
     if output:
         write_output(output, text, what="comparison")
         say(f"gpudoctor: wrote {fmt} comparison to {output}")
@@ -716,7 +576,7 @@ def _main() -> None:
         _fail("an input file nests deeper than gpudoctor reads (RecursionError): it is malformed; re-record it or "
               "pass another file (GPUDOCTOR_DEBUG=1 shows where)", EXIT_USAGE)
     except BrokenPipeError:  # --help or --version into a reader that went away
-        _silence_stdout()
+        silence_stdout()
         sys.exit(EXIT_OK)
     except SystemExit:
         raise

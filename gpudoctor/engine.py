@@ -4,7 +4,8 @@
 
 - runs every rule of the registry that the configuration enables (``select`` /
   ``ignore``), each on a ``RuleContext`` holding the run, its trace metrics and the
-  thresholds;
+  thresholds, once what it needs (``Rule.needs``: a GPU, a trace, steps, settings …) is
+  there; a rule whose need is missing "cannot judge", with the reason (``rules.needs``);
 - a rule that raises does not crash the report: it becomes a finding with the
   reserved code ``GD000`` (``internal-error``, severity warning, confidence inferred)
   that names the rule and the exception, a line in ``Report.errors``, and a
@@ -39,6 +40,7 @@ from pathlib import Path
 from gpudoctor import __version__
 from gpudoctor.config import Config
 from gpudoctor.errors import ConfigError, RunDirError
+from gpudoctor.model import layout
 from gpudoctor.model.findings import (
     REPORT_SCHEMA_VERSION,
     Confidence,
@@ -54,7 +56,7 @@ from gpudoctor.model.findings import (
     Severity,
     SummaryStat,
 )
-from gpudoctor.model.metrics import TraceMetrics
+from gpudoctor.model.selectors import primary_trace
 from gpudoctor.model.steady import step_figures
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
 from gpudoctor.rules.account import assign_gains, build_account, is_headline, point_headline
@@ -129,8 +131,12 @@ def run_rules(
             skipped[rule.code] = "judged by `gpudoctor check` only"
             continue
         ran.append(rule.code)
+        rctx = ctx.for_rule(rule.code, rule.name)
         try:
-            result = rule.check(ctx.for_rule(rule.code, rule.name))
+            # what it cannot judge without (Rule.needs), checked here for every rule: a missing need is
+            # "cannot judge" with its reason, and the rule's own function does not run
+            missing = rule.unmet(rctx)
+            result = RuleResult.cannot_judge(missing) if missing is not None else rule.body(rctx)
             if not isinstance(result, RuleResult):
                 raise TypeError(f"check returned {type(result).__name__}, not RuleResult")
         except Exception as err:  # a bug in a rule must not take the report down
@@ -149,7 +155,14 @@ def run_rules(
 
 
 def sort_key(f: Finding) -> tuple:
-    share = f.gain.rank_pct  # what the fix is expected to win; the bound where its rule has no model
+    # what the fix wins: measured by --verify where it confirmed it (nothing where it refuted it), else
+    # its rule's model, else the bound
+    share = f.gain.rank_pct
+    v = f.verification
+    if v is not None and v.status.value == "confirmed" and v.speedup and v.speedup > 1.0:
+        share = 100.0 * (1.0 - 1.0 / v.speedup)
+    elif v is not None and v.status.value == "refuted":
+        share = 0.0
     return (
         is_headline(f),
         f.severity.rank,
@@ -168,15 +181,6 @@ def _stat(key: str, label: str, value, unit: str = "", window: str = "") -> Summ
     if isinstance(value, float):
         value = round(value, 3)
     return SummaryStat(key, label, value, unit, window)
-
-
-def _primary(run: RunData) -> TraceMetrics | None:
-    """The trace the headline numbers come from: the first with GPU activity (rank 0 first)."""
-    gpu = [m for m in run.metrics if m.has_gpu_activity]
-    pool = gpu or list(run.metrics)
-    if not pool:
-        return None
-    return min(pool, key=lambda m: (m.rank if m.rank is not None else -1))
 
 
 _PHASE_LABELS = {
@@ -240,7 +244,7 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
     if mf is not None and mf.profiler_owner == "user":
         out.append(_stat("trace_source", "traces from",
                          "the script's own torch.profiler (two profilers cannot record at once: gpudoctor's gave way)"))
-    m = _primary(run)
+    m = primary_trace(run.metrics)  # the trace the headline numbers come from
     if m is None or not m.breakdown_mean_pct:  # no trace breakdown: the hooks' phase times stand in
         phases = ctx.phase_shares_pct()
         if phases is not None:
@@ -404,9 +408,9 @@ def write_report_json(report: Report, run_dir: Path) -> None:
     """Write ``report.json`` (``Report.to_dict()``) into ``run_dir``, atomically."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: not a directory; pass the run directory to write report.json into")
-    target = run_dir / "report.json"
-    tmp = run_dir / ".report.json.tmp"
+        raise RunDirError(f"{run_dir}: not a directory; pass the run directory to write {layout.REPORT} into")
+    target = run_dir / layout.REPORT
+    tmp = run_dir / layout.REPORT_TMP
     try:
         tmp.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         tmp.replace(target)

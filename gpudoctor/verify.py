@@ -94,6 +94,7 @@ from gpudoctor.model import (
     SummaryStat,
     Verification,
     VerifyStatus,
+    layout,
 )
 from gpudoctor.safe import terminal_line as safe_line
 from gpudoctor.signals import signum_of
@@ -107,7 +108,7 @@ MIN_STEPS = 5  # judged steps each side needs before it is judged (compare's min
 MIN_RUNS = 2  # runs a side before an interval can be formed (one run shows no run-to-run spread)
 SAMPLE_INTERVAL_MS = 100  # trial runs sample the machine's load twice as often as a profile (they are short)
 LADDER_MAX_BATCH_RUNGS = 3  # batch size ×2, ×4, ×8 at most (each until a run fails)
-MARKER = ".gpudoctor-verify"  # in RUN/verify: a folder gpudoctor made (and may replace)
+MARKER = layout.VERIFY_MARKER  # in RUN/verify: a folder gpudoctor made (and may replace)
 INTERNAL_CODE = "GD000"
 STATISTICS = ("throughput", "epoch")  # Rule.verify_statistic: steady steps, or epoch starts kept
 SIZED_KNOBS = ("num_workers", "batch_size")  # DataLoader arguments the ladder climbs
@@ -261,9 +262,7 @@ def _say(opts: VerifyOptions, line: str) -> None:
 
 def trials_dir(run_dir: Path, opts: VerifyOptions) -> Path:
     """Where the trial runs go: ``--out DIR``, else ``RUN/verify``."""
-    from gpudoctor.collect.rundir import VERIFY_DIR  # noqa: PLC0415
-
-    return Path(opts.out_dir) if opts.out_dir is not None else run_dir / VERIFY_DIR
+    return Path(opts.out_dir) if opts.out_dir is not None else run_dir / layout.VERIFY_DIR
 
 
 def _verify_dir(d: Path) -> Path:
@@ -291,7 +290,7 @@ def _verify_lock(d: Path):
     """One ``verify`` at a time per trial folder: a second one fails at once with what to do, instead
     of emptying the first one's runs. The lock (``.NAME.lock`` beside the folder) is released when the
     process ends, however it ends."""
-    lock = d.parent / f".{d.name}.lock"
+    lock = d.parent / layout.lock_name(d.name)
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -368,7 +367,7 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
         what = f"{m.exception.type}: {m.exception.message.splitlines()[0] if m.exception.message else ''}"
         if m.exception.call_site is not None:
             what += f" at {m.exception.call_site}"
-    return _Run(rel, False, steps, settings, duration, error=f"{rel}: {m.status.value}: {what} (see {rel}/output.log)",
+    return _Run(rel, False, steps, settings, duration, error=f"{rel}: {m.status.value}: {what} (see {rel}/{layout.OUTPUT_LOG})",
                 status=m.status.value, round=rnd, load=load, signals=got)
 
 
@@ -1048,7 +1047,7 @@ def verify_run(
     config = config or Config()
     if report is None:
         path = Path(run_dir)
-        if not (path / "manifest.json").is_file():
+        if not (path / layout.MANIFEST).is_file():
             raise UsageError(f"{path}: not a run directory of `gpudoctor profile` (no manifest.json); verify needs one")
         loaded = load_inputs([path])
         metrics = tuple(analyze_trace(t, loaded.run) for t in loaded.timelines)
@@ -1123,7 +1122,7 @@ def read_previous(run_dir: Path) -> Report | None:
     import json  # noqa: PLC0415
 
     try:
-        data = json.loads((Path(run_dir) / "report.json").read_text(encoding="utf-8"))
+        data = json.loads((Path(run_dir) / layout.REPORT).read_text(encoding="utf-8"))
         previous = Report.from_dict(data)
     except (OSError, ValueError, TypeError, KeyError):
         return None

@@ -14,7 +14,8 @@ The manifest is untrusted: its fields are type-checked and a trace it names must
 resolve inside the run directory, or nothing is served. Only regular files are
 linked (a FIFO or a device is refused).
 
-Imports only ``gpudoctor.errors``, ``gpudoctor.model`` and the standard library;
+Imports only ``gpudoctor.errors``, ``gpudoctor.safe``, ``gpudoctor.signals``, ``gpudoctor.model``
+(the run directory's names: ``model.layout``) and the standard library;
 TensorBoard runs as ``python -m tensorboard.main`` in its own session, so Ctrl-C
 reaches gpudoctor alone, which then stops it cleanly. TensorBoard is told to stop
 when gpudoctor's process dies (Linux: ``PR_SET_PDEATHSIG``), and the temporary
@@ -46,11 +47,11 @@ from pathlib import Path
 
 from gpudoctor import safe
 from gpudoctor.errors import GpudoctorError, UsageError
-from gpudoctor.model import Manifest
+from gpudoctor.model import Manifest, layout
 from gpudoctor.model._serde import FieldTypeError, check
 from gpudoctor.signals import Interrupted
 
-PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")
+PLUGIN_PATTERN = re.compile(r"^(.*?)(\.\d+)?" + re.escape(layout.PLAIN_TRACE_SUFFIX) + r"(?:\.gz)?$")
 PLUGIN_NAME = "pytorch_profiler"
 PERFETTO_URL = "https://ui.perfetto.dev"
 START_TIMEOUT_S = 120.0
@@ -92,7 +93,7 @@ def looks_like_kineto(path: Path) -> bool:
 
 
 def _manifest(run_dir: Path) -> dict | None:
-    path = run_dir / "manifest.json"
+    path = run_dir / layout.MANIFEST
     if not path.is_file():
         return None
     try:
@@ -132,7 +133,7 @@ def find_traces(path: Path) -> ViewTarget:
             p = safe.inside(path, rel)
             if p is None:
                 raise UsageError(
-                    f"{path / 'manifest.json'}: field 'traces' names {rel}, outside the run directory; refusing to "
+                    f"{path / layout.MANIFEST}: field 'traces' names {rel}, outside the run directory; refusing to "
                     "serve it: re-run gpudoctor profile or pass the trace file itself"
                 )
             if not safe.not_regular(p) and p.is_file() and p not in traces:
@@ -177,7 +178,7 @@ def prepare_logdir(target: ViewTarget, tmp: Path) -> Path:
         if not PLUGIN_PATTERN.match(name):
             gz = name.endswith(".gz")
             stem = re.sub(r"\.json(\.gz)?$", "", name)
-            name = f"{_safe_name(stem)}.pt.trace.json" + (".gz" if gz else "")
+            name = _safe_name(stem) + (layout.TRACE_SUFFIX if gz else layout.PLAIN_TRACE_SUFFIX)
         if name in used:  # the same file name in two rank folders
             name = f"{_safe_name(trace.parent.name)}_{name}"
         used.add(name)

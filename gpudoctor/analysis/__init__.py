@@ -35,6 +35,7 @@ from gpudoctor.analysis.utilization import HostState, device_utilization, idle_g
 from gpudoctor.analysis.view import TraceView
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import DeviceInfo, TraceMetrics, Window, WindowKind
+from gpudoctor.model.selectors import busiest_device
 from gpudoctor.model.trace import Timeline
 
 __all__ = ["Beside", "TraceView", "analyze_trace", "dropped_events_note"]
@@ -104,8 +105,8 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     if run is not None and run.manifest is not None:
         rank = rank if rank is not None else run.manifest.rank
         world = world if world is not None else run.manifest.world_size
-    # the ledger is of the device the rules judge: the one busiest over its span
-    busiest = max(utilization, key=lambda u: u.busy_ns_span) if utilization else None
+    # the ledger is of the device the rules judge: the one busiest over its span (view.primary_device's)
+    busiest = busiest_device(utilization)
     name = timeline.path.replace("\\", "/").rsplit("/", 1)[-1]
     breakdown, ledger = trace_ledger(
         view,

@@ -21,6 +21,7 @@ import numpy as np
 from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.kernels import name_stats
 from gpudoctor.analysis.names import memcpy_kind
+from gpudoctor.analysis.nesting import self_times, top_level
 from gpudoctor.analysis.view import TraceView, Windows
 from gpudoctor.model.metrics import CpuSummary, NameStat, Window, WindowKind
 from gpudoctor.model.trace import HOST_FLAG_SEQUENCE, DeviceKind
@@ -75,35 +76,8 @@ def cpu_summary(view: TraceView, windows: Windows | None = None, top: int = TOP_
         python_pct=p(python_ns) if has_stacks else None,
         optimizer_ns=opt_ns,
         # by self time: a conv2d → convolution → cudnn_convolution chain is one cost, not three rows
-        top_ops=name_stats(view.tl.names, view.h_name[op_idx], _self_times(view, op_idx), top),
+        top_ops=name_stats(view.tl.names, view.h_name[op_idx], self_times(view, op_idx), top),
     )
-
-
-def _self_times(view: TraceView, idx: np.ndarray) -> np.ndarray:
-    from gpudoctor.analysis.dispatch import self_times  # noqa: PLC0415 (dispatch imports this module)
-
-    return self_times(view, idx)
-
-
-def top_level(view: TraceView, idx: np.ndarray) -> np.ndarray:
-    """Which of the host events ``idx`` are not nested in another of them on their thread."""
-    if not len(idx):
-        return np.zeros(0, bool)
-    thread = view.h_thread[idx].astype(np.int64)
-    ts, end = view.h_ts[idx], view.h_end[idx]
-    order = iv.nesting_order(ts, end, thread)
-    t_s, e_s, th_s = ts[order], end[order], thread[order]
-    out_sorted = np.ones(len(idx), bool)
-    # running max of end within each thread, excluding the event itself
-    starts = np.flatnonzero(np.r_[True, th_s[1:] != th_s[:-1]])
-    bounds = np.r_[starts, len(idx)]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        run = np.maximum.accumulate(e_s[a:b])
-        prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
-        out_sorted[a:b] = t_s[a:b] >= prev
-    out = np.empty(len(idx), bool)
-    out[order] = out_sorted
-    return out
 
 
 @dataclass(frozen=True)

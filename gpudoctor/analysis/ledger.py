@@ -38,9 +38,9 @@ import numpy as np
 from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.comm import host_collectives, host_exposed
 from gpudoctor.analysis.dispatch import window_parts
-from gpudoctor.analysis.host import top_level
 from gpudoctor.analysis.kernels import is_fp32_types
 from gpudoctor.analysis.names import memcpy_kind
+from gpudoctor.analysis.nesting import top_level
 from gpudoctor.analysis.utilization import CAUSES, GapTable
 from gpudoctor.analysis.view import TraceView, Windows
 from gpudoctor.model.metrics import (

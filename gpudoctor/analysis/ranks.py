@@ -29,14 +29,14 @@ a note. A pure function of the model (standard library only).
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpudoctor.model.findings import RankRow, RankSummary, RunData
 from gpudoctor.model.metrics import CommStats, TraceMetrics
 from gpudoctor.model.run import StepRecord
+from gpudoctor.model.steady import median_int, percentile_int, steady_steps
 
 __all__ = ["RankFigures", "rank_figures", "steady_of"]
 
@@ -59,35 +59,12 @@ class _Rank:
     duplicate_steps: int = 0
 
 
-def _median(values: Iterable[int]) -> int | None:
-    vals = list(values)
-    return int(statistics.median(vals)) if vals else None
-
-
-def _p90(values: Iterable[int]) -> int | None:
-    vals = sorted(values)
-    if not vals:
-        return None
-    k = max(0, min(len(vals) - 1, -(-90 * len(vals) // 100) - 1))
-    return vals[k]
-
-
 def steady_of(records: Sequence[StepRecord]) -> list[StepRecord]:
-    """One rank's steps without the first of the run (and the first of each epoch when known):
-    they carry one-off costs (worker start-up, autotuning, allocator warm-up)."""
-    if len(records) < 2:
-        return list(records)
-    ordered = sorted(records, key=lambda s: s.index)
-    if all(s.epoch is None for s in ordered):
-        return ordered[1:]
-    seen: set[int | None] = set()
-    out = []
-    for s in ordered:
-        if s.epoch in seen:
-            out.append(s)
-        else:
-            seen.add(s.epoch)
-    return out or ordered
+    """One rank's steps, in order, without the first of the run (and the first of each epoch
+    when known): they carry one-off costs (worker start-up, autotuning, allocator warm-up).
+    ``model.steady.steady_steps`` without a step marker, a DataLoader or compilations (what the
+    records of one rank, or of a trial run, are judged by)."""
+    return list(steady_steps(sorted(records, key=lambda s: s.index), None, None))
 
 
 def _comm_of(m: TraceMetrics) -> CommStats | None:
@@ -166,12 +143,12 @@ def _row(r: _Rank, straggler: bool) -> RankRow:
         comm_ns = int(sum(w[1] for _, w in windows) / len(windows))
         exposed_ns = int(sum(w[2] for _, w in windows) / len(windows))
         exposed_pct = round(100.0 * sum(w[2] for _, w in windows) / total, 2) if total else None
-        work = _median(w[0] - w[2] for _, w in windows)
+        work = median_int(w[0] - w[2] for _, w in windows)
     return RankRow(
         rank=r.rank,
         steps=count,
-        step_median_ns=_median(walls),
-        step_p90_ns=_p90(walls),
+        step_median_ns=median_int(walls),
+        step_p90_ns=percentile_int(walls, 90),
         comm_ns=comm_ns,
         comm_exposed_pct=exposed_pct,
         straggler=straggler,
@@ -255,23 +232,23 @@ def rank_figures(
     common: list[int] = []
     step_med = step_imb = work_imb = None
     if len(compared) >= 2:
-        medians = {rk: _median(s.values()) or 0 for rk, s in series.items()}
-        step_meds = [m for m in (_median(s.values()) for s in step_series.values()) if m is not None]
-        step_med = _median(step_meds)
+        medians = {rk: median_int(s.values()) or 0 for rk, s in series.items()}
+        step_meds = [m for m in (median_int(s.values()) for s in step_series.values()) if m is not None]
+        step_med = median_int(step_meds)
         if step_meds and step_med:
             step_imb = round(max(step_meds) / step_med, 3)
-        mid = _median(medians.values()) or 0
+        mid = median_int(medians.values()) or 0
         if basis == "work" and mid > 0:
             work_imb = round(max(medians.values()) / mid, 3)
         slowest = max(sorted(medians), key=lambda rk: medians[rk])
         others = [v for rk, v in medians.items() if rk != slowest]
-        excess = max(0, medians[slowest] - (_median(others) or 0))
-        jitter = _median(abs(v - medians[rk]) for rk, s in series.items() if rk != slowest for v in s.values())
+        excess = max(0, medians[slowest] - (median_int(others) or 0))
+        jitter = median_int(abs(v - medians[rk]) for rk, s in series.items() if rk != slowest for v in s.values())
         excess_pct = round(100.0 * excess / step_med, 2) if step_med else None
         common = sorted(set.intersection(*(set(s) for s in series.values())))
         margin = delay_share_pct / 100.0 * (step_med or 0)
         for n in common:
-            rest = _median(series[rk][n] for rk in series if rk != slowest) or 0
+            rest = median_int(series[rk][n] for rk in series if rk != slowest) or 0
             slowest_in += series[slowest][n] - rest >= margin
         if basis == "step":
             notes.append(

@@ -80,11 +80,8 @@ def pct(part: float, whole: float) -> float:
 def busy_set(view: TraceView, device: int, *, with_first: bool = False):
     """Union of kernel/memcpy/memset intervals of one device (and, with ``with_first``,
     the device-event index that starts each merged interval)."""
-    idx = view.activity(device)
-    if with_first:
-        s, e, first = iv.union(view.d_ts[idx], view.d_end[idx], with_first=True)
-        return s, e, idx[first]
-    return iv.union(view.d_ts[idx], view.d_end[idx])
+    s, e, first = view.busy_set(device)  # computed once per device (TraceView.busy_set)
+    return (s, e, first) if with_first else (s, e)
 
 
 def span_idle(view: TraceView, device: int) -> tuple[Window, int, float]:

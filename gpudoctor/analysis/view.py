@@ -89,6 +89,7 @@ class TraceView:
         self.m_device = _np(m.device, np.int32)
         self.m_alloc = _np(m.allocated_bytes, np.int64)
         self.m_reserved = _np(m.reserved_bytes, np.int64)
+        self._busy_sets: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     # --- names ------------------------------------------------------------------------------
     @cached_property
@@ -166,13 +167,23 @@ class TraceView:
 
     @cached_property
     def primary_device(self) -> int | None:
-        """The device with the most GPU time (the one a single-GPU trace is about)."""
-        act = self.is_activity
-        if not act.any():
-            return None
-        devs = self.d_device[act]
-        totals = {int(dv): int(self.d_dur[act][devs == dv].sum()) for dv in np.unique(devs)}
-        return max(sorted(totals), key=lambda k: totals[k])
+        """The device busiest over its span: the most time with GPU activity (the union of its
+        kernels, memcpys and memsets, ``DeviceUtilization.busy_ns_span``), the lowest index on
+        ties; the one a single-GPU trace is about, and the one ``model.selectors.busiest_device``
+        picks once the utilization is measured."""
+        totals = {d: iv.total(*self.busy_set(d)[:2]) for d in self.devices}
+        return max(totals, key=lambda k: totals[k]) if totals else None
+
+    def busy_set(self, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The union of the kernel/memcpy/memset intervals of ``device`` (starts, ends) and the
+        device-event index that starts each merged interval (the earliest); computed once per
+        device, as several passes read it."""
+        got = self._busy_sets.get(device)
+        if got is None:
+            idx = self.activity(device)
+            s, e, first = iv.union(self.d_ts[idx], self.d_end[idx], with_first=True)
+            got = self._busy_sets[device] = (s, e, idx[first])
+        return got
 
     # --- correlation ----------------------------------------------------------------------------
     @cached_property

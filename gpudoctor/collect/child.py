@@ -12,6 +12,14 @@ not installed there; a ``fork`` worker inherits them switched off (``register_at
 
 In a distributed job (``WORLD_SIZE`` > 1 in the environment, as torchrun sets it), each
 rank writes rank-tagged files (``steps.rank1.jsonl`` …) into the same run directory.
+
+Why this file is long: ``Child`` is the training process's one sequence, from the
+configuration to the exit code: signals held back, the instruments installed in order (patches,
+step tracker, cProfile window, profiler driver, settings capture, --verify's injections), the
+script run, and every exit path (return, ``sys.exit``, an exception, a signal, ``--steps``) ending
+in the same account of the run (its state file, what was collected and what was not). Its start-up
+and its ending are checked together; the instruments themselves live in their own modules
+(``patches``, ``steps``, ``torchprof``, ``settings_capture``, ``inject``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 from gpudoctor.collect import rundir
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.callsite import FrameClassifier
-from gpudoctor.model import Collected, ExceptionInfo, ProfilerSchedule, RunStatus
+from gpudoctor.model import Collected, ExceptionInfo, ProfilerSchedule, RunStatus, layout
 from gpudoctor.signals import HANDLED, pause_point, signal_name, startup_detail
 from gpudoctor.signals import note as note_signal
 
@@ -120,7 +128,7 @@ class Child:
         self.world_size = world if world > 1 else None
         self.rank = int(os.environ.get("RANK", "0") or 0) if world > 1 else None
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0) if world > 1 else None
-        self.state_path = self.run_dir / rundir.rank_tagged(rundir.CHILD_STATE, self.rank)
+        self.state_path = self.run_dir / layout.rank_tagged(layout.CHILD_STATE, self.rank)
         self.forked = False
         self.torch: Any = None
         self.tracker: Any = None
@@ -237,14 +245,14 @@ class Child:
         self.frames = frames
         # the tracker writes its lines once a second: a step costs no system call
         # (SIGKILL loses at most the last second of steps)
-        self.writer = rundir.JsonlWriter(self.run_dir / rundir.rank_tagged(rundir.STEPS, self.rank))
+        self.writer = rundir.JsonlWriter(self.run_dir / layout.rank_tagged(layout.STEPS, self.rank))
         s = self.schedule
         if s is not None:
             self.driver = ProfilerDriver(
                 torch,
                 s,
                 self.run_dir,
-                rundir.worker_name(os.getpid()),
+                layout.worker_name(os.getpid()),
                 on_change=self.write_state,
                 current_step=lambda: self.tracker.index if self.tracker is not None else 0,
             )
@@ -255,7 +263,7 @@ class Child:
             start_step=start,
             stop_before=sched.cprofile_stop_before(s, start, steps),
             budget=sched.CprofileBudget(),
-            path=self.run_dir / rundir.rank_tagged(rundir.PSTATS, self.rank),
+            path=self.run_dir / layout.rank_tagged(layout.PSTATS, self.rank),
         )
         self.tracker = StepTracker(
             torch,
@@ -273,7 +281,7 @@ class Child:
         self.timewindow = TimeWindow(
             self.tracker,
             self.driver,
-            self.run_dir / rundir.rank_tagged(rundir.PSTATS, self.rank),
+            self.run_dir / layout.rank_tagged(layout.PSTATS, self.rank),
             float(window[0]) if window else None,
             float(window[1]) if window else None,
             cprofile=bool(cfg.get("cprofile")),
@@ -303,7 +311,7 @@ class Child:
         capture.injector = injector
 
     def _settings_path(self) -> Path:
-        return self.run_dir / rundir.rank_tagged(rundir.SETTINGS, self.rank)
+        return self.run_dir / layout.rank_tagged(layout.SETTINGS, self.rank)
 
     def write_settings(self, refresh_flags: bool = True) -> None:
         if self.capture is None or self.forked:
@@ -316,7 +324,7 @@ class Child:
         except OSError as err:
             self.settings_write_error = rundir.os_reason(err)
         except Exception as err:
-            self.capture.error("settings.json", err)
+            self.capture.error(layout.SETTINGS, err)
 
     def _on_boundary(self, index: int) -> None:
         if self.capture is not None and self.world_size is not None:

@@ -31,12 +31,11 @@ from typing import Any
 
 from gpudoctor.collect import rundir
 from gpudoctor.errors import UsageError
-from gpudoctor.model import Collected, ExceptionInfo, RankEnd, RunStatus
+from gpudoctor.model import Collected, ExceptionInfo, RankEnd, RunStatus, layout
 
 TORCHRUN_MODULE = "torch.distributed.run"
 LAUNCHER = "torchrun"
 _NNODES = re.compile(r"^\d+(:\d+)?$")
-_STATE_RE = re.compile(r"^" + re.escape(rundir.CHILD_STATE.split(".json")[0]) + r"\.rank(\d+)\.json$")
 
 
 def is_distributed(opts: Any) -> bool:
@@ -127,12 +126,12 @@ def read_rank_states(run_dir: Path, remove: bool = True) -> dict[int, dict[str, 
     """Every rank's ``.child-state.rank<R>.json`` (removed once read when ``remove``)."""
     states: dict[int, dict[str, Any]] = {}
     for p in sorted(run_dir.iterdir()):
-        m = _STATE_RE.match(p.name)
-        if not m:
+        rank = layout.rank_of(p.name, layout.CHILD_STATE)
+        if rank is None:
             continue
         data = rundir.read_json(p)
         if isinstance(data, dict):
-            states[int(m.group(1))] = data
+            states[rank] = data
         if remove:
             try:
                 p.unlink()
@@ -143,10 +142,10 @@ def read_rank_states(run_dir: Path, remove: bool = True) -> dict[int, dict[str, 
 
 def rank_steps_files(run_dir: Path) -> dict[int, Path]:
     out = {}
-    for p in run_dir.glob("steps.rank*.jsonl"):
-        middle = p.name[len("steps.rank"): -len(".jsonl")]
-        if middle.isdigit():
-            out[int(middle)] = p
+    for p in run_dir.glob(layout.rank_glob(layout.STEPS)):
+        rank = layout.rank_of(p.name, layout.STEPS)
+        if rank is not None:
+            out[rank] = p
     return out
 
 

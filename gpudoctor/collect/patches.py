@@ -13,6 +13,12 @@ epochs, time blocked waiting for a batch), ``autocast``, the cuDNN / cuBLAS / TF
 switches and ``set_float32_matmul_precision``, ``use_deterministic_algorithms``,
 ``set_num_threads``, ``DataParallel`` / ``DistributedDataParallel``,
 ``torch.compile`` (and from then on what it compiles: ``compile_watch``), ``torch.cuda.empty_cache``.
+
+Why this file is long: ``Patcher`` installs every hook listed above through one safety
+net (``_safe``: gpudoctor's own error never reaches the script; a patch that fails is named in
+``errors``) and feeds the same settings capture, step tracker and call-site classifier; each patch
+is small and reads beside the torch attribute it wraps, so one file holds the whole list of what
+gpudoctor changes in the training process.
 """
 
 from __future__ import annotations

@@ -67,20 +67,20 @@ class Progress:
     def _find_rank_files(self) -> None:
         """A torchrun job: each rank writes ``steps.rankN.jsonl`` (``steps.jsonl`` for a job of one);
         the lowest rank on this machine stands for the job, as in the closing summary."""
-        from gpudoctor.collect import rundir  # noqa: PLC0415
+        from gpudoctor.model import layout  # noqa: PLC0415
 
         if self.run_dir is None:
             return
         found = []
-        for path in self.run_dir.glob(rundir.rank_tagged(rundir.STEPS, 0).replace("rank0", "rank*")):
-            rank = path.name.split(".rank", 1)[1].split(".", 1)[0]
-            if rank.isdigit():
-                found.append((int(rank), path))
+        for path in self.run_dir.glob(layout.rank_glob(layout.STEPS)):
+            rank = layout.rank_of(path.name, layout.STEPS)
+            if rank is not None:
+                found.append((rank, path))
         if found:
             rank, self.steps_path = min(found)
-            self.state_path = self.run_dir / rundir.rank_tagged(rundir.CHILD_STATE, rank)
-        elif (self.run_dir / rundir.STEPS).exists():
-            self.steps_path, self.state_path = self.run_dir / rundir.STEPS, self.run_dir / rundir.CHILD_STATE
+            self.state_path = self.run_dir / layout.rank_tagged(layout.CHILD_STATE, rank)
+        elif (self.run_dir / layout.STEPS).exists():
+            self.steps_path, self.state_path = self.run_dir / layout.STEPS, self.run_dir / layout.CHILD_STATE
 
     def _count_steps(self) -> None:
         if self.steps_path is None:
@@ -163,11 +163,11 @@ def for_run(run_dir: Path, t0_mono_ns: int, max_steps: int | None, launcher: boo
             stream: TextIO | None = None) -> Progress:
     """The progress of the run in ``run_dir``, shown on ``stream`` (default stderr) only when it is a
     terminal and ``TERM`` is not ``dumb``; ``launcher``: a torchrun job (rank-tagged files)."""
-    from gpudoctor.collect import rundir  # noqa: PLC0415
+    from gpudoctor.model import layout  # noqa: PLC0415
 
     stream = sys.stderr if stream is None else stream
     shown = stream_is_terminal(stream) and os.environ.get("TERM") != "dumb"
     if launcher:
         return Progress(None, None, t0_mono_ns, max_steps, stream if shown else None, run_dir=run_dir)
-    return Progress(run_dir / rundir.STEPS, run_dir / rundir.CHILD_STATE, t0_mono_ns, max_steps,
+    return Progress(run_dir / layout.STEPS, run_dir / layout.CHILD_STATE, t0_mono_ns, max_steps,
                     stream if shown else None)

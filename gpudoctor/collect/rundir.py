@@ -17,58 +17,39 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "manifest.json"
-SETTINGS = "settings.json"
-STEPS = "steps.jsonl"
-SAMPLES = "samples.jsonl"
-PSTATS = "profile.pstats"
-OUTPUT_LOG = "output.log"  # a --verify trial: the script's stdout and stderr
-VERIFY_DIR = "verify"  # a run's --verify trials, one run directory each (gpudoctor.verify)
-TRACE_SUFFIX = ".pt.trace.json.gz"
-# The child's account of the run (status, exception, traces …), merged into the
-# manifest by the parent and then removed. Hidden so that nothing else lists it.
-CHILD_STATE = ".child-state.json"
-TMP_SUFFIX = ".tmp"
-INCOMPLETE_SUFFIX = ".incomplete"  # a trace whose writer stopped before its end: kept, never listed
+# The run directory's file names, rank tags and schema version are defined once, in
+# ``gpudoctor.model.layout`` (collect, parse, the CLI, ``view`` and ``verify`` read them there);
+# re-exported here for the callers that name them ``rundir.NAME``.
+from gpudoctor.model.layout import (  # noqa: F401 - re-exported
+    CHILD_STATE,
+    INCOMPLETE_SUFFIX,
+    MANIFEST,
+    OUTPUT_LOG,
+    PSTATS,
+    SAMPLES,
+    SETTINGS,
+    STEPS,
+    TMP_SUFFIX,
+    TRACE_FILTER_KEY,
+    TRACE_STACK_BOUND_KEY,
+    TRACE_SUFFIX,
+    VERIFY_DIR,
+    plain_trace,
+    rank_tagged,
+    trace_name,
+    worker_name,
+)
+
 # Space kept for the manifest's last write: the manifest written at the start is padded with
 # this much whitespace (valid JSON), so that the final one can overwrite it in place on a
 # disk that filled up during the run (docs/run-directory.md, "A full disk").
 MANIFEST_RESERVE_BYTES = 32 * 1024
-# top-level keys gpudoctor adds to a Kineto trace (docs/run-directory.md, Traces)
-TRACE_FILTER_KEY = "gpudoctorTraceFilter"  # what the parent's filter left out (tracefilter)
-TRACE_STACK_BOUND_KEY = "gpudoctorStackBound"  # a window cut short by the Python-call budget (torchprof)
-
-
-def rank_tagged(name: str, rank: int | None) -> str:
-    """``steps.jsonl`` → ``steps.rank3.jsonl`` in a distributed run (rank None: unchanged)."""
-    if rank is None:
-        return name
-    lead = "." if name.startswith(".") else ""
-    stem, dot, ext = name[len(lead):].partition(".")
-    return f"{lead}{stem}.rank{rank}{dot}{ext}"
-
-
-def worker_name(pid: int, host: str | None = None) -> str:
-    """``host_pid``, as torch's ``tensorboard_trace_handler`` names a worker (dots kept out)."""
-    host = host if host is not None else socket.gethostname()
-    host = re.sub(r"[^A-Za-z0-9_-]+", "-", host).strip("-") or "host"
-    return f"{host}_{pid}"
-
-
-def trace_name(worker: str, first_step: int) -> str:
-    """``<worker>.<first active step, 8 digits>.pt.trace.json.gz``.
-
-    torch-tb-profiler reads ``<worker>.<digits>.pt.trace.json.gz`` as worker + span and
-    sorts spans as strings, hence the fixed width.
-    """
-    return f"{worker}.{first_step:08d}{TRACE_SUFFIX}"
 
 
 def run_stem(script: str | None, module: str | None) -> str:
@@ -342,11 +323,6 @@ def repair_jsonl(path: Path) -> bool:
 
 
 GZIP_LEVEL = 1  # a trace is written once and read rarely: speed over size
-
-
-def plain_trace(name: str) -> str:
-    """``x.pt.trace.json.gz`` → ``x.pt.trace.json``: the training process writes this one."""
-    return name[: -len(".gz")] if name.endswith(".gz") else name
 
 
 def gzip_file(src: Path, dst: Path, level: int = GZIP_LEVEL) -> None:

@@ -99,6 +99,12 @@ Step ``k`` runs from the end of gpudoctor's bookkeeping after step ``k-1`` to th
 return of its marked call (to the next ``__next__`` call with ``dataloader``). In
 ``dataloader`` mode the time between the end of an epoch (``StopIteration``) and
 the next epoch's first batch belongs to no step.
+
+Why this file is long: the per-call hooks above are one hot path, run on every
+DataLoader ``__next__``, ``backward()`` and ``optimizer.step()`` of the user's loop. Its layout
+(``StepTracker``: the hooks and their bookkeeping in one class, no indirection between a hook
+and what it records) was tuned and measured with ``benchmarks/overhead.py --hooks-only``; splitting
+it across modules would add lookups to every step, so it stays in one file.
 """
 
 from __future__ import annotations

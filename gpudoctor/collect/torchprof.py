@@ -31,6 +31,12 @@ copies every trace the script exports into the run directory (the script's own f
 stay where it wrote them). A profiler of the script's that stops without exporting
 anything (it only printed ``key_averages()``, say) is exported by gpudoctor into the
 run directory after it stopped, so the diagnosis still has a trace.
+
+Why this file is long: ``ProfilerDriver`` is the one owner of the process's only
+profiler. The schedule of windows, the Python-call budget's probe, the time-based window and the
+hand-over to the script's own profiler all start, stop and export that one object, driven from the
+step hooks; the paths that end a window (its last step, the run's end, a raise, a signal, the
+script's profiler taking over) are checked together.
 """
 
 from __future__ import annotations
@@ -45,16 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.rundir import (
+from gpudoctor.collect.rundir import os_reason, settle_trace_export
+from gpudoctor.model import ProfilerSchedule
+from gpudoctor.model.layout import (
     INCOMPLETE_SUFFIX,
     TMP_SUFFIX,
     TRACE_STACK_BOUND_KEY,
-    os_reason,
     plain_trace,
-    settle_trace_export,
     trace_name,
 )
-from gpudoctor.model import ProfilerSchedule
 
 # Python calls a window may record with stacks. torch's Python tracer records every call,
 # C calls included; a step that runs a tokenizer in the loop makes ~330 000 of them, and

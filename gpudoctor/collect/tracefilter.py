@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from gpudoctor.collect.rundir import TRACE_FILTER_KEY, TRACE_STACK_BOUND_KEY
+from gpudoctor.model.layout import TRACE_FILTER_KEY, TRACE_STACK_BOUND_KEY
 
 MIN_US = 10.0  # python_function events shorter than this (and enclosing no op) are dropped
 CHUNK_BYTES = 4 << 20

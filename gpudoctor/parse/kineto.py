@@ -42,6 +42,11 @@ A truncated or corrupt file raises ``TraceFormatError`` naming the file and wher
 broke (byte offset and line in the decompressed text). ``NeedsFallback`` (the streaming
 parser of ``parse/stream.py`` takes over) is left only for a ``traceEvents`` array that
 does not start within the first 64 MiB or a header no JSON decoder reads.
+
+Why this file is long: the reader is one pipeline over one buffer (prefetching
+reader, piece cutter, typed decode, the part reader of ``--jobs``) whose offsets and boundary checks
+are shared; it is the parser's hot path (its figures above), kept in one module so that the
+offsets each stage hands the next can be read in one place. The events' structs are ``parse.events``.
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ except ImportError:  # pragma: no cover - isal is a dependency; a platform witho
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
-from gpudoctor.parse.columns import EVENTS_DECODER, ColumnBuilder, Header
+from gpudoctor.parse.columns import ColumnBuilder
+from gpudoctor.parse.events import EVENTS_DECODER, Header
 
 CHUNK_BYTES = 4 << 20  # decode this much of traceEvents at a time (smaller: less memory, same speed)
 HEADER_LIMIT = 64 << 20  # "traceEvents" must start within this many bytes

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
-from gpudoctor.parse.columns import Header
+from gpudoctor.parse.events import Header
 from gpudoctor.parse.kineto import (
     CHUNK_BYTES,
     END,

@@ -24,8 +24,21 @@ from gpudoctor import safe
 from gpudoctor.errors import RunDirError
 from gpudoctor.model._serde import FieldTypeError, check
 from gpudoctor.model.findings import RunData
-from gpudoctor.model.run import (
+from gpudoctor.model.layout import (  # noqa: F401 - RUN_DIR_FILES and is_run_dir: re-exported
+    CHILD_STATE,
+    MANIFEST,
+    PSTATS,
+    RUN_DIR_FILES,
+    SAMPLES,
     SCHEMA_VERSION,
+    SETTINGS,
+    STEPS,
+    TRACE_GLOBS,
+    is_run_dir,
+    rank_glob,
+    rank_of,
+)
+from gpudoctor.model.run import (
     Collected,
     ExceptionInfo,
     GpuSample,
@@ -39,20 +52,8 @@ from gpudoctor.model.run import (
     StepRecord,
 )
 
-MANIFEST = "manifest.json"
-SETTINGS = "settings.json"
-STEPS = "steps.jsonl"
-SAMPLES = "samples.jsonl"
-PSTATS = "profile.pstats"
-CHILD_STATE = ".child-state.json"  # the training process's account, left when gpudoctor's process died
-TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
-RUN_DIR_FILES = (MANIFEST, SETTINGS, STEPS, SAMPLES, PSTATS)
 PSTATS_TOP = 40  # functions kept from profile.pstats, by cumulative time
 PSTATS_LOADER_TOP = 30  # and those with the most self time inside the DataLoader's fetch (GD201)
-
-
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any((path / f).is_file() for f in RUN_DIR_FILES)
 
 
 def confined(run_dir: Path, name: str, notes: list[str] | None = None) -> Path | None:
@@ -79,18 +80,17 @@ def rank_files(run_dir: Path, name: str, notes: list[str] | None = None) -> list
     """``name`` and its rank-tagged copies of a distributed run (``steps.rank3.jsonl`` for
     ``steps.jsonl``, written by each rank of a torchrun job): the plain file first, then by rank.
     Only regular files inside the run directory (``confined``)."""
-    stem, dot, ext = name.partition(".")
     out: list[tuple[int | None, Path]] = []
     plain = confined(run_dir, name, notes)
     if plain is not None:
         out.append((None, plain))
     tagged = []
-    for p in run_dir.glob(f"{stem}.rank*{dot}{ext}"):
-        middle = p.name[len(stem) + len(".rank"): len(p.name) - len(dot + ext)]
-        if middle.isdigit():
+    for p in run_dir.glob(rank_glob(name)):
+        rank = rank_of(p.name, name)
+        if rank is not None:
             q = confined(run_dir, p.name, notes)
             if q is not None:
-                tagged.append((int(middle), q))
+                tagged.append((rank, q))
     return out + sorted(tagged)
 
 

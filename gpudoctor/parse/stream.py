@@ -21,7 +21,8 @@ from typing import Any
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
-from gpudoctor.parse.columns import ColumnBuilder, Header
+from gpudoctor.parse.columns import ColumnBuilder
+from gpudoctor.parse.events import Header
 from gpudoctor.parse.kineto import GZIP_ERRORS, _gzip_error, open_trace
 
 _READ = 4 << 20

@@ -34,7 +34,7 @@ from gpudoctor.model import (
     Verification,
     VerifyStatus,
 )
-from gpudoctor.model.units import duration_text, size_text
+from gpudoctor.model.units import duration_text, pct_text, size_text
 
 # --------------------------------------------------------------------------- numbers
 
@@ -72,9 +72,8 @@ def size(n: float | int | None) -> str:
 
 
 def pct(value: float | int | None, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:.{digits}f}%"
+    """A share: ``38.0%`` (``gpudoctor.model.units``)."""
+    return pct_text(value, digits=digits)
 
 
 def with_unit(value: Any, unit: str = "") -> str:

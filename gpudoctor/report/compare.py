@@ -11,177 +11,34 @@ HTML escaped in a page that runs no script and fetches nothing.
 from __future__ import annotations
 
 import json
-import math
-from html import escape
 
 from gpudoctor.errors import UsageError
 from gpudoctor.model import (
     Comparison,
-    FindingChange,
     FindingStatus,
-    MetricChange,
-    RunSide,
-    SettingChange,
-    StepTimes,
     StepTimeVerdict,
 )
 from gpudoctor.report import _fmt as f
-from gpudoctor.report import svg
-from gpudoctor.report.htmlfmt import CSP
+from gpudoctor.report.compare_html import render_compare_html
+from gpudoctor.report.compare_text import (
+    STATUS_LABELS,
+    VERDICT_LABELS,
+    delta_text,
+    finding_share_text,
+    improved_word,
+    metric_window,
+    setting_sites,
+    side_devices,
+    side_line,
+    side_program,
+    speedup_line,
+    step_rows,
+    value_text,
+)
 from gpudoctor.report.jsonfmt import finite
 from gpudoctor.report.markdown import cell, code, esc, table
 
 COMPARE_FORMATS = ("terminal", "md", "json", "html")
-
-STATUS_LABELS = {
-    FindingStatus.FIXED: "fixed",
-    FindingStatus.REMAINING: "remaining",
-    FindingStatus.NEW: "new",
-    FindingStatus.NOT_JUDGED: "not judged in B",
-}
-VERDICT_LABELS = {
-    StepTimeVerdict.FASTER: "faster",
-    StepTimeVerdict.SLOWER: "slower",
-    StepTimeVerdict.WITHIN_NOISE: "within noise",
-    StepTimeVerdict.TOO_FEW_STEPS: "too few steps to tell",
-    StepTimeVerdict.NOT_MEASURED: "not measured",
-}
-
-
-# --------------------------------------------------------------------------- shared text
-
-
-def _signed(text: str, value: float | int) -> str:
-    """``text`` of a delta with an explicit sign (``+`` / ``−``; nothing for zero)."""
-    text = text.lstrip("-")
-    if value > 0:
-        return "+" + text
-    if value < 0:
-        return "−" + text
-    return text
-
-
-def delta_text(value: float | int | None, unit: str) -> str:
-    """A delta (B - A) with its sign and unit: ``−37.2 pp``, ``+1.3 ms``, ``+12 samples/s``."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if unit == "pp":
-        text = f"{abs(value):.1f}"
-        return f"{text} pp" if text == "0.0" else _signed(f"{text} pp", value)
-    if unit == "ns":
-        return _signed(f.duration(abs(value)), value)
-    return _signed(f.with_unit(abs(value), unit), value)
-
-
-def value_text(value: float | int | None, unit: str) -> str:
-    return f.with_unit(value, unit)
-
-
-def change_pct_text(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return _signed(f"{abs(value):.1f}%", value)
-
-
-def speedup_text(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:.2f}×"
-
-
-def side_line(s: RunSide) -> str:
-    """``run starved-… · stopped (stopped after 24 steps) · started 2026-…`` (untrusted: escape it)."""
-    parts = [s.source]
-    if s.status:
-        parts.append(s.status)
-    if s.started_at:
-        parts.append(f"started {s.started_at}")
-    if s.kind == "trace":
-        parts.append(f"{s.traces} trace{'s' if s.traces != 1 else ''}, no run directory")
-    return " · ".join(parts)
-
-
-def side_program(s: RunSide) -> str:
-    prog = s.script or (f"-m {s.module}" if s.module else "")
-    if not prog:
-        return ""
-    return " ".join([prog, *s.args])
-
-
-def side_devices(s: RunSide) -> str:
-    if s.devices:
-        return ", ".join(s.devices)
-    return s.device_type or "unknown"
-
-
-def site_text(site) -> str:
-    return str(site) if site is not None else ""
-
-
-def finding_share_text(c: FindingChange) -> str:
-    """What is at stake on each side: ``15.2% → 3.1% (−12.1 pp)`` or ``15.2% in A``."""
-    if c.share_a_pct is not None and c.share_b_pct is not None:
-        return f"{f.pct(c.share_a_pct)} → {f.pct(c.share_b_pct)} ({delta_text(c.delta_pp, 'pp')})"
-    if c.share_a_pct is not None:
-        return f"{f.pct(c.share_a_pct)} of step time in A"
-    if c.share_b_pct is not None:
-        return f"{f.pct(c.share_b_pct)} of step time in B"
-    return ""
-
-
-def _step_rows(a: StepTimes | None, b: StepTimes | None) -> list[tuple[str, str, str]]:
-    def d(t: StepTimes | None, key: str) -> str:
-        return f.duration(getattr(t, key)) if t is not None else "n/a"
-
-    return [
-        ("median", d(a, "median_ns"), d(b, "median_ns")),
-        ("p90", d(a, "p90_ns"), d(b, "p90_ns")),
-        ("mean", d(a, "mean_ns"), d(b, "mean_ns")),
-        ("min … max", f"{d(a, 'min_ns')} … {d(a, 'max_ns')}" if a else "n/a",
-         f"{d(b, 'min_ns')} … {d(b, 'max_ns')}" if b else "n/a"),
-        ("steps", f"{a.count:,}" if a else "n/a", f"{b.count:,}" if b else "n/a"),
-    ]
-
-
-def speedup_line(cmp: Comparison) -> str:
-    st = cmp.step_time
-    if st.speedup is None:
-        return ""
-    line = f"speed-up (A median / B median{', per sample' if st.per_sample else ''}): {speedup_text(st.speedup)}"
-    if st.ci_low is not None and st.ci_high is not None:
-        line += f", {st.confidence_pct:g}% CI {speedup_text(st.ci_low)}–{speedup_text(st.ci_high)} (bootstrap)"
-    if st.p_value is not None:
-        p = "p < 0.001" if st.p_value < 0.001 else f"p = {st.p_value:.3f}"
-        line += f"; {st.test}: {p}"
-    line += f"; change of the median {change_pct_text(st.change_pct)}"
-    return line
-
-
-def _metric_window(m: MetricChange) -> str:
-    if m.window_a == m.window_b:
-        return m.window_a
-    return f"A: {m.window_a or 'n/a'}; B: {m.window_b or 'n/a'}"
-
-
-def _improved_word(m: MetricChange) -> str:
-    if m.improved is None:
-        return ""
-    return "better" if m.improved else "worse"
-
-
-def _setting_sites(s: SettingChange) -> str:
-    a, b = site_text(s.site_a), site_text(s.site_b)
-    if a and b:
-        if a == b:
-            return a
-        if s.site_a is not None and s.site_b is not None and s.site_a.file == s.site_b.file:
-            return f"{s.site_a.file}:{s.site_a.line} (A), :{s.site_b.line} (B)"
-        return f"A: {a}; B: {b}"
-    if a:
-        return f"A: {a}"
-    if b:
-        return f"B: {b}"
-    return ""
 
 
 # --------------------------------------------------------------------------- terminal
@@ -244,7 +101,7 @@ def render_compare_terminal(cmp: Comparison, *, color: bool = False) -> str:
     step = cmp.step_time
     block = [st.bold("Step time") + (st.dim(f"  ({cl(step.basis_text)})") if step.basis_text else "")]
     if step.a is not None or step.b is not None:
-        rows = [["", "A", "B"]] + [list(r) for r in _step_rows(step.a, step.b)]
+        rows = [["", "A", "B"]] + [list(r) for r in step_rows(step.a, step.b)]
         lines = _columns(rows, {1, 2})
         block.append(st.dim(lines[0]))
         block += lines[1:]
@@ -264,7 +121,7 @@ def render_compare_terminal(cmp: Comparison, *, color: bool = False) -> str:
         for m in cmp.metrics:
             rows.append([
                 cl(m.label), value_text(m.a, m.unit), value_text(m.b, m.unit), delta_text(m.delta, m.delta_unit),
-                _improved_word(m), cl(_metric_window(m)),
+                improved_word(m), cl(metric_window(m)),
             ])
         lines = _columns(rows, {1, 2, 3})
         block = [st.bold("Figures"), st.dim(lines[0])]
@@ -326,7 +183,7 @@ def render_compare_terminal(cmp: Comparison, *, color: bool = False) -> str:
     if cmp.settings:
         rows = [["", "setting", "A", "B", "set at"]]
         for s in cmp.settings:
-            rows.append([cl(s.category), cl(s.name), cl(s.a), cl(s.b), cl(_setting_sites(s))])
+            rows.append([cl(s.category), cl(s.name), cl(s.a), cl(s.b), cl(setting_sites(s))])
         lines = _columns(rows, set())
         block += [st.dim(lines[0]), *lines[1:]]
     else:
@@ -358,7 +215,7 @@ def render_compare_markdown(cmp: Comparison) -> str:
     if step.basis_text:
         out += [f"Of: {esc(step.basis_text)}.", ""]
     if step.a is not None or step.b is not None:
-        rows = [[cell(k), cell(a), cell(b)] for k, a, b in _step_rows(step.a, step.b)]
+        rows = [[cell(k), cell(a), cell(b)] for k, a, b in step_rows(step.a, step.b)]
         rows.append(["of", cell(step.a.window if step.a else "n/a"), cell(step.b.window if step.b else "n/a")])
         out += [table(["", "A", "B"], rows, ["l", "r", "r"]), ""]
         line = speedup_line(cmp)
@@ -372,7 +229,7 @@ def render_compare_markdown(cmp: Comparison) -> str:
             note = f" ({esc(m.note)})" if m.note else ""
             rows.append([
                 cell(m.label), cell(value_text(m.a, m.unit)), cell(value_text(m.b, m.unit)),
-                cell(delta_text(m.delta, m.delta_unit)), cell(_improved_word(m)), (esc(_metric_window(m)) or " ") + note,
+                cell(delta_text(m.delta, m.delta_unit)), cell(improved_word(m)), (esc(metric_window(m)) or " ") + note,
             ])
         out += ["### Figures", "", table(["figure", "A", "B", "change", "", "of"], rows, ["l", "r", "r", "r", "l", "l"]), ""]
 
@@ -417,7 +274,7 @@ def render_compare_markdown(cmp: Comparison) -> str:
     if cmp.settings:
         rows = [
             [cell(s.category), code(s.name, table=True), code(s.a, table=True) or " ", code(s.b, table=True) or " ",
-             code(_setting_sites(s), table=True) or " "]
+             code(setting_sites(s), table=True) or " "]
             for s in cmp.settings
         ]
         out += [table(["", "setting", "A", "B", "set at"], rows), ""]
@@ -438,162 +295,6 @@ def comparison_dict(cmp: Comparison) -> dict:
 
 def render_compare_json(cmp: Comparison) -> str:
     return json.dumps(comparison_dict(cmp), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
-
-
-# --------------------------------------------------------------------------- html
-
-
-def _e(text: object) -> str:
-    return escape(f.one_line(text), quote=True)
-
-
-def _table(header: list[str], rows: list[list[str]], numeric: frozenset[int] | set[int] = frozenset()) -> str:
-    th = "".join(f'<th class="n">{h}</th>' if i in numeric else f"<th>{h}</th>" for i, h in enumerate(header))
-    body = "".join(
-        "<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-_HTML_CSS = """
-:root { color-scheme: light; --fg:#1d1f23; --muted:#5b6270; --line:#dde1e6; --panel:#f6f7f9;
-  --bad:#c62828; --warn:#b26a00; --good:#2e7d32; }
-body { margin:0; font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif; color:var(--fg); }
-main { max-width: 1080px; margin: 0 auto; padding: 24px 28px 64px; }
-h1 { font-size: 22px; margin: 0 0 6px; } h2 { font-size: 18px; margin: 30px 0 10px; border-bottom: 1px solid var(--line); }
-.meta, .muted { color: var(--muted); }
-code { font-family: ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size: 12.5px; background: var(--panel);
-  padding: 1px 4px; border-radius: 3px; overflow-wrap: anywhere; }
-.headline { font-size: 16px; padding: 10px 14px; border-radius: 8px; background: var(--panel); border-left: 5px solid var(--muted); }
-.headline.faster { border-left-color: var(--good); } .headline.slower { border-left-color: var(--bad); }
-.headline.within_noise, .headline.too_few_steps { border-left-color: var(--warn); }
-.warn { color: var(--warn); }
-table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
-th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
-th { color: var(--muted); font-weight: 600; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-.better { color: var(--good); } .worse { color: var(--bad); }
-.fixed { color: var(--good); font-weight: 600; } .new { color: var(--bad); font-weight: 600; }
-.remaining { color: var(--warn); font-weight: 600; } .not_judged { color: var(--muted); font-weight: 600; }
-.fixed, .new, .remaining, .not_judged { white-space: nowrap; }
-footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
-svg.plot { display: block; max-width: 100%; height: auto; margin: 10px 0 4px; }
-svg.plot text { font: 11px system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif; fill: #444; }
-svg.plot text.ct { font-size: 13px; font-weight: 600; fill: #222; }
-"""
-
-
-def render_compare_html(cmp: Comparison) -> str:
-    step = cmp.step_time
-    body = [
-        f"<h1>gpudoctor compare: {_e(VERDICT_LABELS[step.verdict])}</h1>",
-        f'<p class="headline {step.verdict.value}">{_e(cmp.headline)}</p>',
-    ]
-    rows = [
-        [f"<strong>{_e(s.label)}</strong>", f"<code>{_e(s.source)}</code>", _e(s.status or s.kind),
-         f"<code>{_e(side_program(s))}</code>" if side_program(s) else "", _e(side_devices(s))]
-        for s in (cmp.a, cmp.b)
-    ]
-    body.append(_table(["", "run", "status", "program", "devices"], rows))
-    if cmp.warnings:
-        body.append('<h2 id="warnings">Warnings</h2><ul>' + "".join(f'<li class="warn">{_e(w)}</li>' for w in cmp.warnings) + "</ul>")
-    body.append('<h2 id="step-time">Step time</h2>')
-    if step.basis_text:
-        body.append(f'<p class="muted">Of: {_e(step.basis_text)}.</p>')
-    if step.a is not None or step.b is not None:
-        rows = [[_e(k), _e(a), _e(b)] for k, a, b in _step_rows(step.a, step.b)]
-        rows.append(["of", _e(step.a.window if step.a else "n/a"), _e(step.b.window if step.b else "n/a")])
-        body.append(_table(["", "A", "B"], rows, {1, 2}))
-        sides = [(lab, t, col) for lab, t, col in (("A (before)", step.a, "#0072B2"), ("B (after)", step.b, "#D55E00"))
-                 if t is not None]
-        if sides:  # the two distributions on one axis: where each run's steps lie, not only their medians
-            body.append(svg.ranges(
-                "step-times-ab", "Step time, A and B (whisker min–max, box median–p90, tick the median)",
-                [(lab, t.min_ns / 1e6, t.median_ns / 1e6, t.p90_ns / 1e6, t.max_ns / 1e6, col) for lab, t, col in sides],
-                lambda v: f"{v:,.1f}", "ms",
-            ))
-        line = speedup_line(cmp)
-        if line:
-            body.append(f"<p>{_e(line)}.</p>")
-    body.append(f"<p><strong>Verdict:</strong> {_e(step.verdict_text)}</p>")
-    if cmp.metrics:
-        rows = []
-        for m in cmp.metrics:
-            word = _improved_word(m)
-            rows.append([
-                _e(m.label), _e(value_text(m.a, m.unit)), _e(value_text(m.b, m.unit)),
-                f'<span class="{word}">{_e(delta_text(m.delta, m.delta_unit))}</span>' if word else _e(delta_text(m.delta, m.delta_unit)),
-                _e(word), _e(_metric_window(m)) + (f'<div class="muted">{_e(m.note)}</div>' if m.note else ""),
-            ])
-        body.append('<h2 id="figures">Figures</h2>' + _table(["figure", "A", "B", "change", "", "of"], rows, {1, 2, 3}))
-    body.append('<h2 id="breakdown">Step breakdown</h2>')
-    bd = cmp.breakdown
-    if bd is not None:
-        where = f"{_e(bd.window_a)} in each run" if bd.window_a == bd.window_b else f"A: {_e(bd.window_a)}; B: {_e(bd.window_b)}"
-        body.append(f'<p class="muted">Share of profiled step time and mean time per profiled step, over {where}.</p>')
-        rows = [
-            [_e(f.component_label(r.component)), _e(f.pct(r.a_pct)), _e(f.duration(r.a_ns) if r.a_ns is not None else ""),
-             _e(f.pct(r.b_pct)), _e(f.duration(r.b_ns) if r.b_ns is not None else ""), _e(delta_text(r.delta_pp, "pp")),
-             _e(delta_text(r.delta_ns, "ns") if r.delta_ns is not None else "")]
-            for r in bd.rows
-        ]
-        if bd.step_mean_a_ns is not None and bd.step_mean_b_ns is not None:
-            rows.append(["<strong>profiled step (mean)</strong>", "", _e(f.duration(bd.step_mean_a_ns)), "",
-                         _e(f.duration(bd.step_mean_b_ns)), "", _e(delta_text(bd.step_mean_b_ns - bd.step_mean_a_ns, "ns"))])
-        body.append(_table(["component", "A", "A / step", "B", "B / step", "change", "change / step"], rows, {1, 2, 3, 4, 5, 6}))
-        body += [f'<p class="muted">{_e(n)}</p>' for n in bd.notes]
-    else:
-        body.append(f'<p class="muted">{_e(cmp.breakdown_note or "not compared")}</p>')
-    body.append(f'<h2 id="findings">Findings</h2><p>{_e(cmp.findings_summary)}</p>')
-    if cmp.findings:
-        rows = []
-        for c in cmp.findings:
-            msg = "".join(
-                f"<div>{label}: {_e(text)}</div>" for label, text in (("A", c.message_a), ("B", c.message_b)) if text
-            )
-            if c.note:
-                msg += f'<div class="muted">{_e(c.note)}</div>'
-            rows.append([
-                f'<span class="{c.status.value}">{_e(STATUS_LABELS[c.status])}</span>',
-                f"<strong>{_e(c.code)}</strong> <code>{_e(c.name)}</code>" + (f" rank {c.rank}" if c.rank is not None else ""),
-                _e(finding_share_text(c)), f"<code>{_e(str(c.location))}</code>" if c.location else "", msg,
-            ])
-        body.append(_table(["", "rule", "at stake", "where", "message"], rows))
-    body.append('<h2 id="settings">Settings changed</h2>')
-    if cmp.settings:
-        rows = [
-            [_e(s.category), f"<code>{_e(s.name)}</code>", f"<code>{_e(s.a)}</code>", f"<code>{_e(s.b)}</code>",
-             f"<code>{_e(_setting_sites(s))}</code>" if _setting_sites(s) else ""]
-            for s in cmp.settings
-        ]
-        body.append(_table(["", "setting", "A", "B", "set at"], rows))
-    else:
-        body.append(f'<p class="muted">None{": " + _e(cmp.settings_note) if cmp.settings_note else ""}.</p>')
-    if cmp.notes:
-        body.append('<h2 id="notes">Notes</h2><ul>' + "".join(f"<li>{_e(n)}</li>" for n in cmp.notes) + "</ul>")
-    title = f"gpudoctor compare: {f.one_line(cmp.a.source)} → {f.one_line(cmp.b.source)}"
-    return "\n".join([
-        "<!doctype html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="referrer" content="no-referrer">',
-        f"<title>{escape(title, quote=True)}</title>",
-        f"<style>{_HTML_CSS}</style>",
-        "</head>",
-        "<body>",
-        "<main>",
-        *body,
-        f"<footer>Generated by gpudoctor {_e(cmp.gpudoctor_version)} · {_e(cmp.created_at)} · comparison schema "
-        f"{cmp.schema_version}. Self-contained: no script, no network.</footer>",
-        "</main>",
-        "</body>",
-        "</html>",
-        "",
-    ])
 
 
 # --------------------------------------------------------------------------- entry point

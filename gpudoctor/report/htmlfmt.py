@@ -9,31 +9,30 @@ Sections: headline numbers; findings with fix, evidence and before/after code; t
 checklist; per-step stacked time breakdown and step times; GPU utilization and
 memory over time (NVML samples, else the trace's busy time per interval); host CPU;
 the idle-gap distribution and its causes; top kernels and ops; transfers and
-synchronizations; ranks; the run, its environment and notes; the rule catalogue.
+synchronizations; ranks; the run, its environment and notes; the rule catalogue. The page
+and its text sections are built here, the figures in ``report/htmlfigures.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from html import escape
 
-from gpudoctor.model import (
-    ChecklistStatus,
-    Finding,
-    NameStat,
-    Report,
-    RunData,
-    Samples,
-    TraceMetrics,
-)
+from gpudoctor.model import ChecklistStatus, Finding, Report
 from gpudoctor.report import _fmt as f
 from gpudoctor.report import svg
+from gpudoctor.report._html import e, e1, rich, table
+from gpudoctor.report.htmlfigures import (  # noqa: F401 - MAX_POINTS: re-exported
+    MAX_POINTS,
+    breakdown_plot,
+    busy_timeline,
+    cpu_samples,
+    gpu_samples,
+    mean_table,
+    step_times,
+    trace_section,
+)
 
 MAX_TRACES = 16  # traces drawn in full; the others are listed
-MAX_STEPS_DRAWN = 400
-MAX_SAMPLE_LINES = 8
-MAX_POINTS = 2000  # samples drawn per line; a longer run draws every k-th sample
-OPEN_ENDED_NS = 10**15  # a histogram bin ending past ~11 days is open-ended
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -99,49 +98,6 @@ footer { margin-top: 48px; color: var(--muted); font-size: 12px; }
 @media (max-width: 720px) { .snippets { grid-template-columns: 1fr; } }
 @media print { nav { display: none; } }
 """
-
-
-def e(text: object) -> str:
-    """Escaped text; control characters shown as visible escapes (``_fmt.markup``, as the SVG charts)."""
-    return f.markup(text)
-
-
-def e1(text: object) -> str:
-    """Escaped text on one line."""
-    return escape(f.one_line(text), quote=True)
-
-
-def rich(text: object) -> str:
-    """Escaped text on one line; `backtick` pairs become <code>."""
-    return "".join(
-        f"<code>{escape(part, quote=True)}</code>" if is_code else escape(part, quote=True) for is_code, part in f.code_parts(text)
-    )
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = ()) -> str:
-    """A table; header and cells must already be escaped HTML."""
-    num = set(numeric)
-    th = "".join(f'<th class="n">{h}</th>' if i in num else f"<th>{h}</th>" for i, h in enumerate(header))
-    body = []
-    for r in rows:
-        body.append("<tr>" + "".join(f'<td class="n">{c}</td>' if i in num else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _tick(v: float) -> str:
-    return f"{v:.0f}" if abs(v - round(v)) < 1e-9 else f"{v:.3g}"
-
-
-def _time_scale(max_ns: float) -> tuple[float, str]:
-    """The unit an axis of durations up to ``max_ns`` reads best in: (ns per unit, unit)."""
-    for scale, unit in ((6e10, "min"), (1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if max_ns >= (10 * scale if unit == "min" else scale):
-            return scale, unit
-    return 1.0, "ns"
-
-
-def _time_fmt(unit: str):
-    return lambda v: f"{_tick(v)} {unit}"
 
 
 # --------------------------------------------------------------------------- findings and checklist
@@ -215,361 +171,7 @@ def _checklist(report: Report) -> str:
                     e1(", ".join(it.codes)),
                 ]
             )
-    return '<h2 id="checklist">Checklist</h2>' + _table(["status", "technique", "why", "gain", "rules"], rows)
-
-
-# --------------------------------------------------------------------------- steps
-
-
-def _breakdown_plot(m: TraceMetrics, idx: int) -> str:
-    bd = m.breakdown[:MAX_STEPS_DRAWN]
-    if not bd:
-        return ""
-    keys: list[str] = []
-    for b in bd:
-        keys += [k for k in b.parts_ns if k not in keys]
-    keys = f.component_order(keys)
-    scale, unit = _time_scale(max(b.dur_ns for b in bd))
-    series = [
-        svg.Series(f.component_label(k), f.component_color(k), [b.parts_ns.get(k, 0) / scale for b in bd]) for k in keys
-    ]
-    chart = svg.stacked_bars(
-        f"breakdown-{idx}",
-        "Where each profiled step's time went",
-        [f"#{b.step}" for b in bd],
-        series,
-        _time_fmt(unit),
-        unit,
-    )
-    more = f'<p class="note">First {MAX_STEPS_DRAWN} of {len(m.breakdown)} steps drawn.</p>' if len(m.breakdown) > MAX_STEPS_DRAWN else ""
-    return chart + more
-
-
-def _mean_table(m: TraceMetrics) -> str:
-    if not m.breakdown_mean_pct:
-        return ""
-    rows = [
-        [f'<span style="color:{svg.esc(f.component_color(k))}">■</span> {e(f.component_label(k))}', e(f.pct(m.breakdown_mean_pct[k]))]
-        for k in f.component_order(m.breakdown_mean_pct)
-    ]
-    return _table(["component", "mean share of step time"], rows, numeric=[1])
-
-
-def _step_times(run: RunData) -> str:
-    steps = run.steps[:MAX_STEPS_DRAWN]
-    if not steps:
-        return ""
-    scale, unit = _time_scale(max(s.wall_ns for s in steps))
-    chart = svg.overlaid_bars(
-        "step-times",
-        "Every step of the run: wall time and time waiting for data",
-        [str(s.index) for s in steps],
-        svg.Series("step wall time", "#009E73", [s.wall_ns / scale for s in steps]),
-        svg.Series("waiting for the next batch", "#E69F00", [s.data_wait_ns / scale for s in steps]),
-        _time_fmt(unit),
-        unit,
-    )
-    more = f'<p class="note">First {MAX_STEPS_DRAWN} of {len(run.steps)} steps drawn.</p>' if len(run.steps) > MAX_STEPS_DRAWN else ""
-    return chart + more
-
-
-# --------------------------------------------------------------------------- over time
-
-
-def _stride(n: int) -> tuple[int, str]:
-    """Every k-th sample is drawn when there are more than MAX_POINTS (display only)."""
-    k = -(-n // MAX_POINTS)
-    return (k, f"; every {k}th sample drawn") if k > 1 else (1, "")
-
-
-def _gpu_samples(samples: Samples | None) -> str:
-    if samples is None or not samples.gpu:
-        return ""
-    devices = sorted({g.index for g in samples.gpu})
-    k, drawn = _stride(max(sum(1 for g in samples.gpu if g.index == d) for d in devices))
-    scale, unit = _time_scale(max(g.t_ns for g in samples.gpu))
-    palette = ("#009E73", "#0072B2", "#D55E00", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
-    util_series, mem_series, xs_by_dev = [], [], {}
-    for j, d in enumerate(devices[:MAX_SAMPLE_LINES]):
-        rows = [g for g in samples.gpu if g.index == d][::k]
-        xs_by_dev[d] = [g.t_ns / scale for g in rows]
-        util_series.append((d, svg.Series(f"GPU {d} utilization", palette[j % len(palette)], [g.util_pct for g in rows])))
-        mem_series.append(
-            (d, svg.Series(f"GPU {d} memory used", palette[j % len(palette)],
-                           [None if g.mem_used_bytes is None else g.mem_used_bytes / 2**30 for g in rows]))
-        )
-    # All devices are sampled together: one x axis (the first device's), lines per device.
-    xs = xs_by_dev[devices[0]]
-    same = all(len(xs_by_dev[d]) == len(xs) for d in xs_by_dev)
-    if not same:  # draw the first device only rather than misalign the others
-        util_series, mem_series = util_series[:1], mem_series[:1]
-    interval = f", every {f.number(samples.interval_ms)} ms" if samples.interval_ms else ""
-    out = [
-        svg.lines(
-            "gpu-util",
-            f"GPU utilization over the run (NVML{interval}{drawn})",
-            xs,
-            [s for _, s in util_series],
-            _time_fmt(unit),
-            lambda v: f"{_tick(v)}%",
-            y_top=100,
-            unit_label="%",
-        )
-    ]
-    totals = [g.mem_total_bytes for g in samples.gpu if g.mem_total_bytes]
-    if any(v is not None for _, s in mem_series for v in s.values):
-        out.append(
-            svg.lines(
-                "gpu-mem",
-                f"GPU memory used over the run (NVML{drawn})",
-                xs,
-                [s for _, s in mem_series],
-                _time_fmt(unit),
-                lambda v: f"{_tick(v)} GiB",
-                y_top=max(totals) / 2**30 if totals else None,
-                unit_label="GiB",
-            )
-        )
-    return "\n".join(out)
-
-
-def _busy_timeline(metrics: Sequence[TraceMetrics]) -> str:
-    for i, m in enumerate(metrics):
-        for u in m.utilization:
-            if u.busy_timeline:
-                t0 = u.busy_timeline[0].start_ns
-                scale, unit = _time_scale(u.busy_timeline[-1].start_ns - t0)
-                return svg.lines(
-                    f"busy-{i}-{u.device}",
-                    f"GPU {u.device} busy share over the trace ({f.trace_label(m, i)}; no NVML samples)",
-                    [(b.start_ns - t0) / scale for b in u.busy_timeline],
-                    [svg.Series("busy (kernel, memcpy or memset running)", "#009E73", [b.busy_pct for b in u.busy_timeline])],
-                    _time_fmt(unit),
-                    lambda v: f"{_tick(v)}%",
-                    y_top=100,
-                    unit_label="%",
-                )
-    return ""
-
-
-def _cpu_samples(samples: Samples | None) -> str:
-    if samples is None or not samples.process:
-        return ""
-    keys: list[tuple[str, int]] = []
-    for p in samples.process:
-        if (p.role, p.pid) not in keys:
-            keys.append((p.role, p.pid))
-    keys = sorted(keys, key=lambda k: (k[0] != "main", k[1]))[:MAX_SAMPLE_LINES]
-    times = sorted({p.t_ns for p in samples.process})
-    k, drawn = _stride(len(times))
-    times = times[::k]
-    by_key = {(p.role, p.pid, p.t_ns): p.cpu_pct for p in samples.process}
-    palette = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-    series = [
-        svg.Series(f"{role} {pid}", palette[j % len(palette)], [by_key.get((role, pid, t)) for t in times])
-        for j, (role, pid) in enumerate(keys)
-    ]
-    cores = f" ({samples.system_cpu_count} cores)" if samples.system_cpu_count else ""
-    scale, unit = _time_scale(times[-1])
-    return svg.lines(
-        "cpu",
-        f"Host CPU of the training process and its DataLoader workers (100% = one core{cores}{drawn})",
-        [t / scale for t in times],
-        series,
-        _time_fmt(unit),
-        lambda v: f"{_tick(v)}%",
-        unit_label="%",
-    )
-
-
-# --------------------------------------------------------------------------- per trace
-
-
-def _gaps(m: TraceMetrics, idx: int) -> str:
-    out = []
-    for u in m.utilization:
-        head = (
-            f"<h3>GPU {u.device}: idle {e(f.pct(u.idle_pct_span))} of the span"
-            + (f", {e(f.pct(u.idle_pct_steps))} of the profiled steps" if u.idle_pct_steps is not None else "")
-            + (f", {e(f.pct(u.idle_pct_hta))} of the HTA window" if u.idle_pct_hta is not None else "")
-            + "</h3>"
-        )
-        out.append(head)
-        out.append(
-            f'<p class="muted">{u.gap_count:,} idle gaps ({u.gaps_over_1ms:,} over 1 ms) cut from the '
-            f"{e(u.gaps_window.value)} window; span {e(f.duration(u.span.dur_ns))}, "
-            f"busy {e(f.duration(u.busy_ns_span))}.</p>"
-        )
-        if u.gap_histogram:
-            labels = [_bin_label(b.lo_ns, b.hi_ns) for b in u.gap_histogram]
-            idle = sum(b.total_ns for b in u.gap_histogram) or 1
-            tips = [f"{lab}: {f.duration(b.total_ns)} idle ({f.pct(100.0 * b.total_ns / idle)} of the idle time), "
-                    f"{b.count:,} gaps" for lab, b in zip(labels, u.gap_histogram, strict=True)]
-            # by idle time, not by count: thousands of µs gaps must not tower over the few long
-            # ones that hold the idle time
-            out.append(
-                svg.columns(
-                    f"gaps-{idx}-{u.device}",
-                    f"Idle time by gap length, GPU {u.device} (ms of idle time in gaps of each length)",
-                    labels,
-                    [b.total_ns / 1e6 for b in u.gap_histogram],
-                    tips,
-                    "#D55E00",
-                    lambda v: f"{v:,.1f}",
-                    "ms idle",
-                )
-            )
-            out.append(
-                _table(
-                    ["gap length", "gaps", "idle time"],
-                    [[e(lab), f"{b.count:,}", e(f.duration(b.total_ns))] for lab, b in zip(labels, u.gap_histogram, strict=True)],
-                    numeric=[1, 2],
-                )
-            )
-        if u.gap_causes:
-            out.append(
-                _table(
-                    ["cause", "gaps", "idle time", "share of idle", "most frequent"],
-                    [
-                        [e(c.cause.value), f"{c.count:,}", e(f.duration(c.total_ns)), e(f.pct(c.share_of_idle_pct)), f"<code>{e1(c.top_detail)}</code>" if c.top_detail else ""]
-                        for c in u.gap_causes
-                    ],
-                    numeric=[1, 2, 3],
-                )
-            )
-        if u.top_gaps:
-            out.append("<details><summary>Longest gaps</summary>")
-            out.append(
-                _table(
-                    ["length", "cause", "step", "what the host was doing"],
-                    [
-                        [e(f.duration(g.end_ns - g.start_ns)), e(g.cause.value), "" if g.step is None else str(g.step), f"<code>{e1(g.detail)}</code>" if g.detail else ""]
-                        for g in u.top_gaps
-                    ],
-                    numeric=[0],
-                )
-            )
-            out.append("</details>")
-    return "\n".join(out)
-
-
-def _bin_label(lo_ns: int, hi_ns: int) -> str:
-    def short(ns: int) -> str:
-        return f.duration(ns).replace(".0 ", " ")
-
-    if lo_ns <= 0:
-        return f"< {short(hi_ns)}"
-    if hi_ns >= OPEN_ENDED_NS:  # the last bin is open-ended
-        return f"≥ {short(lo_ns)}"
-    return f"{short(lo_ns)}–{short(hi_ns)}"
-
-
-def _name_rows(stats: Sequence[NameStat]) -> list[tuple[str, float, str]]:
-    return [(s.name, s.total_ns, f"{f.duration(s.total_ns)} · {f.pct(s.share_pct)} · {s.count:,}×") for s in stats]
-
-
-def _full_names(what: str, stats: Sequence[NameStat]) -> str:
-    """The chart's rows with their whole names, wrapped (a chart label is cut to fit)."""
-    rows = [[f'<code class="name">{e(s.name)}</code>', e(f.duration(s.total_ns)), e(f.pct(s.share_pct)), f"{s.count:,}"]
-            for s in stats]
-    return f"<details><summary>Full names of the {e(what)} above</summary>" + _table(
-        ["name", "time", "share", "count"], rows, numeric=[1, 2, 3]) + "</details>"
-
-
-def _kernels(m: TraceMetrics, idx: int) -> str:
-    out = []
-    k = m.kernels
-    if k is not None:
-        if k.top:
-            out.append(svg.hbars(f"kernels-{idx}", "Top kernels by GPU time (time · share of kernel time · count)", _name_rows(k.top), "#009E73"))
-            out.append(_full_names("kernels", k.top))
-        facts = [
-            ("kernels", f"{k.count:,} ({f.duration(k.total_ns)})"),
-            ("median / p90 / max", f"{f.duration(k.p50_ns)} / {f.duration(k.p90_ns)} / {f.duration(k.max_ns)}"),
-            ("shorter than 10 µs", f.pct(k.under_10us_pct)),
-        ]
-        if k.launch_count:
-            facts.append(("launches", f"{k.launch_count:,} ({f.duration(k.launch_total_ns)} on the host)"))
-        if k.launch_to_kernel_ratio is not None:
-            facts.append(("launch / kernel time", f.number(k.launch_to_kernel_ratio)))
-        if k.median_launch_delay_ns is not None:
-            facts.append(("median launch delay", f.duration(k.median_launch_delay_ns)))
-        facts.append(("tensor-core kernels", f.pct(k.tensor_core_pct) + " of kernel time"))
-        if k.fp32_eligible_pct_of_gpu is not None:
-            facts.append(("FP32 matmul/conv", f.pct(k.fp32_eligible_pct_of_gpu) + " of kernel time"))
-        if k.optimizer_kernels_per_step is not None:
-            facts.append(("optimizer kernels per step", f.number(k.optimizer_kernels_per_step)))
-        out.append('<dl class="kv">' + "".join(f"<dt>{e(a)}</dt><dd>{e(b)}</dd>" for a, b in facts) + "</dl>")
-    if m.cpu is not None and m.cpu.top_ops:
-        out.append(svg.hbars(f"ops-{idx}", "Top CPU ops by self time (nested ops not counted twice; time · share · count)",
-                             _name_rows(m.cpu.top_ops), "#0072B2"))
-        out.append(_full_names("CPU ops", m.cpu.top_ops))
-    return "\n".join(out)
-
-
-def _transfers_syncs(m: TraceMetrics) -> str:
-    out = []
-    if m.transfers:
-        out.append("<h3>Copies and memsets</h3>")
-        out.append(
-            _table(
-                ["direction", "memory", "count", "bytes", "time", "bandwidth", "blocking", "per step"],
-                [
-                    [
-                        e(t.direction), e(t.memory_kind), f"{t.count:,}", e(f.size(t.bytes)), e(f.duration(t.dur_ns)),
-                        e("n/a" if t.bandwidth_gbps is None else f"{f.number(t.bandwidth_gbps)} GB/s"),
-                        f"{t.blocking_count:,}", e("n/a" if t.per_step_count is None else f.number(t.per_step_count)),
-                    ]
-                    for t in m.transfers
-                ],
-                numeric=[2, 3, 4, 5, 6, 7],
-            )
-        )
-    s = m.syncs
-    if s is not None and s.count:
-        share = f", {f.pct(s.share_of_steps_pct)} of step time" if s.share_of_steps_pct is not None else ""
-        out.append(f"<h3>Host synchronizations: {s.count:,} ({e(f.duration(s.total_ns))}{e(share)})</h3>")
-        rows = [[f"<code>{e1(n.name)}</code>", f"{n.count:,}", e(f.duration(n.total_ns)), e(f.pct(n.share_pct))] for n in s.by_name]
-        if rows:
-            out.append(_table(["call", "count", "time", "share"], rows, numeric=[1, 2, 3]))
-        rows = [[f"<code>{e1(n.name)}</code>", f"{n.count:,}", e(f.duration(n.total_ns)), e(f.pct(n.share_pct))] for n in s.by_frame]
-        if rows:
-            out.append(_table(["where (Python frame)", "count", "time", "share"], rows, numeric=[1, 2, 3]))
-    if m.memory:
-        rows = [
-            [str(x.device), e(f.size(x.peak_allocated_bytes)), e(f.size(x.peak_reserved_bytes)), e(f.size(x.total_bytes)),
-             f"{x.cuda_malloc_count:,}", f"{x.empty_cache_count:,}"]
-            for x in m.memory
-        ]
-        out.append("<h3>Memory</h3>" + _table(["GPU", "peak allocated", "peak reserved", "total", "cudaMalloc", "empty_cache"], rows, numeric=[1, 2, 3, 4, 5]))
-    return "\n".join(out)
-
-
-def _trace(m: TraceMetrics, idx: int, open_: bool) -> str:
-    label = f.trace_label(m, idx)
-    devices = ", ".join(f"{d.name or 'GPU'} {d.index}" for d in m.devices)
-    facts = [m.platform, f"{m.event_count:,} events", m.schema]
-    if devices:
-        facts.append(devices)
-    if m.world_size:
-        facts.append(f"rank {m.rank} of {m.world_size}")
-    parts = [
-        f'<details class="trace"{" open" if open_ else ""}><summary>{e1(label)}</summary>',
-        f'<p class="muted"><code>{e1(m.path)}</code> · {e(" · ".join(facts))}</p>',
-    ]
-    if m.breakdown_mean_pct or m.breakdown:
-        parts += ["<h3>Step breakdown</h3>", _breakdown_plot(m, idx), _mean_table(m)]
-    gaps = _gaps(m, idx)
-    if gaps:
-        parts += [gaps]
-    kernels = _kernels(m, idx)
-    if kernels:
-        parts += ["<h3>Kernels and ops</h3>", kernels]
-    parts.append(_transfers_syncs(m))
-    if m.notes:
-        parts.append("<ul>" + "".join(f'<li class="note">{e1(n)}</li>' for n in m.notes) + "</ul>")
-    parts.append("</details>")
-    return "\n".join(p for p in parts if p)
+    return '<h2 id="checklist">Checklist</h2>' + table(["status", "technique", "why", "gain", "rules"], rows)
 
 
 # --------------------------------------------------------------------------- page
@@ -628,7 +230,7 @@ def _account(report: Report) -> str:
     out += [
         f'<p class="muted">{e1(f.account_title(a))}</p>',
         f'<div class="ledger">{bar}</div>',
-        _table(["part of the step", "share", "per step", "side"], rows, numeric=[1, 2]),
+        table(["part of the step", "share", "per step", "side"], rows, numeric=[1, 2]),
     ]
     out += [f'<p class="note">{e1(n)}</p>' for n in a.notes]
     out.append("</section>")
@@ -642,7 +244,7 @@ def _nav(sections: list[tuple[str, str]]) -> str:
 def _run_section(report: Report) -> str:
     out = []
     if report.environment:
-        out.append(_table(["", ""], [[e1(k), f"<code>{e1(v)}</code>"] for k, v in report.environment.items()]))
+        out.append(table(["", ""], [[e1(k), f"<code>{e1(v)}</code>"] for k, v in report.environment.items()]))
     run = report.run
     mf = run.manifest if run is not None else None
     if mf is not None:
@@ -658,7 +260,7 @@ def _run_section(report: Report) -> str:
         out.append('<dl class="kv">' + "".join(f"<dt>{e(a)}</dt><dd><code>{e1(b)}</code></dd>" for a, b in facts) + "</dl>")
         if mf.collected:
             out.append(
-                _table(
+                table(
                     ["instrument", "collected", "why not / detail"],
                     [[e1(c.name), "yes" if c.ok else "<strong>no</strong>", e1(c.reason or c.detail)] for c in mf.collected],
                 )
@@ -686,7 +288,7 @@ def _ranks(report: Report) -> str:
         summary = "<ul>" + "".join(
             f"<li><strong>{e1(x)}</strong></li>" if x.startswith("straggler:") else f"<li>{e1(x)}</li>" for x in lines
         ) + "</ul>"
-    return '<h2 id="ranks">Ranks</h2>' + _table(list(f.RANK_HEADER), rows, numeric=[0, 1, 2, 3, 4, 5, 6]) + summary
+    return '<h2 id="ranks">Ranks</h2>' + table(list(f.RANK_HEADER), rows, numeric=[0, 1, 2, 3, 4, 5, 6]) + summary
 
 
 def _rules(report: Report) -> str:
@@ -714,7 +316,7 @@ def render_html(report: Report) -> str:
         sections.append(("checklist", "Checklist"))
         body.append(checklist)
     if run is not None:
-        timeline = [_step_times(run), _gpu_samples(run.samples) or _busy_timeline(run.metrics), _cpu_samples(run.samples)]
+        timeline = [step_times(run), gpu_samples(run.samples) or busy_timeline(run.metrics), cpu_samples(run.samples)]
         timeline = [t for t in timeline if t]
         if timeline:
             sections.append(("timeline", "Over time"))
@@ -723,7 +325,7 @@ def render_html(report: Report) -> str:
             body.append('<h2 id="timeline">Over time</h2><p class="note">No time series: no NVML samples and no busy timeline in the trace.</p>')
         if run.metrics:
             sections.append(("traces", "Traces"))
-            traces = [_trace(m, i, i == 0) for i, m in enumerate(run.metrics[:MAX_TRACES])]
+            traces = [trace_section(m, i, i == 0) for i, m in enumerate(run.metrics[:MAX_TRACES])]
             if len(run.metrics) > MAX_TRACES:
                 rest = ", ".join(f.trace_label(m, i) for i, m in enumerate(run.metrics) if i >= MAX_TRACES)
                 traces.append(f'<p class="note">{len(run.metrics) - MAX_TRACES} more traces are in the JSON report: {e1(rest)}</p>')

@@ -1,8 +1,8 @@
 """One rule per module (``gdNNN_<name>.py``); see ``registry``.
 
 ``catalogue_table()`` is what ``gpudoctor rules`` prints; ``explain(code)`` is what
-``gpudoctor explain CODE`` prints: the rule's docstring and, when the static-check
-examples exist (``docs/rules/examples/<CODE>/bad_*.py`` / ``good_*.py``), those too.
+``gpudoctor explain CODE`` prints: the rule's docstring and its static-check examples
+(``Rule.examples``, in the rule's module).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def catalogue_table() -> str:
 
     rules = all_rules()
     rows = [("CODE", "NAME", "DETECTS", "NEEDS")]
-    rows += [(r.code, r.name, r.title, ", ".join(r.needs) or "-") for r in rules]
+    rows += [(r.code, r.name, r.title, r.needs_text or "-") for r in rules]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     w2 = max(len(r[2]) for r in rows)
@@ -55,16 +55,9 @@ def catalogue_table() -> str:
 
 
 def examples_dir() -> Path:
-    """``docs/rules/examples`` of the source tree (present in a checkout, not in a wheel)."""
+    """``docs/rules/examples`` of the source tree (present in a checkout, not in a wheel): the rules'
+    examples as files, written by ``python -m gpudoctor.rules.gendocs`` for the tests to check."""
     return Path(__file__).resolve().parents[2] / "docs" / "rules" / "examples"
-
-
-def rule_examples(code: str, root: Path | None = None) -> tuple[list[Path], list[Path]]:
-    """The static-check example files of a rule: (bad, good), sorted by name."""
-    d = (root or examples_dir()) / code.upper()
-    if not d.is_dir():
-        return [], []
-    return sorted(d.glob("bad_*.py")), sorted(d.glob("good_*.py"))
 
 
 def explain(code: str) -> str:
@@ -72,7 +65,7 @@ def explain(code: str) -> str:
 
     An unknown code raises ``UsageError`` saying how to see the catalogue.
     """
-    from gpudoctor.rules.registry import get
+    from gpudoctor.rules.registry import get, rule_examples
 
     key = code.strip()
     if key.upper() == INTERNAL_ERROR_CODE:
@@ -89,11 +82,11 @@ def explain(code: str) -> str:
             f"unknown rule {code!r}: run `gpudoctor rules` to list the catalogue (codes like GD201 or names like dataloader-stall)"
         ) from None
     text = (rule.doc or rule.title).strip()
-    bad, good = rule_examples(rule.code)
+    bad, good = rule_examples(rule, examples_dir())
     if bad or good:
         parts = [text, "", "Examples (`gpudoctor check`)", "----------------------------"]
-        for label, files in (("flagged", bad), ("not flagged", good)):
-            for f in files:
-                parts += ["", f"{f.name} ({label}):", "", f.read_text(encoding="utf-8").rstrip()]
+        for label, examples in (("flagged", bad), ("not flagged", good)):
+            for e in examples:
+                parts += ["", f"{e.name} ({label}):", "", e.source.rstrip()]
         text = "\n".join(parts)
     return text + "\n"

@@ -30,6 +30,10 @@ the technique.
 
 A rule outside the 13 techniques gets its own item, from its verdict the same way,
 titled with the technique that answers it (``Rule.technique``), not the problem.
+
+A ``check`` report lists the same items, judged from the source: by a rule of the
+item (``StaticCheck.judges`` in its module), or, for a technique no rule covers, by
+its ``static`` judge here (``gpudoctor.static.checklist``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import ChecklistItem, ChecklistStatus, Gain
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, location_of
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.static_api import StaticContext, StaticJudge
+from gpudoctor.rules.static_api.text import first_of
 
 # (in use?, what the settings say); None when the settings do not tell
 InUse = Callable[[RuleContext], tuple[bool | None, str]]
@@ -86,6 +92,9 @@ class Technique:
     # Whether its rules' "applied" verdicts show this technique in use. False when they speak of another
     # technique its rules share (GD201's "applied" is DataLoader workers, not a prefetch_factor the script set).
     rules_show_use: bool = True
+    # How `gpudoctor check` judges it from the source, for a technique no rule covers (a rule's own
+    # judges are in its module: StaticCheck.judges).
+    static: StaticJudge | None = None
 
 
 def _where(site) -> str:
@@ -264,6 +273,23 @@ def _monitoring(ctx: RuleContext) -> tuple[ChecklistStatus, str]:
     return ChecklistStatus.NOT_MEASURABLE, f"no NVML samples{': ' + reason if reason else ' (a bare trace has none)'}"
 
 
+def _profiler_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    return ChecklistStatus.NOT_MEASURABLE, (
+        "a static check does not run the script: `gpudoctor profile SCRIPT` records torch.profiler traces"
+    )
+
+
+def _torchscript_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    jit = [src.location(fn, f.site) for fn, f in src.facts("jit") if src.active(fn, f.ctx)]
+    if jit:
+        return ChecklistStatus.APPLIED, f"TorchScript at {first_of(jit)}; torch.compile supersedes it for training"
+    return ChecklistStatus.NOT_APPLICABLE, "TorchScript is in maintenance: for speed, torch.compile replaces it"
+
+
+def _monitoring_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    return ChecklistStatus.NOT_MEASURABLE, "a run-time measurement: `gpudoctor profile` samples NVML during the run"
+
+
 TECHNIQUES: tuple[Technique, ...] = (
     Technique(1, "pinned-memory", "pin_memory=True in the DataLoader (pinned, non-blocking copies)",
               ("GD301", "GD302"), gpu_only="pinned memory speeds host→device copies", in_use=_pin, absent=_no_copies),
@@ -275,7 +301,7 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(5, "loss-on-device", "Loss and criterion on the GPU", ("GD702",),
               gpu_only="there is no device to move the loss to"),
     Technique(6, "no-grad-eval", "torch.no_grad() / inference_mode() in evaluation", ("GD701",)),
-    Technique(7, "profiler", "Profile with torch.profiler", (), special=_profiler),
+    Technique(7, "profiler", "Profile with torch.profiler", (), special=_profiler, static=_profiler_in_source),
     Technique(8, "prefetch", "Prefetching with prefetch_factor", ("GD201",), in_use=_prefetch, needs_in_use=True,
               absent=_no_loader, rules_show_use=False),
     Technique(9, "torch-compile", "torch.compile(model)", ("GD103", "GD105"), in_use=_compile,
@@ -283,8 +309,10 @@ TECHNIQUES: tuple[Technique, ...] = (
               applied_over_findings=True),
     Technique(10, "amp", "Mixed precision (torch.autocast, TF32)", ("GD401", "GD402"),
               gpu_only="Tensor Cores are a GPU feature", in_use=_amp),
-    Technique(11, "torchscript", "torch.jit.script / torch.jit.trace", (), special=_torchscript),
-    Technique(12, "gpu-monitoring", "Monitor the GPU (nvidia-smi / NVML, Nsight Systems)", (), special=_monitoring),
+    Technique(11, "torchscript", "torch.jit.script / torch.jit.trace", (), special=_torchscript,
+              static=_torchscript_in_source),
+    Technique(12, "gpu-monitoring", "Monitor the GPU (nvidia-smi / NVML, Nsight Systems)", (), special=_monitoring,
+              static=_monitoring_in_source),
     Technique(13, "cpu-bottlenecks", "Reduce CPU bottlenecks (main process, threads, allocator)",
               ("GD203", "GD204", "GD205", "GD503")),
 )

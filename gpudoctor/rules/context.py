@@ -55,8 +55,9 @@ from gpudoctor.model.metrics import (
     WindowKind,
 )
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
+from gpudoctor.model.selectors import busiest_device, primary_trace
 from gpudoctor.model.steady import median_int, percentile_int
-from gpudoctor.model.units import size_text
+from gpudoctor.model.units import duration_text, pct_text, size_text
 
 
 class Verdict(str, Enum):
@@ -103,17 +104,8 @@ class RuleResult:
 
 
 def fmt_ns(ns: float | int | None) -> str:
-    """A duration for a message: 850 ns, 12.3 µs, 4.56 ms, 1.23 s."""
-    if ns is None:
-        return "?"
-    a = abs(ns)
-    if a < 1_000:
-        return f"{ns:.0f} ns"
-    if a < 1_000_000:
-        return f"{ns / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e9:.2f} s"
+    """A duration for a message: 850 ns, 12.3 µs, 4.56 ms, 1.23 s (``gpudoctor.model.units``)."""
+    return duration_text(ns, "?", precise=True)
 
 
 def fmt_bytes(n: float | int | None) -> str:
@@ -122,7 +114,8 @@ def fmt_bytes(n: float | int | None) -> str:
 
 
 def fmt_pct(p: float | None) -> str:
-    return "?" if p is None else f"{p:.1f}%"
+    """A share for a message: 38.0% (``gpudoctor.model.units``)."""
+    return pct_text(p, "?")
 
 
 def location_of(site: CallSite | None) -> Location | None:
@@ -334,10 +327,9 @@ class RuleContext:
 
     @staticmethod
     def util(m: TraceMetrics) -> DeviceUtilization | None:
-        """The utilization of the busiest device of a trace (the one the rule judges)."""
-        if not m.utilization:
-            return None
-        return max(m.utilization, key=lambda u: u.busy_ns_span)
+        """The utilization of the busiest device of a trace (the one the rule judges:
+        ``model.selectors.busiest_device``)."""
+        return busiest_device(m)
 
     @staticmethod
     def window(m: TraceMetrics) -> Window | None:
@@ -415,14 +407,9 @@ class RuleContext:
 
     def primary_trace(self, rank: int | None = None) -> TraceMetrics | None:
         """The trace a rank's account comes from: its first trace with GPU activity, else its first
-        (rank 0, or the lowest, when ``rank`` is None)."""
-        pool = [m for m in self.metrics if m.ledger is not None]
-        if rank is not None and any(m.rank is not None for m in pool):
-            pool = [m for m in pool if m.rank == rank]
-        if not pool:
-            return None
-        gpu = [m for m in pool if m.has_gpu_activity]
-        return min(gpu or pool, key=lambda m: (m.rank if m.rank is not None else -1))
+        (rank 0, or the lowest, when ``rank`` is None), of the traces with a ledger
+        (``model.selectors.primary_trace``)."""
+        return primary_trace(self.metrics, rank, with_ledger=True)
 
     def trace_ledger(self, m: TraceMetrics) -> Ledger | None:
         """The ledger of ``m``'s process: its traces of the same kind (GPU or CPU-only) together,

@@ -87,7 +87,7 @@ from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.rules.account import label
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -153,8 +153,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
@@ -165,6 +163,6 @@ RULE = Rule(
     technique="Keep the GPU busy through each step (remove what it waits for)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
     not_injectable="GPU idle is the headline the other findings explain: their fixes are the ones to verify",
 )

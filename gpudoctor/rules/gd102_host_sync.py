@@ -89,12 +89,24 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, TimeRange
+import ast
+
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Evidence,
+    Fix,
+    Metric,
+    Severity,
+    TimeRange,
+)
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
+from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples, root_name
+from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of, sync_after
 
 _BEFORE = """for x, y in loader:
     loss = step(x, y)
@@ -199,9 +211,161 @@ def _expected(ledger, blocked_pct: float, at_stake_pct: float) -> tuple[float | 
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+#: Logging calls whose tensor arguments are read on the host (``logger.info(loss)``, ``writer.add_scalar``).
+_LOG_METHODS = ("info", "debug", "warning", "log", "add_scalar", "add_scalars", "set_postfix", "write")
+#: Libraries whose values are host values: ``np.float32(x).item()`` reads no device.
+_HOST_LIBRARIES = ("numpy", "math", "random", "pandas")
+
+
+def _read(scan: Scan, pattern: str, shown: ast.AST) -> None:
+    scan.record("host_read", shown, text=scan.segment(shown, 80), extra=pattern)
+
+
+def _item(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if node.args or scan.place(recv) in ("host", "val"):
+        return
+    root = root_name(recv)
+    if root is not None and (scan.imported(root) or "").split(".")[0] in _HOST_LIBRARIES:
+        return
+    _read(scan, ".item()", node)
+
+
+def _format(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if isinstance(recv, ast.Constant):
+        for a in (*node.args, *(k.value for k in node.keywords)):
+            if scan.place(a) == "dev":
+                _read(scan, "str.format(<tensor>)", node)
+                return
+
+
+def _log(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    values: list[ast.AST] = [*node.args, *(k.value for k in node.keywords)]
+    for a in list(values):
+        if isinstance(a, ast.Dict):
+            values.extend(v for v in a.values if v is not None)
+    for a in values:
+        if scan.place(a) == "dev":
+            _read(scan, f"{node.func.attr}(<tensor>)", node)  # type: ignore[attr-defined]
+            return
+
+
+def _print(scan: Scan, node: ast.Call) -> None:
+    if scan.is_local("print"):
+        return
+    for a in node.args:
+        if scan.place(a) == "dev":
+            _read(scan, "print(<tensor>)", node)
+            break
+
+
+def _convert(scan: Scan, node: ast.Call) -> None:
+    if len(node.args) == 1 and scan.place(node.args[0]) == "dev":
+        _read(scan, f"{node.func.id}(<tensor>)", node)  # type: ignore[attr-defined]
+
+
+def _formatted(scan: Scan, value: ast.expr) -> None:
+    if scan.place(value) == "dev":
+        _read(scan, "f-string of a tensor", value)
+
+
+WATCH = Watch(
+    methods={"item": _item, "format": _format, **dict.fromkeys(_LOG_METHODS, _log)},
+    builtins={"print": _print, "float": _convert, "int": _convert, "bool": _convert},
+    formatted=_formatted,
+)
+
+
+def static_check(src: StaticContext) -> None:
+    """A host read of a device value (``.item()``, ``print(loss)`` …) that runs in every training step."""
+    for fn in src.functions():
+        for f in fn.facts:
+            if f.kind != "host_read":
+                continue
+            lid = src.step_loop(fn, f.ctx)
+            if lid is None or not src.cuda(fn) or not src.active(fn, f.ctx):
+                continue
+            line = src.line(fn, f.site.line)
+            src.report(
+                "GD102",
+                Severity.WARNING,
+                f"`{f.text}` at {fn.file}:{f.site.line} reads a GPU value on the host in every step of "
+                f"{src.where_step(fn, lid)}: the CPU stops until the GPU has finished all queued work",
+                Fix(
+                    "Keep the value on the device (accumulate with `total += loss.detach()`) and read it every N "
+                    "steps (`if step % log_every == 0:`) or once per epoch",
+                    line,
+                    sync_after(line, f.extra, f.text),
+                ),
+                fn,
+                f.site,
+                Evidence(notes=(f"pattern: {f.extra}",)),
+            )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loops = src.step_loops()
+    if not loops:
+        return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    where = first_of([src.location(fn, loop.site) for fn, loop in loops])
+    return ChecklistStatus.APPLIED, f"no per-step .item() / print(tensor) / float(tensor) in the training loop at {where}"
+
+
+STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"host-sync": _judge_in_source})
+
+
+EXAMPLES = examples(
+    bad_item_every_step="""\
+# loss.item() waits for the GPU in every step.
+import torch
+
+model = model.cuda()
+running_loss = 0.0
+for step, (x, y) in enumerate(loader):
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    running_loss += loss.item()
+""",
+    bad_print_tensor="""\
+# Printing a CUDA tensor copies it to the host and waits for the GPU.
+import torch
+
+device = torch.device("cuda")
+for x, y in loader:
+    logits = model(x.to(device))
+    loss = criterion(logits, y.to(device))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    print(f"loss {loss:.4f}")
+""",
+    good_log_every_n="""\
+# The loss is summed on the device and read every 100 steps and once per epoch.
+import torch
+
+model = model.cuda()
+running_loss = torch.zeros((), device="cuda")
+for step, (x, y) in enumerate(loader):
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    running_loss += loss.detach()
+    if step % 100 == 0:
+        print(f"step {step}: loss {loss.item():.4f}")
+print(f"epoch loss {running_loss.item() / len(loader):.4f}")
+""",
+)
 
 
 RULE = Rule(
@@ -211,6 +375,8 @@ RULE = Rule(
     technique="No host-device synchronization inside the step (.item(), .cpu(), printing tensors)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
     not_injectable="removing a host synchronization (.item(), .cpu(), printing a tensor) is a code change",
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -1,3 +1,6 @@
+# Why this file is long: a rule is one room (DESIGN.md, "Rules"): its documentation, runtime check,
+# static check, checklist technique and examples live in this one module, so that changing the rule
+# means opening one place.
 """GD103 launch-bound: the ops are so small that issuing them, not running them, sets the step time.
 
 What it detects
@@ -198,7 +201,7 @@ from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
 from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import dataloader_call, too_few_steps
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
 
 _EXPECTED_NOTE = (f"torch.compile issues at least {COMPILE_LAUNCH_REDUCTION:g}x fewer ops (fused pointwise runs); "
@@ -636,6 +639,7 @@ RULE = Rule(
     title="Ops too small: kernel launches (GPU) or per-op dispatch (CPU) set the step time",
     doc=__doc__,
     check=check,
-    needs=("trace",),
+    needs={Need.TRACE},
+    self_checked={Need.TRACE},
     not_injectable="fewer, larger ops (a larger batch, CUDA graphs, torch.compile) change numerics or need a code change",
 )

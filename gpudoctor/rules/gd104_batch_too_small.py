@@ -108,11 +108,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import memory_peak
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import StaticCheck, StaticContext
+from gpudoctor.rules.static_api.text import at
 
 # optimizer state kept per parameter (fp32 tensors the size of the parameters), by optimizer class:
 # Adam-family keep two moments (torch.optim docs); others are counted with none (a lower bound)
@@ -272,9 +274,29 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _judge_batch_size(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    """The batch sizes the source sets: whether they fill the GPU takes a run."""
+    sizes = []
+    for fn, lf in src.loaders():
+        state, bs = src.loader_value(fn, lf, "batch_size")
+        loc = src.location(fn, lf.site)
+        if state == "set" and bs is not None and bs.known:
+            sizes.append(f"batch_size={bs.value!r} at {at(loc)}")
+        elif state == "missing":
+            sizes.append(f"batch_size=1 (default) at {at(loc)}")
+    found = "; ".join(sizes[:3])
+    return ChecklistStatus.NOT_MEASURABLE, (
+        (found + ": " if found else "") + "whether it fills the GPU needs its memory use (GD104, `gpudoctor profile`)"
+    )
+
+
+STATIC = StaticCheck(judges={"batch-size": _judge_batch_size})
 
 
 RULE = Rule(
@@ -283,6 +305,8 @@ RULE = Rule(
     title="GPU memory mostly unused while the GPU is under-used",
     doc=__doc__,
     check=check,
-    needs=("gpu", "memory"),
+    needs={Need.GPU, Need.MEMORY},
+    self_checked={Need.MEMORY},
     not_injectable="a larger batch changes the optimization (learning rate, convergence): a code change to make deliberately",
+    static=STATIC,
 )

@@ -89,7 +89,7 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.run import CompileEvent
 from gpudoctor.rules.compilation import (
     Compilations,
@@ -100,7 +100,9 @@ from gpudoctor.rules.compilation import (
     step_range,
 )
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import StaticCheck, StaticContext
+from gpudoctor.rules.static_api.text import first_of
 
 _LISTED = 10  # recompilations listed one by one in the evidence
 _BEFORE = """model = torch.compile(model, dynamic=False)
@@ -133,9 +135,6 @@ def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
     wrappers = compile_wrappers(ctx)
     state = compile_state(ctx)
-    if ctx.settings is None:
-        return RuleResult.cannot_judge(
-            "a trace records no compilation: torch.compile's recompilations are read at run time (gpudoctor profile)")
     if not wrappers and state is None:
         return RuleResult.not_applicable("torch.compile not used")
     comp = compilations(state)
@@ -247,12 +246,31 @@ def _limit_step(ctx: RuleContext, hit: CompileEvent) -> int | None:
     return None
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _judge_compile(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    """torch.compile in the source (the scanner records every call and decorator)."""
+    compiled = [src.location(fn, f.site) for fn, f in src.facts("compile") if src.active(fn, f.ctx)]
+    if compiled:
+        return ChecklistStatus.APPLIED, f"torch.compile at {first_of(compiled)}"
+    return ChecklistStatus.NOT_MEASURABLE, (
+        "torch.compile not used; what kernel fusion wins shows only once compiled: compare two runs"
+    )
+
+
+STATIC = StaticCheck(judges={"torch-compile": _judge_compile})
+
+
 RULE = Rule(
     code="GD105",
     name="recompiles",
     title="torch.compile recompiles as the run goes (guards that fail step after step)",
     doc=__doc__,
     check=check,
-    needs=("settings",),
+    needs={Need.SETTINGS},
+    needs_reasons={Need.SETTINGS: "a trace records no compilation: torch.compile's recompilations are read at run time "
+                                  "(gpudoctor profile)"},
     not_injectable="making a dimension dynamic or padding to buckets is a change to the script",
+    static=STATIC,
 )

@@ -99,7 +99,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.run import GpuSample
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER = ("sw_power_cap", "hw_power_brake_slowdown")
@@ -314,6 +314,7 @@ RULE = Rule(
     technique="Keep the GPU at its clocks (cooling, power limit)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "samples"),
+    needs={Need.GPU, Need.SAMPLES},
+    self_checked={Need.GPU, Need.SAMPLES},
     not_injectable="cooling, power limits and clocks are the machine's, not the script's",
 )

@@ -1,3 +1,6 @@
+# Why this file is long: a rule is one room (DESIGN.md, "Rules"): its documentation, runtime check,
+# static check, checklist technique and examples live in this one module, so that changing the rule
+# means opening one place.
 """GD201 dataloader-stall: the training loop waits for the next batch.
 
 What it detects
@@ -189,6 +192,11 @@ References
 - getrusage(2) (a process's user and system CPU time): https://man7.org/linux/man-pages/man2/getrusage.2.html
 """
 
+# Why this file is long: it is one rule's room (DESIGN.md, "Rules"): the runtime check, which
+# measures the load of a batch and sizes num_workers from it (the largest model of any rule), then
+# `gpudoctor check`'s static check, its checklist judges and its examples. Split it into a package
+# (gd201_dataloader_stall/: runtime.py, static.py) when a part grows again.
+
 from __future__ import annotations
 
 import math
@@ -196,7 +204,16 @@ import statistics
 from dataclasses import dataclass
 
 from gpudoctor.config import Thresholds
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
 from gpudoctor.rules.context import (
@@ -223,7 +240,18 @@ from gpudoctor.rules.helpers import (
     runnable_demand,
     worker_use,
 )
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import Function, LoaderFact, StaticCheck, StaticContext, examples
+from gpudoctor.rules.static_api.text import (
+    NO_LOADER,
+    arg_fix,
+    at,
+    first_of,
+    how,
+    origin_note,
+    shown,
+    with_kwargs,
+)
 
 _MIN_MODEL_STEPS = 5  # uninstrumented steps enough for the model's means
 WAITING = "waiting"  # wall time ≫ CPU time: storage, network, a sleep
@@ -707,12 +735,156 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.cannot_judge("no per-step records and no trace: nothing says how long the loop waited for data")
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _no_workers(src: StaticContext, fn: Function, lf: LoaderFact) -> None:
+    """A DataLoader that loads in the training process (num_workers 0 or not set), unless it
+    indexes a TensorDataset already in memory."""
+    nw_state, nw = src.loader_value(fn, lf, "num_workers")
+    zero_workers = nw_state == "missing" or (
+        nw_state == "set" and nw is not None and nw.known and nw.value == 0 and nw.value is not False
+    )
+    if not zero_workers or lf.in_memory:
+        return
+    loc = src.location(fn, lf.site)
+    before = src.source(fn, lf.site)
+    ev = Evidence(
+        settings=(SettingRef("DataLoader.num_workers", nw.value if nw is not None else 0, loc),),
+        notes=tuple(filter(None, [origin_note("num_workers", nw)])),
+    )
+    flag = arg_fix(nw, "4")
+    instruction = (
+        f"Load batches in worker processes: set num_workers to about the CPU cores you can spare "
+        f"(e.g. 4) on the DataLoader at {at(loc)}, with persistent_workers=True"
+        + (f"; or change the default of {flag[0]}" if flag else "")
+    )
+    src.report(
+        "GD201",
+        Severity.WARNING,
+        f"DataLoader at {at(loc)} loads every batch in the training process "
+        f"({how('num_workers', nw_state, nw, '0')}): the step waits while the main process reads and collates "
+        "each batch",
+        Fix(instruction, before, with_kwargs(before, {"num_workers": "4", "persistent_workers": "True"})),
+        fn,
+        lf.site,
+        ev,
+    )
+
+
+def static_check(src: StaticContext) -> None:
+    for fn, lf in src.loaders():
+        _no_workers(src, fn, lf)
+
+
+def _loader_settings(src: StaticContext) -> list[tuple[str, str, str]]:
+    """(file:line, num_workers, prefetch_factor) of every DataLoader, as the checklist shows them."""
+    out = []
+    for fn, lf in src.loaders():
+        loc = src.location(fn, lf.site)
+        out.append((
+            first_of([loc]),
+            shown(*src.loader_value(fn, lf, "num_workers"), "0"),
+            shown(*src.loader_value(fn, lf, "prefetch_factor"), "2"),
+        ))
+    return out
+
+
+def _judge_workers(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loaders = _loader_settings(src)
+    if not loaders:
+        return ChecklistStatus.NOT_APPLICABLE, NO_LOADER
+    text = "; ".join(f"num_workers={workers} at {where}" for where, workers, _pf in loaders[:3])
+    values = [workers for _where, workers, _pf in loaders]
+    if all(not v.startswith(("0", "set", "decided")) for v in values):
+        return ChecklistStatus.APPLIED, text
+    if any(v.startswith("0") for v in values):
+        return ChecklistStatus.NOT_APPLICABLE, (
+            text + ": the dataset is a TensorDataset in memory, or the loader is not used by default"
+        )
+    return ChecklistStatus.NOT_MEASURABLE, text + " (computed at run time)"
+
+
+def _judge_prefetch(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loaders = _loader_settings(src)
+    if not loaders:
+        return ChecklistStatus.NOT_APPLICABLE, NO_LOADER
+    with_workers = [(where, pf) for where, workers, pf in loaders if not workers.startswith("0")]
+    if not with_workers:
+        return ChecklistStatus.NOT_APPLICABLE, "num_workers=0: prefetching starts with workers (see num_workers > 0 above)"
+    where, pf = with_workers[0]
+    return ChecklistStatus.APPLIED, f"prefetch_factor={pf} per worker at {where}; raise it if load times vary"
+
+
+STATIC = StaticCheck(
+    check=static_check,
+    judges={"dataloader-workers": _judge_workers, "prefetch": _judge_prefetch},
+)
+
+
+EXAMPLES = examples(
+    bad_argparse_default="""\
+# num_workers comes from a command-line flag whose default is 0.
+import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--workers", type=int, default=0)
+args = parser.parse_args()
+
+loader = DataLoader(dataset, batch_size=64, num_workers=args.workers)
+for x, y in loader:
+    loss = criterion(model(x.cuda()), y.cuda())
+    loss.backward()
+    optimizer.step()
+""",
+    bad_no_workers="""\
+# The DataLoader reads and collates every batch in the training process.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(dataset, batch_size=64, shuffle=True)  # num_workers defaults to 0
+
+for images, labels in loader:
+    images = images.to(device)
+    labels = labels.to(device)
+    loss = criterion(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_workers="""\
+# Batches are loaded by four worker processes while the GPU trains.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4,
+                    persistent_workers=True, pin_memory=True)
+
+for images, labels in loader:
+    images = images.to(device, non_blocking=True)
+    labels = labels.to(device, non_blocking=True)
+    loss = criterion(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD201",
     name="dataloader-stall",
     title="The training loop waits for the next batch",
     doc=__doc__,
     check=check,
-    needs=("steps",),
+    needs={Need.STEPS},
+    self_checked={Need.STEPS},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

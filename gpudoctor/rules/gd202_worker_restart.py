@@ -65,7 +65,15 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
+from gpudoctor.model.findings import (
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.run import Injection, StepRecord
 from gpudoctor.rules.context import (
     RuleContext,
@@ -82,14 +90,21 @@ from gpudoctor.rules.helpers import (
     dataloader_settings,
     no_dataloader_reason,
 )
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import (
+    POSITIVE_VALUE,
+    Function,
+    StaticCheck,
+    StaticContext,
+    examples,
+)
+from gpudoctor.rules.static_api.text import at, how, with_kwargs
 
 
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
     s = ctx.settings
-    if s is None:
-        return RuleResult.cannot_judge("no DataLoader settings: analyse a run directory from `gpudoctor profile`")
+    assert s is not None  # Rule.needs
     if not s.dataloaders:
         return RuleResult.not_applicable("no DataLoader in this run")
     with_workers = [d for d in s.dataloaders if d.num_workers > 0]
@@ -172,13 +187,105 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     return dataloader_injections(dl, {"persistent_workers": True})
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _epoch_loop_using(src: StaticContext, fn: Function, names: set[str]) -> str | None:
+    """``file:line`` of an epoch loop of ``fn``'s program that uses one of these names."""
+    if not names:
+        return None
+    for other in src.program_functions(fn):
+        for lid in src.epoch_loop_ids(other):
+            loop = src.loop(other, lid)
+            if loop is not None and loop.mentions & names:
+                return f"{other.file}:{loop.site.line}"
+    return None
+
+
+def static_check(src: StaticContext) -> None:
+    """A DataLoader with workers, not persistent, made outside the loops and iterated by an epoch loop."""
+    for fn, lf in src.loaders():
+        nw_state, nw = src.loader_value(fn, lf, "num_workers")
+        pw_state, pw = src.loader_value(fn, lf, "persistent_workers")
+        positive = nw_state == "set" and nw is not None and (
+            nw.value is POSITIVE_VALUE
+            or (nw.known and isinstance(nw.value, int) and not isinstance(nw.value, bool) and nw.value > 0)
+        )
+        not_persistent = pw_state == "missing" or (pw_state == "set" and pw is not None and pw.truth() is False)
+        if not (positive and not_persistent and not lf.ctx.loops):
+            continue
+        epoch = _epoch_loop_using(src, fn, src.loader_names(fn, lf))
+        if epoch is None:
+            continue
+        loc = src.location(fn, lf.site)
+        before = src.source(fn, lf.site)
+        workers = nw.value if nw is not None and nw.known else "its"
+        src.report(
+            "GD202",
+            Severity.INFO,
+            f"DataLoader at {at(loc)} starts {workers} worker processes again at every epoch of the loop at "
+            f"{epoch} ({how('persistent_workers', pw_state, pw, 'False')}): each epoch begins with a stall while "
+            "they start",
+            Fix(
+                f"Keep the workers alive across epochs: persistent_workers=True on the DataLoader at {at(loc)}",
+                before,
+                with_kwargs(before, {"persistent_workers": "True"}),
+            ),
+            fn,
+            lf.site,
+            Evidence(settings=(SettingRef("DataLoader.persistent_workers", pw.value if pw is not None else False, loc),)),
+        )
+
+
+STATIC = StaticCheck(check=static_check)
+
+
+EXAMPLES = examples(
+    bad_epoch_restart="""\
+# Four workers are started again at the beginning of every epoch.
+import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(dataset, batch_size=128, num_workers=4, pin_memory=True)
+
+for epoch in range(90):
+    for x, y in train_loader:
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+""",
+    good_persistent="""\
+# The workers survive from one epoch to the next.
+import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(dataset, batch_size=128, num_workers=4, pin_memory=True,
+                          persistent_workers=True)
+
+for epoch in range(90):
+    for x, y in train_loader:
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD202",
     name="worker-restart",
     title="DataLoader workers are re-created every epoch",
     doc=__doc__,
     check=check,
-    needs=("steps", "settings"),
+    needs={Need.SETTINGS, Need.STEPS},
+    self_checked={Need.STEPS},
+    needs_reasons={Need.SETTINGS: "no DataLoader settings: analyse a run directory from `gpudoctor profile`"},
     inject=inject,
-    verify_statistic="epoch",  # the restarts cost the first step of each epoch, which the steady steps leave out
+    verify_statistic="epoch",  # the restarts cost the first step of each epoch, which the steady steps leave out,
+    static=STATIC,
+    examples=EXAMPLES,
 )

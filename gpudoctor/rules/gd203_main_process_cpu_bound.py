@@ -110,11 +110,12 @@ from __future__ import annotations
 
 import statistics
 
-from gpudoctor.model.findings import Confidence, Fix, Location, Metric, SettingRef
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
 from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, too_few_steps, user_functions
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import StaticCheck, StaticContext
 
 _BEFORE = """for x, y in loader:
     x = torch.stack([augment(img) for img in x])   # Python, in the main process
@@ -406,12 +407,24 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     return RuleResult.fired(finding)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _judge_cpu(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    return ChecklistStatus.NOT_MEASURABLE, "needs CPU samples of a run (GD203, GD204, GD503: `gpudoctor profile`)"
+
+
+STATIC = StaticCheck(judges={"cpu-bottlenecks": _judge_cpu})
+
+
 RULE = Rule(
     code="GD203",
     name="main-process-cpu-bound",
     title="The training process is CPU-bound outside the DataLoader",
     doc=__doc__,
     check=check,
-    needs=("samples",),
+    needs={Need.SAMPLES},
+    needs_reasons={Need.SAMPLES: "no CPU samples of the training process (psutil; run `gpudoctor profile`)"},
     not_injectable="moving work out of the training process (into DataLoader workers or onto the GPU) is a code change",
+    static=STATIC,
 )

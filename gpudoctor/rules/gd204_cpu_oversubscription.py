@@ -114,11 +114,21 @@ References
 
 from __future__ import annotations
 
+import ast
+import re
 import statistics
 from dataclasses import dataclass
 
 from gpudoctor.config import Thresholds
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.findings import (
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
@@ -132,7 +142,19 @@ from gpudoctor.rules.helpers import (
     no_dataloader_reason,
     runnable_demand,
 )
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import (
+    POSITIVE_VALUE,
+    UNKNOWN,
+    Function,
+    LoaderFact,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+)
+from gpudoctor.rules.static_api.text import at
 
 # a worker whose threads want more than this many cores runs a thread pool of its own
 _POOL_PER_WORKER = 1.25
@@ -249,8 +271,7 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
     s = ctx.settings
-    if s is None:
-        return RuleResult.cannot_judge("no thread settings: analyse a run directory from `gpudoctor profile`")
+    assert s is not None  # Rule.needs
     cores = ctx.cpu_count()
     if cores is None or s.num_threads is None:
         return RuleResult.cannot_judge("the core count or torch's thread count was not recorded")
@@ -356,12 +377,115 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _watch_threads(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("set_num_threads", node, scan.sym(node.args[0]) if node.args else UNKNOWN)
+
+
+def _worker_threads(src: StaticContext, fn: Function, lf: LoaderFact, workers: str) -> None:
+    """A worker_init_fn that gives every worker all the cores' worth of intra-op threads."""
+    if lf.worker_init is None:
+        return
+    ref, bound_args, bound_kwargs = lf.worker_init
+    init = src.callee(fn, ref)
+    if init is None:
+        return
+    for f in init.facts:
+        if f.kind != "set_num_threads" or f.value is None or not src.active(init, f.ctx):
+            continue
+        r = src.resolve_bound(init, f.value, fn, bound_args, bound_kwargs)
+        if r.value is not POSITIVE_VALUE:
+            continue  # a fixed count may fit the machine; only "all the cores" per worker surely does not
+        loc = src.location(fn, lf.site)
+        line = src.line(init, f.site.line)
+        src.report(
+            "GD204",
+            Severity.WARNING,
+            f"DataLoader at {at(loc)} starts {workers} workers whose worker_init_fn `{init.name}` sets "
+            f"torch.set_num_threads to the core count ({init.file}:{f.site.line}): each worker runs as "
+            "many intra-op threads as the machine has cores, next to the training process's own",
+            Fix(
+                "Give each worker one intra-op thread (torch.set_num_threads(1) in worker_init_fn, PyTorch's "
+                "default for workers) and leave the cores to the training process",
+                line,
+                re.sub(r"set_num_threads\(.*\)", "set_num_threads(1)", line),
+            ),
+            fn,
+            lf.site,
+            Evidence(notes=(f"worker_init_fn: {init.name} at {init.file}:{init.line}",)),
+        )
+        return
+
+
+def static_check(src: StaticContext) -> None:
+    """DataLoaders with workers whose worker_init_fn sets torch.set_num_threads to the core count."""
+    for fn, lf in src.loaders():
+        nw_state, nw = src.loader_value(fn, lf, "num_workers")
+        positive = nw_state == "set" and nw is not None and (
+            nw.value is POSITIVE_VALUE
+            or (nw.known and isinstance(nw.value, int) and not isinstance(nw.value, bool) and nw.value > 0)
+        )
+        if positive:
+            _worker_threads(src, fn, lf, str(nw.value) if nw is not None and nw.known else "its")
+
+
+STATIC = StaticCheck(check=static_check, watch=Watch(calls={"torch.set_num_threads": _watch_threads}))
+
+
+EXAMPLES = examples(
+    bad_threads_per_worker="""\
+# Every worker is told to use all the cores for its own intra-op threads.
+import os
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def worker_init(worker_id):
+    torch.set_num_threads(os.cpu_count())
+
+
+loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True,
+                    persistent_workers=True, worker_init_fn=worker_init)
+for x, y in loader:
+    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_one_thread_per_worker="""\
+# One intra-op thread per worker (PyTorch's default); the cores stay with the training process.
+import torch
+from torch.utils.data import DataLoader
+
+
+def worker_init(worker_id):
+    torch.set_num_threads(1)
+
+
+loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True,
+                    persistent_workers=True, worker_init_fn=worker_init)
+for x, y in loader:
+    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD204",
     name="cpu-oversubscription",
     title="More busy threads than cores",
     doc=__doc__,
     check=check,
-    needs=("settings", "samples"),
+    needs={Need.SETTINGS, Need.SAMPLES},
+    self_checked={Need.SAMPLES},
+    needs_reasons={Need.SETTINGS: "no thread settings: analyse a run directory from `gpudoctor profile`"},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

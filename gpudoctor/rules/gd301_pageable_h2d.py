@@ -77,12 +77,21 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import dataloader_call, dataloader_of, pinned_copy_injections
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import (
     COPY_LATENCY_NS,
     MIN_MEASURED_COPY_BYTES,
@@ -90,6 +99,16 @@ from gpudoctor.rules.speedups import (
     is_amd,
     pcie_generation,
     pinned_copy_fraction,
+)
+from gpudoctor.rules.static_api import Function, StaticCheck, StaticContext, examples
+from gpudoctor.rules.static_api.text import (
+    NO_CUDA,
+    NO_LOADER,
+    at,
+    first_of,
+    how,
+    origin_note,
+    with_kwargs,
 )
 
 
@@ -208,8 +227,6 @@ def _expected(ctx: RuleContext, pinned, count: int, nbytes: int, dur: int) -> tu
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
@@ -224,12 +241,132 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     return pinned_copy_injections(ctx, finding)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _first_copy(src: StaticContext, fn: Function) -> str:
+    """``file:line`` of the first batch copy to the GPU in ``fn``'s program ("" when there is none)."""
+
+    def find() -> str:
+        for other in src.program_functions(fn):
+            tr = next((c for c in other.transfers if c.ctx.loops or other.fid != "<module>"), None)
+            if tr is not None:
+                return f"{other.file}:{tr.site.line}"
+        return ""
+
+    return src.memo(f"GD301.first-copy:{src.program(fn)}", find)
+
+
+def static_check(src: StaticContext) -> None:
+    """A DataLoader without pin_memory=True in a CUDA program that copies batches to the GPU."""
+    for fn, lf in src.loaders():
+        pin_state, pin = src.loader_value(fn, lf, "pin_memory")
+        if not (src.cuda(fn) and _first_copy(src, fn) and (
+            pin_state == "missing" or (pin_state == "set" and pin is not None and pin.truth() is False)
+        )):
+            continue
+        loc = src.location(fn, lf.site)
+        before = src.source(fn, lf.site)
+        copy = _first_copy(src, fn)
+        ev = Evidence(
+            settings=(SettingRef("DataLoader.pin_memory", pin.value if pin is not None else False, loc),),
+            notes=tuple(filter(None, [
+                origin_note("pin_memory", pin), f"batches are copied to the GPU at {copy}" if copy else "",
+            ])),
+        )
+        src.report(
+            "GD301",
+            Severity.WARNING,
+            f"DataLoader at {at(loc)} returns pageable batches ({how('pin_memory', pin_state, pin, 'False')}) "
+            "that are copied to the GPU"
+            + (f" at {copy}" if copy else "")
+            + ": each copy is staged through a pinned buffer and cannot overlap compute",
+            Fix(
+                f"Set pin_memory=True on the DataLoader at {at(loc)} and copy with .to(device, non_blocking=True)",
+                before,
+                with_kwargs(before, {"pin_memory": "True"}),
+            ),
+            fn,
+            lf.site,
+            ev,
+        )
+
+
+def _judge_pinned(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loaders = src.loaders()
+    if not loaders:
+        return ChecklistStatus.NOT_APPLICABLE, NO_LOADER
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    pinned = []
+    for fn, lf in loaders:
+        state, pin = src.loader_value(fn, lf, "pin_memory")
+        if state == "set" and pin is not None and pin.truth():
+            pinned.append(src.location(fn, lf.site))
+    if pinned:
+        copies = non_blocking = 0
+        for fn in src.functions():  # the batch copies of the training steps
+            for tr in fn.transfers:
+                if src.step_loop(fn, tr.ctx) is None or not src.active(fn, tr.ctx):
+                    continue
+                copies += 1
+                nb = src.resolve(fn, tr.non_blocking) if tr.non_blocking is not None else None
+                if nb is not None and nb.truth() is not False:
+                    non_blocking += 1
+        all_async = (
+            f"; all {copies} batch copies in training steps pass non_blocking=True"
+            if copies and non_blocking == copies
+            else ""
+        )
+        return ChecklistStatus.APPLIED, f"pin_memory=True at {first_of(pinned)}{all_async}"
+    return ChecklistStatus.NOT_MEASURABLE, "pin_memory is decided at run time, or no batch goes to the GPU in the checked code"
+
+
+STATIC = StaticCheck(check=static_check, judges={"pinned-memory": _judge_pinned})
+
+
+EXAMPLES = examples(
+    bad_pageable="""\
+# Batches come from pageable memory and are copied to the GPU every step.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(dataset, batch_size=256, num_workers=4, pin_memory=False)
+
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_pinned="""\
+# Workers hand over batches in page-locked memory; the copies run asynchronously.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(dataset, batch_size=256, num_workers=4, pin_memory=True)
+
+for x, y in loader:
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD301",
     name="pageable-h2d",
     title="Host-to-device copies from pageable memory",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -70,13 +70,27 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
+import ast
+import re
+
+from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import pinned_copy_injections
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
+from gpudoctor.rules.static_api import (
+    Function,
+    Resolved,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Transfer,
+    Watch,
+    examples,
+)
+from gpudoctor.rules.static_api.text import closing_paren
 
 _ARROWS = {"HtoD": "host→device", "DtoH": "device→host", "DtoD": "device→device", "HtoH": "host→host"}
 
@@ -172,8 +186,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
 
 
@@ -183,12 +195,152 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     return pinned_copy_injections(ctx, finding)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _watch_pin_memory(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    scan.record("pin_memory_call", node)
+
+
+def _pins(src: StaticContext, fn: Function) -> bool:
+    """``fn`` pins memory: ``.pin_memory()``, or a DataLoader with pin_memory set and not False."""
+    for f in fn.facts:
+        if f.kind == "pin_memory_call" and src.active(fn, f.ctx):
+            return True
+    for lf in fn.loaders:
+        if not src.active(fn, lf.ctx):
+            continue
+        state, r = src.loader_value(fn, lf, "pin_memory")
+        if state == "set" and r is not None and r.truth() is not False:
+            return True
+    return False
+
+
+def _pinned(src: StaticContext) -> list[Function]:
+    """The functions that pin memory: their programs copy from pinned batches."""
+    return src.memo("GD302.pinned", lambda: [fn for fn in src.functions() if _pins(src, fn)])
+
+
+def _from_pinned(src: StaticContext, fn: Function, lid: int) -> bool:
+    """False when the step loop visibly iterates DataLoaders that do not pin memory."""
+    loop = src.loop(fn, lid) if lid >= 0 else None
+    if loop is None or not loop.iter_names:
+        return True
+    fed: list[bool] = []
+    for other in src.program_functions(fn):
+        for lf in other.loaders:
+            if not src.active(other, lf.ctx):
+                continue
+            if src.loader_names(other, lf) & loop.iter_names:
+                state, r = src.loader_value(other, lf, "pin_memory")
+                fed.append(state == "set" and r is not None and r.truth() is not False)
+    return not fed or any(fed)
+
+
+def _non_blocking_after(statement: str, method: str) -> str:
+    if not statement:
+        return ""
+    if "non_blocking" in statement:
+        return re.sub(r"non_blocking\s*=\s*[^,)]+", "non_blocking=True", statement)
+    call = ".to(" if method == ".to" else ".cuda("
+    out: list[str] = []
+    rest = statement
+    while call in rest:
+        head, _, tail = rest.partition(call)
+        close = closing_paren("(" + tail)
+        if close is None:
+            out.append(head + call)
+            rest = tail
+            continue
+        inner = tail[: close - 1]
+        args = inner.strip()
+        new_inner = (args + ", " if args else "") + "non_blocking=True"
+        out.append(head + call + new_inner + ")")
+        rest = tail[close:]
+    return "".join(out) + rest
+
+
+def _blocking_copy(src: StaticContext, fn: Function, tr: Transfer, lid: int, nb: Resolved | None) -> None:
+    how = "non_blocking not set" if nb is None else f"non_blocking={nb.value!r}" + (
+        f" from {nb.origin_text()}" if nb.origins else ""
+    )
+    src.report(
+        "GD302",
+        Severity.WARNING,
+        f"`{tr.text}` at {fn.file}:{tr.site.line} copies a pinned batch synchronously ({how}) in every step "
+        f"of {src.where_step(fn, lid)}: the host waits for each copy instead of queueing the next work",
+        Fix(
+            "Pass non_blocking=True: with pinned memory the copy overlaps with the host's next work, and CUDA "
+            "stream order keeps it correct",
+            tr.statement,
+            _non_blocking_after(tr.statement, tr.method),
+        ),
+        fn,
+        tr.site,
+    )
+
+
+def static_check(src: StaticContext) -> None:
+    """A batch copy in the step, without non_blocking=True, in a CUDA program that pins its batches."""
+    for fn in src.functions():
+        for tr in fn.transfers:
+            lid = src.step_loop(fn, tr.ctx)
+            if lid is None or not src.active(fn, tr.ctx):
+                continue
+            nb = src.resolve(fn, tr.non_blocking) if tr.non_blocking is not None else None
+            if nb is not None and nb.truth() is not False:
+                continue
+            if src.cuda(fn) and src.in_program(fn, _pinned(src)) and _from_pinned(src, fn, lid):
+                _blocking_copy(src, fn, tr, lid, nb)
+
+
+STATIC = StaticCheck(check=static_check, watch=Watch(methods={"pin_memory": _watch_pin_memory}))
+
+
+EXAMPLES = examples(
+    bad_blocking_copy="""\
+# Pinned batches, but each copy blocks the host until it is done.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(dataset, batch_size=256, num_workers=4, pin_memory=True)
+
+for x, y in loader:
+    x = x.to(device)
+    y = y.to(device)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_non_blocking="""\
+# The copies are queued on the stream and the host moves on.
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(dataset, batch_size=256, num_workers=4, pin_memory=True)
+
+for x, y in loader:
+    x = x.to(device, non_blocking=True)
+    y = y.to(device, non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD302",
     name="blocking-copy",
     title="Synchronous copies block the host",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

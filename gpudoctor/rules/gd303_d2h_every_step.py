@@ -69,12 +69,16 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+import ast
+
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Evidence, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import READ_EVERY_STEPS
+from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples
+from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of, sync_after
 
 _BEFORE = """for x, y in loader:
     out = model(x)
@@ -152,9 +156,114 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _copy(scan: Scan, pattern: str, node: ast.Call) -> None:
+    scan.record("d2h_copy", node, text=scan.segment(node, 80), extra=pattern)
+
+
+def _cpu(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.place(recv) not in ("host", "val") and not scan.is_module_ref(recv):
+        _copy(scan, ".cpu()", node)
+
+
+def _numpy(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr in ("cpu", "to"):
+        return  # the copy is the .cpu() / .to("cpu") before it
+    if scan.place(recv) == "dev":
+        _copy(scan, ".numpy()", node)
+
+
+def _tolist(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.place(recv) == "dev":
+        _copy(scan, ".tolist()", node)
+
+
+def _to(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.to_target(node) == "cpu" and scan.place(recv) not in ("host", "val") and not scan.is_module_ref(recv):
+        _copy(scan, '.to("cpu")', node)
+
+
+WATCH = Watch(methods={"cpu": _cpu, "numpy": _numpy, "tolist": _tolist, "to": _to})
+
+
+def static_check(src: StaticContext) -> None:
+    """A copy of device data to the host (``.cpu()``, ``.numpy()``, ``.tolist()``) in every training step."""
+    for fn in src.functions():
+        for f in fn.facts:
+            if f.kind != "d2h_copy":
+                continue
+            lid = src.step_loop(fn, f.ctx)
+            if lid is None or not src.cuda(fn) or not src.active(fn, f.ctx):
+                continue
+            line = src.line(fn, f.site.line)
+            src.report(
+                "GD303",
+                Severity.WARNING,
+                f"`{f.text}` at {fn.file}:{f.site.line} copies device data to the host in every step of "
+                f"{src.where_step(fn, lid)}: the copy waits for the GPU and stalls the next launch",
+                Fix(
+                    "Keep results on the device (collect with `torch.cat` / running sums) and copy them to the host "
+                    "every N steps or once per epoch",
+                    line,
+                    sync_after(line, f.extra, f.text),
+                ),
+                fn,
+                f.site,
+                Evidence(notes=(f"pattern: {f.extra}",)),
+            )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loops = src.step_loops()
+    if not loops:
+        return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    where = first_of([src.location(fn, loop.site) for fn, loop in loops])
+    return ChecklistStatus.APPLIED, f"no per-step .cpu() / .numpy() / .tolist() in the training loop at {where}"
+
+
+STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"d2h-every-step": _judge_in_source})
+
+
+EXAMPLES = examples(
+    bad_cpu_every_step="""\
+# Predictions are copied to the host in every training step.
+import torch
+
+device = torch.device("cuda")
+all_preds = []
+for x, y in loader:
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    logits = model(x)
+    loss = criterion(logits, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    all_preds.append(logits.argmax(dim=1).cpu().numpy())
+""",
+    good_collect_on_device="""\
+# Predictions stay on the device; one copy at the end of the epoch.
+import torch
+
+device = torch.device("cuda")
+all_preds = []
+for x, y in loader:
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    logits = model(x)
+    loss = criterion(logits, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    all_preds.append(logits.argmax(dim=1).detach())
+predictions = torch.cat(all_preds).cpu().numpy()
+""",
+)
 
 
 RULE = Rule(
@@ -164,6 +273,9 @@ RULE = Rule(
     technique="Keep results on the GPU between steps (fetch them every N steps)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace", "steps"),
+    needs={Need.GPU, Need.TRACE, Need.STEPS},
+    self_checked={Need.STEPS},
     not_injectable="reading device results on the host every N steps instead of every step is a code change",
+    static=STATIC,
+    examples=EXAMPLES,
 )

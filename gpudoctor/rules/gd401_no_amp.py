@@ -1,3 +1,6 @@
+# Why this file is long: a rule is one room (DESIGN.md, "Rules"): its documentation, runtime check,
+# static check, checklist technique and examples live in this one module, so that changing the rule
+# means opening one place.
 """GD401 no-amp: convolutions and matrix multiplications run in FP32 on a GPU with Tensor Cores.
 
 What it detects
@@ -104,14 +107,29 @@ References
 - torch-tb-profiler's AMP recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 """
 
+# Why this file is long: it is one rule's room (DESIGN.md, "Rules"): the runtime check, then
+# `gpudoctor check`'s static check, which must know every spelling of mixed precision (autocast
+# old and new, GradScaler, Accelerate / Lightning / Hugging Face flags, half() and TF32 switches),
+# its checklist judge and its examples.
+
 from __future__ import annotations
 
+import ast
 import re
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Finding,
+    Fix,
+    Location,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, KernelStats, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import (
     conv_tf32,
     is_amd,
@@ -119,6 +137,22 @@ from gpudoctor.rules.speedups import (
     matmul_tf32_flags,
     won_fraction,
 )
+from gpudoctor.rules.static_api import (
+    UNKNOWN,
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    const,
+    const_value,
+    examples,
+    is_const,
+    sym_any,
+    sym_in,
+)
+from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of
 
 _BEFORE = """for x, y in loader:
     loss = loss_fn(model(x), y)
@@ -274,8 +308,6 @@ def _expected(ctx: RuleContext, ledger, name: str, cc: float, inferred: bool, na
 
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     s = ctx.settings
     if s is not None:
         used = [a for a in s.autocast if a.enabled and a.device_type == "cuda"]
@@ -293,12 +325,295 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m, name, cc))
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+#: autocast spellings: qualified name -> the current spelling when it is deprecated, else "".
+AUTOCAST = {
+    "torch.autocast": "",
+    "torch.amp.autocast": "",
+    "torch.amp.autocast_mode.autocast": "",
+    "torch.cuda.amp.autocast": 'torch.autocast("cuda", ...)',
+    "torch.cuda.amp.autocast_mode.autocast": 'torch.autocast("cuda", ...)',
+    "torch.cpu.amp.autocast": 'torch.autocast("cpu", ...)',
+    "torch.cpu.amp.autocast_mode.autocast": 'torch.autocast("cpu", ...)',
+}
+GRAD_SCALER = {
+    "torch.amp.GradScaler": "",
+    "torch.amp.grad_scaler.GradScaler": "",
+    "torch.GradScaler": "",
+    "torch.cuda.amp.GradScaler": 'torch.amp.GradScaler("cuda")',
+    "torch.cuda.amp.grad_scaler.GradScaler": 'torch.amp.GradScaler("cuda")',
+}
+TF32_FLAGS = frozenset({"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"})
+MATMUL_PRECISION = "torch.set_float32_matmul_precision"
+_LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
+
+
+def _autocast(scan: Scan, node: ast.Call, q: str) -> None:
+    enabled = scan.kwarg(node, "enabled")
+    device = node.args[0] if node.args else scan.kwarg(node, "device_type")
+    extra = ""
+    if device is not None:
+        ds = scan.sym(device)
+        extra = str(const_value(ds)) if is_const(ds) else ""
+    scan.record("autocast", node, scan.sym(enabled) if enabled is not None else const(True), extra)
+    if AUTOCAST[q]:
+        scan.record("autocast_deprecated", node, extra=f"{q}|{AUTOCAST[q]}")
+
+
+def _grad_scaler(scan: Scan, node: ast.Call, q: str) -> None:
+    if GRAD_SCALER[q]:
+        scan.record("scaler_deprecated", node, extra=f"{q}|{GRAD_SCALER[q]}")
+
+
+def _accelerate(scan: Scan, node: ast.Call, q: str) -> None:
+    value = scan.kwarg(node, "mixed_precision")
+    if value is not None:
+        scan.record("autocast", node, sym_in(scan.sym(value), ("no", None, "fp8"), negate=True))
+
+
+def _lightning(scan: Scan, node: ast.Call, q: str) -> None:
+    value = scan.kwarg(node, "precision")
+    if value is not None:
+        mixed = ("16-mixed", "bf16-mixed", "16", "bf16", 16, "bf16-true", "16-true")
+        scan.record("autocast", node, sym_in(scan.sym(value), mixed))
+
+
+def _hf_trainer(scan: Scan, node: ast.Call, q: str) -> None:
+    flags = [scan.kwarg(node, k) for k in ("fp16", "bf16")]
+    syms = tuple(scan.sym(v) for v in flags if v is not None)
+    if syms:
+        scan.record("autocast", node, sym_any(syms))
+
+
+def _matmul_precision(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("tf32", node, scan.sym(node.args[0]) if node.args else UNKNOWN, extra=q)
+
+
+def _tf32_flag(scan: Scan, target: ast.Attribute, value: ast.expr, q: str) -> None:
+    scan.record("tf32", target, scan.sym(value), extra=q)
+
+
+def _half(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.is_module_ref(recv):
+        scan.record("low_precision", node)
+
+
+def _to_dtype(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.to_target(node) != "dtype" or not scan.is_module_ref(recv):
+        return
+    for a in (*node.args, *(k.value for k in node.keywords)):
+        q = scan.qualify(a) if isinstance(a, (ast.Name, ast.Attribute)) else None
+        if q and q.rsplit(".", 1)[-1] in _LOW_PRECISION:
+            scan.record("low_precision", node)
+            return
+
+
+WATCH = Watch(
+    calls={
+        **dict.fromkeys(AUTOCAST, _autocast),
+        **dict.fromkeys(GRAD_SCALER, _grad_scaler),
+        MATMUL_PRECISION: _matmul_precision,
+        # mixed precision asked of a framework
+        "accelerate.Accelerator": _accelerate,
+        "lightning.Trainer": _lightning,
+        "lightning.pytorch.Trainer": _lightning,
+        "pytorch_lightning.Trainer": _lightning,
+        "transformers.TrainingArguments": _hf_trainer,
+        "transformers.Seq2SeqTrainingArguments": _hf_trainer,
+    },
+    methods={"half": _half, "bfloat16": _half, "to": _to_dtype},
+    settings=dict.fromkeys(TF32_FLAGS, _tf32_flag),
+)
+
+
+def _amp_after(line: str, old: str, new: str) -> str:
+    device = '"cuda"' if ".cuda." in old else '"cpu"'
+    short = old.rsplit(".", 1)[-1]
+    if "autocast" in short:
+        out = re.sub(r"torch\.(cuda|cpu)\.amp\.autocast\(\s*\)", f"torch.autocast({device})", line)
+        out = re.sub(r"torch\.(cuda|cpu)\.amp\.autocast\(", f"torch.autocast({device}, ", out)
+        if out == line:
+            out = re.sub(r"\bautocast\(\s*\)", f"autocast({device})", line)
+            out = re.sub(r"\bautocast\((?!\"|')", f"autocast({device}, ", out)
+            out = re.sub(r"from torch\.(cuda|cpu)\.amp import", "from torch.amp import", out)
+        return out
+    out = re.sub(r"torch\.cuda\.amp\.GradScaler\(\s*\)", 'torch.amp.GradScaler("cuda")', line)
+    out = re.sub(r"torch\.cuda\.amp\.GradScaler\(", 'torch.amp.GradScaler("cuda", ', out)
+    if out == line:
+        out = re.sub(r"\bGradScaler\(\s*\)", 'GradScaler("cuda")', line)
+    return out
+
+
+def _deprecated(src: StaticContext, fn: Function, f: Fact) -> None:
+    old, new = f.extra.split("|", 1)
+    line = src.line(fn, f.site.line)
+    src.report(
+        "GD401",
+        Severity.INFO,
+        f"`{f.text}` at {fn.file}:{f.site.line} uses the deprecated `{old}` spelling; current PyTorch "
+        f"spells it `{new}`",
+        Fix(f"Use {new} from torch.amp", line, _amp_after(line, old, new)),
+        fn,
+        f.site,
+    )
+
+
+def _precision(src: StaticContext) -> tuple[list[Function], list[Location], list[tuple[Function, str]]]:
+    """Reduced precision in the programs: (functions where it is on, where, (function, why it is off))."""
+
+    def compute() -> tuple[list[Function], list[Location], list[tuple[Function, str]]]:
+        on: list[Function] = []
+        where: list[Location] = []
+        off: list[tuple[Function, str]] = []
+        for fn, f in src.facts("autocast") + src.facts("low_precision"):
+            ok, origins = src.active_why(fn, f.ctx)
+            enabled = src.resolve(fn, f.value).truth() if f.value is not None else True
+            loc = src.location(fn, f.site)
+            if ok and enabled is not False and f.extra != "cpu":
+                on.append(fn)
+                where.append(loc)
+            else:
+                r = src.resolve(fn, f.value) if f.value is not None else None
+                why = ", ".join(origins or (r.origins if r else []))
+                off.append((fn, f"autocast at {loc.file}:{loc.line} is off unless {why} is changed" if why
+                            else f"autocast at {loc.file}:{loc.line} is disabled"))
+        return on, where, off
+
+    return src.memo("GD401.precision", compute)
+
+
+def _fp32_loops(src: StaticContext) -> None:
+    """One finding per program: its first CUDA training loop, when no autocast is on in the program."""
+    on, _where, off = _precision(src)
+    reported: set[int] = set()
+    for fn, loop in src.step_loops():
+        if not src.cuda(fn) or src.in_program(fn, on):
+            continue
+        program = src.program(fn)
+        if program in reported:
+            continue
+        reported.add(program)
+        why_off = [text for g, text in off if src.in_program(fn, [g])]
+        detail = why_off[0] if why_off else "no torch.autocast in the program"
+        header = src.source(fn, loop.site, max_lines=1)
+        step = next((m for m in fn.markers if loop.id in m.ctx.loops and m.kind == "backward"), None)
+        step_line = src.line(fn, step.site.line) if step is not None else ""
+        if step_line:
+            before = f"{header}\n    ...  # forward pass and loss\n    {step_line}"
+            after = (
+                f'{header}\n    with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                f"        ...  # forward pass and loss\n    {step_line}"
+            )
+        else:
+            before = f"{header}\n    loss = criterion(model(inputs), targets)"
+            after = (
+                f'{header}\n    with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                "        loss = criterion(model(inputs), targets)"
+            )
+        src.report(
+            "GD401",
+            Severity.INFO,
+            f"The training loop at {fn.file}:{loop.site.line} runs in FP32 on CUDA ({detail}): "
+            "on Tensor Core GPUs mixed precision runs matmuls and convolutions several times faster",
+            Fix(
+                'Run forward and loss under torch.autocast("cuda", dtype=torch.bfloat16) (Ampere and '
+                "later); with float16 (Volta, Turing) also scale the loss with torch.amp.GradScaler(\"cuda\")",
+                before,
+                after,
+            ),
+            fn,
+            loop.site,
+        )
+
+
+def static_check(src: StaticContext) -> None:
+    """The deprecated torch.cuda.amp spellings, then a CUDA training loop without autocast."""
+    for fn in src.functions():
+        for f in fn.facts:
+            if f.kind in ("autocast_deprecated", "scaler_deprecated"):
+                _deprecated(src, fn, f)
+    _fp32_loops(src)
+
+
+def _judge_amp(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    _on, autocast, _off = _precision(src)
+    tf32_at = []
+    for fn, f in src.facts("tf32"):
+        if src.active(fn, f.ctx) and src.resolve(fn, f.value).truth() is not False:
+            if f.extra == MATMUL_PRECISION and src.resolve(fn, f.value).value == "highest":
+                continue
+            tf32_at.append(src.location(fn, f.site))
+    tf32 = f"; TF32 enabled at {first_of(tf32_at)}" if tf32_at else ""
+    if autocast:
+        return ChecklistStatus.APPLIED, f"autocast / reduced precision at {first_of(autocast)}{tf32}"
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    if not src.step_loops():
+        return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
+    return ChecklistStatus.NOT_MEASURABLE, "no autocast found, and no CUDA training loop for GD401 to judge" + tf32
+
+
+def _recommends(finding: Finding) -> bool:
+    """The deprecated-spelling finding does not make mixed precision missing."""
+    return "deprecated" not in finding.message
+
+
+STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"amp": _judge_amp}, recommends=_recommends)
+
+
+EXAMPLES = examples(
+    bad_deprecated_spelling="""\
+# Mixed precision through the deprecated torch.cuda.amp namespace.
+import torch
+
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    with torch.cuda.amp.autocast():
+        loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+    bad_fp32_loop="""\
+# A CUDA training loop entirely in FP32.
+import torch
+
+model = model.to("cuda")
+for x, y in loader:
+    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+""",
+    good_autocast="""\
+# Forward pass and loss in bfloat16 through torch.autocast.
+import torch
+
+model = model.to("cuda")
+for x, y in loader:
+    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = criterion(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD401",
     name="no-amp",
     title="FP32 conv/matmul on a GPU with Tensor Cores, without AMP",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace", "shapes"),
+    needs={Need.GPU, Need.TRACE, Need.SHAPES},
+    self_checked={Need.TRACE, Need.SHAPES},
     not_injectable="AMP changes numerics (half-precision matmuls, loss scaling): try it in the script and check the loss",
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -78,7 +78,7 @@ from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import flag_ref, flag_text
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import is_amd, kernel_speedup, matmul_tf32_flags, won_fraction
 
 
@@ -136,8 +136,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> Rul
 
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     name, cc = ctx.device_cc()
     if cc is None:
         return RuleResult.cannot_judge("the compute capability of the GPU is not known")
@@ -176,6 +174,7 @@ RULE = Rule(
     title="FP32 matmuls on Ampere+ with TF32 disabled",
     doc=__doc__,
     check=check,
-    needs=("gpu", "settings"),
+    needs={Need.GPU, Need.SETTINGS},
+    self_checked={Need.SETTINGS},
     inject=inject,
 )

@@ -68,13 +68,35 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
+import ast
+import re
+
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Finding,
+    Fix,
+    Location,
+    Metric,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import CUDNN_BENCHMARK_FRACTION
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    const,
+    examples,
+)
+from gpudoctor.rules.static_api.text import NO_CUDA, first_of
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics, bench) -> RuleResult:
@@ -142,10 +164,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics, bench) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
-    if ctx.settings is None:
-        return RuleResult.cannot_judge("cudnn.benchmark is not recorded in a trace: run `gpudoctor profile`")
     bench = find_flag(ctx, "cudnn.benchmark")
     if bench is None:
         return RuleResult.cannot_judge("the run's settings do not record cudnn.benchmark")
@@ -165,12 +183,194 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
                       text="torch.backends.cudnn.benchmark = True, kept when the script sets it"),)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+CONV_LAYERS = frozenset(
+    f"torch.nn.{kind}{d}d"
+    for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+    for d in (1, 2, 3)
+) | frozenset(
+    f"torch.nn.modules.conv.{kind}{d}d" for kind in ("Conv", "ConvTranspose") for d in (1, 2, 3)
+)  # functional convolutions are left out: they also serve CPU augmentation in Datasets
+
+#: torchvision / timm model families that are convolutional networks.
+CNN_FAMILIES = re.compile(
+    r"^(resnet|resnext|wide_resnet|vgg|densenet|mobilenet|efficientnet|convnext|regnet|alexnet|googlenet|"
+    r"inception|shufflenet|squeezenet|mnasnet|fcn_|deeplabv3|lraspp|fasterrcnn|maskrcnn|keypointrcnn|"
+    r"retinanet|ssd|ssdlite|fcos|r3d|r2plus1d|mc3|s3d|unet|csp|darknet|dla|dpn|ghostnet|hrnet|nfnet|"
+    r"rexnet|selecsls|res2net|resnest|seresnet|senet|tresnet|xception|cspresnet)",
+    re.IGNORECASE,
+)
+CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
+CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+DETERMINISTIC_ALGORITHMS = "torch.use_deterministic_algorithms"
+
+
+def _conv_layer(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("conv", node, extra=q)
+
+
+def _cnn_model(scan: Scan, node: ast.Call, q: str) -> bool:
+    """A torchvision / timm / hub model of a convolutional family."""
+    if q.startswith("torchvision.models."):
+        cnn = bool(CNN_FAMILIES.match(q.rsplit(".", 1)[-1]))
+    elif q in ("timm.create_model", "torch.hub.load"):
+        cnn = any(
+            isinstance(a, ast.Constant) and isinstance(a.value, str) and CNN_FAMILIES.match(a.value) for a in node.args
+        )
+    else:
+        cnn = False
+    if cnn:
+        scan.record("conv", node, extra=q)
+    return cnn
+
+
+def _deterministic_algorithms(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("deterministic_algorithms", node, scan.sym(node.args[0]) if node.args else const(True))
+
+
+def _benchmark_flag(scan: Scan, target: ast.Attribute, value: ast.expr, q: str) -> None:
+    scan.record("cudnn_benchmark", target, scan.sym(value))
+
+
+def _deterministic_flag(scan: Scan, target: ast.Attribute, value: ast.expr, q: str) -> None:
+    scan.record("cudnn_deterministic", target, scan.sym(value))
+
+
+WATCH = Watch(
+    calls={**dict.fromkeys(CONV_LAYERS, _conv_layer), DETERMINISTIC_ALGORITHMS: _deterministic_algorithms},
+    call_patterns=(_cnn_model,),
+    settings={CUDNN_BENCHMARK: _benchmark_flag, CUDNN_DETERMINISTIC: _deterministic_flag},
+)
+
+
+class _Cudnn:
+    """What the programs say about cuDNN: benchmark set on / off, determinism asked for, convolutions."""
+
+    def __init__(self, src: StaticContext) -> None:
+        self.on: list[Function] = []
+        self.on_at: list[Location] = []
+        self.off: list[tuple[Function, Fact]] = []
+        for fn, f in src.facts("cudnn_benchmark"):
+            if not src.active(fn, f.ctx):
+                continue
+            if src.resolve(fn, f.value).truth() is False:
+                self.off.append((fn, f))
+            else:
+                self.on.append(fn)
+                self.on_at.append(src.location(fn, f.site))
+        self.deterministic: list[Function] = []
+        self.deterministic_at: list[Location] = []
+        for kind in ("cudnn_deterministic", "deterministic_algorithms"):
+            for fn, f in src.facts(kind):
+                if src.active(fn, f.ctx) and src.resolve(fn, f.value).truth() is not False:
+                    self.deterministic.append(fn)
+                    self.deterministic_at.append(src.location(fn, f.site))
+        self.convs = [(fn, f) for fn, f in src.facts("conv") if src.active(fn, f.ctx)]
+
+
+def _cudnn(src: StaticContext) -> _Cudnn:
+    return src.memo("GD403.cudnn", lambda: _Cudnn(src))
+
+
+def static_check(src: StaticContext) -> None:
+    """One finding per training CUDA program with convolutions where cudnn.benchmark is never set on."""
+    cudnn = _cudnn(src)
+    reported: set[int] = set()
+    for fn, f in cudnn.convs:
+        if not src.cuda(fn) or src.in_program(fn, cudnn.on) or src.in_program(fn, cudnn.deterministic):
+            continue
+        if not src.program_trains(fn):
+            continue
+        program = src.program(fn)
+        if program in reported:
+            continue
+        reported.add(program)
+        off = [(g, x) for g, x in cudnn.off if src.in_program(fn, [g])]
+        if off:
+            where, x = off[0]
+            site = x.site
+            detail = f"cudnn.benchmark is set to False at {where.file}:{x.site.line}"
+            before = src.line(where, x.site.line)
+            after = re.sub(r"=\s*.+$", "= True", before)
+        else:
+            site, where = f.site, fn
+            detail = "cudnn.benchmark is never set"
+            before = "# torch.backends.cudnn.benchmark is not set (default False)"
+            after = "torch.backends.cudnn.benchmark = True  # once, at start-up: input shapes are fixed"
+        src.report(
+            "GD403",
+            Severity.INFO,
+            f"Convolutions ({f.extra.rsplit('.', 1)[-1]} at {fn.file}:{f.site.line}) run with cuDNN's "
+            f"heuristic algorithm choice ({detail}): with fixed input shapes, autotuning picks faster kernels",
+            Fix(
+                "Set torch.backends.cudnn.benchmark = True once at start-up when input shapes do not change "
+                "from step to step (not when determinism is required)",
+                before,
+                after,
+            ),
+            where,
+            site,
+        )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    cudnn = _cudnn(src)
+    if cudnn.on_at:
+        return ChecklistStatus.APPLIED, f"cudnn.benchmark set at {first_of(cudnn.on_at)}"
+    if cudnn.deterministic_at:
+        return ChecklistStatus.NOT_APPLICABLE, f"deterministic algorithms requested at {first_of(cudnn.deterministic_at)}"
+    if not cudnn.convs:
+        return ChecklistStatus.NOT_APPLICABLE, "no convolution layers in the checked source"
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    return ChecklistStatus.NOT_MEASURABLE, "convolutions found but no CUDA training loop in the checked code"
+
+
+STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"cudnn-benchmark": _judge_in_source})
+
+
+EXAMPLES = examples(
+    bad_conv_no_benchmark="""\
+# A convolutional network on fixed-size images, cudnn.benchmark never set.
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+for images, labels in loader:
+    images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+    loss = criterion(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_benchmark="""\
+# cuDNN times the candidate algorithms once and keeps the fastest.
+import torch
+from torch import nn
+
+torch.backends.cudnn.benchmark = True
+
+model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+for images, labels in loader:
+    images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+    loss = criterion(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD403",
     name="cudnn-benchmark-off",
     title="Convolutions with fixed shapes and cudnn.benchmark off",
     doc=__doc__,
     check=check,
-    needs=("gpu", "settings"),
+    needs={Need.GPU, Need.SETTINGS},
+    needs_reasons={Need.SETTINGS: "cudnn.benchmark is not recorded in a trace: run `gpudoctor profile`"},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

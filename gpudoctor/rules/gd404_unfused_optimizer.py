@@ -74,14 +74,37 @@ References
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Evidence,
+    Finding,
+    Fix,
+    Location,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import TENSORS_PER_LAUNCH, launch_fraction
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+)
+from gpudoctor.rules.static_api.names import OPTIMIZERS, installed_torch_version, optimizer_class
+from gpudoctor.rules.static_api.text import NO_CUDA, at, first_of, with_kwargs
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
@@ -155,8 +178,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     s = ctx.settings
     if s is not None and s.optimizers and all(o.fused for o in s.optimizers):
         o = s.optimizers[0]
@@ -182,6 +203,176 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
                       text=f"{opt.cls}({knob}=True) at {opt.call_site}"),)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in re.split(r"[.+]", text)[:3]:
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    return tuple(parts)
+
+
+def optimizer_support(cls: str, torch_version: str | None) -> tuple[bool, bool]:
+    """(has foreach, has fused) for an optimizer class in the given torch (None: current torch)."""
+    foreach_since, fused_since = OPTIMIZERS.get(cls, (None, None))
+    have = _version_tuple(torch_version) if torch_version else None
+
+    def ok(since: str | None) -> bool:
+        if since is None:
+            return False
+        return have is None or have >= _version_tuple(since)
+
+    return ok(foreach_since), ok(fused_since)
+
+
+def _optimizer(scan: Scan, node: ast.Call, q: str) -> bool:
+    """A ``torch.optim`` optimizer: its class, its keyword arguments, whether it takes ``**kwargs``."""
+    cls = optimizer_class(q)
+    if cls is None:
+        return False
+    kwargs = {k.arg: scan.sym(k.value) for k in node.keywords if k.arg}
+    star = any(k.arg is None for k in node.keywords)
+    scan.record("optimizer", node, extra=cls, text=scan.segment(node, 160), data=(kwargs, star))
+    return True
+
+
+def _flags(src: StaticContext, fn: Function, f: Fact) -> tuple[bool | str | None, ...]:
+    """(fused, foreach, differentiable): True / False / None (decided at run time) / "missing"."""
+    kwargs, _star = f.data
+
+    def flag(name: str) -> bool | str | None:
+        if name not in kwargs:
+            return "missing"
+        return src.resolve(fn, kwargs[name]).truth()
+
+    return flag("fused"), flag("foreach"), flag("differentiable")
+
+
+def _optimizers(src: StaticContext) -> list[tuple[Function, Fact, Location, str]]:
+    """Every optimizer that runs with the argparse defaults: where, and "AdamW (fused=True)" as shown."""
+
+    def find() -> list[tuple[Function, Fact, Location, str]]:
+        out = []
+        for fn in src.functions():
+            for f in fn.facts:
+                if f.kind != "optimizer" or not src.active(fn, f.ctx):
+                    continue
+                fused, foreach, _diff = _flags(src, fn, f)
+                shown = f.extra + (" (fused=True)" if fused is True else " (foreach=True)" if foreach is True else "")
+                out.append((fn, f, src.location(fn, f.site), shown))
+        return out
+
+    return src.memo("GD404.optimizers", find)
+
+
+def static_check(src: StaticContext) -> None:
+    """An optimizer forced onto its for-loop implementation, or left on foreach where fused exists."""
+    version = installed_torch_version()
+    for fn, f, loc, _shown in _optimizers(src):
+        cls, (_kwargs, star) = f.extra, f.data
+        has_foreach, has_fused = optimizer_support(cls, version)
+        fused, foreach, diff = _flags(src, fn, f)
+        if star or diff is True or not src.cuda(fn) or not has_foreach:
+            continue
+        if fused is True or foreach is True:
+            continue
+        before = src.source(fn, f.site)
+        shown_version = version or "current torch"
+        if fused is False or foreach is False:
+            which = "fused=False" if fused is False else "foreach=False"
+            src.report(
+                "GD404",
+                Severity.WARNING,
+                f"torch.optim.{cls} at {at(loc)} is forced onto its for-loop implementation ({which}): every step "
+                "launches several kernels per parameter tensor",
+                Fix(
+                    "Remove the flag, or pass " + ("fused=True" if has_fused else "foreach=True"),
+                    before,
+                    with_kwargs(
+                        before,
+                        {"fused" if has_fused else "foreach": "True", "foreach" if has_fused else "fused": None},
+                    ),
+                ),
+                fn,
+                f.site,
+            )
+            continue
+        if fused == "missing" and foreach == "missing" and has_fused:
+            src.report(
+                "GD404",
+                Severity.INFO,
+                f"torch.optim.{cls} at {at(loc)} uses the default foreach implementation; its fused CUDA "
+                f"implementation (fused=True, torch {shown_version}) updates all parameters in a few kernels",
+                Fix(
+                    f"Pass fused=True to torch.optim.{cls} (parameters must be floating-point CUDA tensors)",
+                    before,
+                    with_kwargs(before, {"fused": "True"}),
+                ),
+                fn,
+                f.site,
+                Evidence(notes=(f"installed torch: {shown_version} (read from package metadata, not imported)",)),
+            )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    optimizers = _optimizers(src)
+    if not optimizers:
+        return ChecklistStatus.NOT_APPLICABLE, "no torch.optim optimizer in the checked source"
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    _fn, _f, loc, shown = optimizers[0]
+    return ChecklistStatus.APPLIED, f"{shown} at {first_of([loc])}: foreach (the CUDA default) or fused"
+
+
+STATIC = StaticCheck(
+    check=static_check, watch=Watch(call_patterns=(_optimizer,)), judges={"unfused-optimizer": _judge_in_source}
+)
+
+
+EXAMPLES = examples(
+    bad_default_unfused="""\
+# AdamW on CUDA without fused=True runs the (slower) default foreach implementation.
+import torch
+
+model = model.cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+for x, y in loader:
+    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    bad_forced_for_loop="""\
+# foreach=False forces the per-parameter loop: several kernels per tensor every step.
+import torch
+
+model = model.cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+for x, y in loader:
+    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_fused="""\
+# The fused implementation updates every parameter in a few kernels.
+import torch
+
+model = model.cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+for x, y in loader:
+    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD404",
     name="unfused-optimizer",
@@ -189,6 +380,9 @@ RULE = Rule(
     technique="A fused optimizer step (fused=True or foreach)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
+    self_checked={Need.TRACE},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

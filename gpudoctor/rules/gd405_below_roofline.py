@@ -116,7 +116,7 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef, SummaryStat
 from gpudoctor.model.metrics import Component, Roofline, RooflineRow, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import won_fraction
 
 _COMPUTE = ("matmul", "conv", "attention")
@@ -337,8 +337,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics, cc: float | None) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels in this run")
     _, cc = ctx.device_cc()
@@ -397,7 +395,8 @@ RULE = Rule(
     technique="Kernels near the device's roofline (Tensor Cores for FP32 math, fused elementwise chains)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace", "shapes"),
+    needs={Need.GPU, Need.TRACE, Need.SHAPES},
+    self_checked={Need.TRACE, Need.SHAPES},
     not_injectable=("AMP changes numerics and torch.compile changes the code: try them in the script and compare "
                     "two runs"),
 )

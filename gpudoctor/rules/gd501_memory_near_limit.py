@@ -63,7 +63,7 @@ from gpudoctor.model.findings import Confidence, Fix
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_pct
 from gpudoctor.rules.helpers import memory_peak
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = """loss = loss_fn(model(x), y)"""
 _AFTER = """with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -109,8 +109,6 @@ def _judge(ctx: RuleContext, m: TraceMetrics | None) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     if not ctx.metrics:
         return _judge(ctx, None)
     return ctx.per_trace(lambda m: _judge(ctx, m))
@@ -123,6 +121,7 @@ RULE = Rule(
     technique="Headroom in GPU memory (batch size, activation checkpointing)",
     doc=__doc__,
     check=check,
-    needs=("gpu", "memory"),
+    needs={Need.GPU, Need.MEMORY},
+    self_checked={Need.MEMORY},
     not_injectable="memory headroom is not a speed fix to time",
 )

@@ -70,11 +70,31 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
+import ast
+
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Finding,
+    Fix,
+    Metric,
+    SettingRef,
+    Severity,
+)
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+)
+from gpudoctor.rules.static_api.text import NO_CUDA
 
 _BEFORE = """for x, y in loader:
     loss = step(x, y)
@@ -187,8 +207,6 @@ def _from_settings(ctx: RuleContext) -> RuleResult | None:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     traced = ctx.per_trace(lambda m: _judge(ctx, m)) if ctx.metrics else None
     if traced is not None and traced.findings:
         return traced
@@ -216,6 +234,95 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
                       text="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+EMPTY_CACHE = frozenset({"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"})
+
+
+def _empty_cache_call(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("empty_cache", node)
+
+
+def _empty_cache(src: StaticContext, fn: Function, f: Fact) -> None:
+    lid = src.step_loop(fn, f.ctx)
+    line = src.line(fn, f.site.line)
+    fix = Fix(
+        "Remove torch.cuda.empty_cache(): the caching allocator reuses freed blocks; for fragmentation set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        line,
+        "# (removed) " + line,
+    )
+    if lid is not None:
+        src.report(
+            "GD502",
+            Severity.WARNING,
+            f"torch.cuda.empty_cache() at {fn.file}:{f.site.line} runs in every step of "
+            f"{src.where_step(fn, lid)}: it synchronizes and returns the cache to the driver, so "
+            "the next step pays cudaMalloc again",
+            fix,
+            fn,
+            f.site,
+        )
+    elif f.ctx.loops or src.called_in_loop(fn):
+        src.report(
+            "GD502",
+            Severity.INFO,
+            f"torch.cuda.empty_cache() at {fn.file}:{f.site.line} runs inside a loop: each call synchronizes "
+            "and empties the allocator's cache, which the next iteration refills with cudaMalloc",
+            fix,
+            fn,
+            f.site,
+        )
+
+
+def static_check(src: StaticContext) -> None:
+    """torch.cuda.empty_cache() in every training step (warning), or in another loop (info)."""
+    for fn in src.functions():
+        for f in fn.facts:
+            if f.kind == "empty_cache" and src.active(fn, f.ctx):
+                _empty_cache(src, fn, f)
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    if not src.cuda_anywhere:
+        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    return ChecklistStatus.APPLIED, "no torch.cuda.empty_cache() in a loop"
+
+
+STATIC = StaticCheck(
+    check=static_check,
+    watch=Watch(calls=dict.fromkeys(EMPTY_CACHE, _empty_cache_call)),
+    judges={"allocator-churn": _judge_in_source},
+)
+
+
+EXAMPLES = examples(
+    bad_empty_cache_every_step="""\
+# Emptying the CUDA cache every step: the allocator starts over each time.
+import torch
+
+for x, y in loader:
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    torch.cuda.empty_cache()
+""",
+    good_no_empty_cache="""\
+# The caching allocator reuses its blocks from step to step.
+import torch
+
+for x, y in loader:
+    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD502",
     name="allocator-churn",
@@ -223,6 +330,8 @@ RULE = Rule(
     technique="Reuse GPU memory across steps (no empty_cache() or fresh allocations in the loop)",
     doc=__doc__,
     check=check,
-    needs=("gpu",),
+    needs={Need.GPU},
     inject=inject,
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -79,7 +79,7 @@ from typing import NamedTuple
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.run import Injection, StepRecord
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, median_int
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 _ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _MIN_STEPS_FOR_HALF = 10  # with fewer readings (see _readings), all of them are judged
@@ -230,6 +230,7 @@ RULE = Rule(
     title="System CPU time and page faults from the host allocator",
     doc=__doc__,
     check=check,
-    needs=("steps",),
+    needs={Need.STEPS},
+    needs_reasons={Need.STEPS: "no per-step CPU usage (sys_cpu_ns, minor_faults in steps.jsonl: `gpudoctor profile` on Linux)"},
     inject=inject,
 )

@@ -61,11 +61,16 @@ References
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 
-from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, Severity
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef, Severity
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples
+from gpudoctor.rules.static_api.names import DATA_PARALLEL, DDP
+from gpudoctor.rules.static_api.text import closing_paren, first_of
 
 _AFTER = """# torchrun --nproc-per-node=NUM_GPUS train.py
 dist.init_process_group("nccl")
@@ -78,8 +83,7 @@ loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset),
 
 def check(ctx: RuleContext) -> RuleResult:
     s = ctx.settings
-    if s is None:
-        return RuleResult.cannot_judge("module wrappers are not recorded in a trace: run `gpudoctor profile`")
+    assert s is not None  # Rule.needs
     dp = [w for w in s.wrappers if w.kind == "DataParallel"]
     ddp = [w for w in s.wrappers if w.kind in ("DistributedDataParallel", "FullyShardedDataParallel")]
     if not dp:
@@ -122,6 +126,104 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.fired(finding)
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _data_parallel(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("data_parallel", node, extra=q)
+
+
+def _ddp(scan: Scan, node: ast.Call, q: str) -> None:
+    scan.record("ddp", node, extra=q)
+
+
+def _ddp_after(line: str) -> str:
+    m = re.search(r"(?:\w+\.)*(?:DataParallel|data_parallel)\(", line)
+    if m is None:
+        return line
+    rest = line[m.end() - 1 :]
+    close = closing_paren(rest)
+    if close is None:
+        return line[: m.start()] + "DistributedDataParallel(" + line[m.end() :]
+    inner = rest[1:close].strip()
+    inner = re.sub(r",?\s*(device_ids|output_device)\s*=\s*(\[[^\]]*\]|[^,)]+)", "", inner).strip()
+    args = (inner + ", " if inner else "") + "device_ids=[local_rank]"
+    return line[: m.start()] + "DistributedDataParallel(" + args + ")" + rest[close + 1 :]
+
+
+def static_check(src: StaticContext) -> None:
+    """Every nn.DataParallel that runs with the argparse defaults."""
+    for fn in src.functions():
+        for f in fn.facts:
+            if f.kind != "data_parallel" or not src.active(fn, f.ctx):
+                continue
+            line = src.line(fn, f.site.line)
+            src.report(
+                "GD601",
+                Severity.WARNING,
+                f"nn.DataParallel at {fn.file}:{f.site.line}: one process drives every GPU, scattering each batch, "
+                "replicating the model every step and gathering outputs on GPU 0, under one GIL",
+                Fix(
+                    "Use DistributedDataParallel, one process per GPU, launched with torchrun "
+                    "(`torchrun --nproc-per-node=N train.py`), with a DistributedSampler",
+                    line,
+                    "# torch.distributed.init_process_group(\"nccl\"); local_rank = int(os.environ[\"LOCAL_RANK\"])\n"
+                    + _ddp_after(line),
+                ),
+                fn,
+                f.site,
+            )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    ddp = [src.location(fn, f.site) for fn, f in src.facts("ddp") if src.active(fn, f.ctx)]
+    if ddp:
+        return ChecklistStatus.APPLIED, f"DistributedDataParallel / FSDP at {first_of(ddp)}"
+    return ChecklistStatus.NOT_APPLICABLE, "no nn.DataParallel in the checked source"
+
+
+STATIC = StaticCheck(
+    check=static_check,
+    watch=Watch(calls={**dict.fromkeys(DATA_PARALLEL, _data_parallel), **dict.fromkeys(DDP, _ddp)}),
+    judges={"data-parallel": _judge_in_source},
+)
+
+
+EXAMPLES = examples(
+    bad_data_parallel="""\
+# One process drives every GPU through nn.DataParallel.
+import torch
+from torch import nn
+
+model = nn.DataParallel(model).cuda()
+for x, y in loader:
+    loss = criterion(model(x), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+    good_ddp="""\
+# One process per GPU (torchrun), gradients all-reduced by DistributedDataParallel.
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+for x, y in loader:
+    x, y = x.cuda(local_rank, non_blocking=True), y.cuda(local_rank, non_blocking=True)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+)
+
+
 RULE = Rule(
     code="GD601",
     name="data-parallel",
@@ -129,6 +231,9 @@ RULE = Rule(
     technique="DistributedDataParallel rather than nn.DataParallel",
     doc=__doc__,
     check=check,
-    needs=("settings",),
+    needs={Need.SETTINGS},
+    needs_reasons={Need.SETTINGS: "module wrappers are not recorded in a trace: run `gpudoctor profile`"},
     not_injectable="moving to DistributedDataParallel needs a launcher and code changes",
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -109,7 +109,7 @@ from gpudoctor.rules.distributed import (
     ddp_wrappers,
     is_distributed,
 )
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import COMM_COMPRESSION_FRACTION
 
 _BEFORE = """model = DDP(model, device_ids=[local_rank])
@@ -261,6 +261,7 @@ RULE = Rule(
     technique="Overlap communication with compute (DDP buckets, no_sync during accumulation)",
     doc=__doc__,
     check=check,
-    needs=("trace",),
+    needs={Need.TRACE},
+    self_checked={Need.TRACE},
     not_injectable="trials of distributed jobs are not supported",
 )

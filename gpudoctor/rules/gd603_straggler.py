@@ -100,7 +100,7 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
 from gpudoctor.rules.distributed import figures, is_distributed
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = """for step, (x, y) in enumerate(loader):
     train_step(model, x, y)
@@ -207,6 +207,7 @@ RULE = Rule(
     technique="Balance the work across ranks",
     doc=__doc__,
     check=check,
-    needs=("trace",),
+    needs={Need.TRACE},
+    self_checked={Need.TRACE},
     not_injectable="trials of distributed jobs are not supported",
 )

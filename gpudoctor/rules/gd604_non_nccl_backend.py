@@ -73,7 +73,7 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
 from gpudoctor.rules.distributed import comm_by_rank, cuda_backend, ddp_wrappers, is_distributed
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 _NCCL = ("nccl", "rccl")
 _BEFORE = """dist.init_process_group("gloo")
@@ -166,6 +166,7 @@ RULE = Rule(
     technique="The NCCL backend for collectives on CUDA tensors",
     doc=__doc__,
     check=check,
-    needs=("gpu", "settings"),
+    needs={Need.GPU, Need.SETTINGS},
+    self_checked={Need.GPU, Need.SETTINGS},
     not_injectable="trials of distributed jobs are not supported",
 )

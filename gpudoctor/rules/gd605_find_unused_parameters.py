@@ -72,7 +72,7 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, location_of
 from gpudoctor.rules.distributed import ddp_refs, ddp_wrappers, is_distributed
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = "model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)"
 _AFTER = """model = DDP(model, device_ids=[local_rank])   # every parameter gets a gradient
@@ -141,6 +141,7 @@ RULE = Rule(
     technique="find_unused_parameters=False when every parameter is used",
     doc=__doc__,
     check=check,
-    needs=("settings",),
+    needs={Need.SETTINGS},
+    self_checked={Need.SETTINGS},
     not_injectable="trials of distributed jobs are not supported",
 )

@@ -78,11 +78,28 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+import ast
+import re
+from dataclasses import dataclass
+
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, Severity
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import CallSite
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.static_api import (
+    Function,
+    Loop,
+    Scan,
+    Site,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+    last,
+)
+from gpudoctor.rules.static_api.names import MODEL_NAME
+from gpudoctor.rules.static_api.text import at, first_of, indent
 
 _BEFORE = """model.eval()
 for x, y in val_loader:
@@ -263,12 +280,162 @@ def check(ctx: RuleContext) -> RuleResult:
     return ctx.per_trace(lambda m: _judge(ctx, m, how))
 
 
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+#: Functions whose loops over batches are evaluation even without a ``.eval()`` call in them
+#: (``test`` is left out: ``test_*`` functions are unit tests).
+EVAL_FUNCTION = re.compile(
+    r"(^|_)(eval|evaluate|evaluation|valid|validate|validation|infer|inference|predict)(_|$)", re.IGNORECASE
+)
+_CALLEE = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+
+
+def _loop_models(scan: Scan, node: ast.stmt, loop: Loop) -> None:
+    """The models a loop calls (``model(x)``, ``net.forward(x)``), and those in eval mode as it starts."""
+    calls: set[str] = set()
+    for m in _CALLEE.finditer(scan.source_of(node)):
+        d = m.group(1)
+        if d.endswith(".forward"):
+            d = d[: -len(".forward")]
+        elif not (MODEL_NAME.match(last(d)) or d in scan.modules or d in scan.eval_receivers):
+            continue
+        if scan.imported(d.split(".", 1)[0]) is not None:
+            continue  # a library call (torch.nn.functional.…), not a model
+        calls.add(d)
+    if calls:
+        scan.record("loop_models", node, site=loop.site, text="",
+                    data=(loop.id, frozenset(calls), frozenset(scan.eval_receivers)))
+
+
+@dataclass(frozen=True, slots=True)
+class _EvalLoop:
+    fn: Function
+    loop: Loop
+    models: frozenset[str]  # models it calls
+    evaluated: frozenset[str]  # of those, the ones in eval mode
+    loc: Location
+    guarded: bool  # under no_grad / inference_mode (the loop, its function, or every caller)
+
+
+def _callers_no_grad(src: StaticContext, fn: Function) -> bool:
+    callers = src.callers(fn)
+    return bool(callers) and all(ctx.no_grad or caller.no_grad_decorated for caller, ctx in callers)
+
+
+def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
+    """The outermost loops that run a model over batches without backward, in eval mode or in an
+    evaluation function."""
+
+    def find() -> list[_EvalLoop]:
+        out = []
+        for fn in src.functions():
+            if not fn.loops or src.per_step(fn):
+                continue
+            models = {f.data[0]: f.data[1:] for f in fn.facts if f.kind == "loop_models"}
+            training = src.training_loop_ids(fn)
+            candidates: dict[int, tuple[Loop, frozenset[str], frozenset[str]]] = {}
+            for loop in fn.loops:
+                if loop.id in training or any(lid in training for lid in loop.ctx.loops):
+                    continue
+                calls, eval_before = models.get(loop.id, (frozenset(), frozenset()))
+                if not calls or not loop.target_is_batch:
+                    continue
+                if not calls & eval_before and not EVAL_FUNCTION.search(fn.name):
+                    continue
+                if not src.active(fn, loop.ctx):
+                    continue
+                candidates[loop.id] = (loop, calls, eval_before)
+            for lid in sorted(candidates):
+                loop, calls, eval_before = candidates[lid]
+                if any(outer in candidates for outer in loop.ctx.loops):
+                    continue
+                guarded = loop.ctx.no_grad or fn.no_grad_decorated or _callers_no_grad(src, fn)
+                out.append(_EvalLoop(fn, loop, calls, calls & eval_before, src.location(fn, loop.site), guarded))
+        return out
+
+    return src.memo("GD701.eval-loops", find)
+
+
+def static_check(src: StaticContext) -> None:
+    for e in _eval_loops(src):
+        if e.guarded:
+            continue
+        fn, loop = e.fn, e.loop
+        model = sorted(e.evaluated or e.models)[0]
+        why = f"`{model}.eval()` before it" if model in e.evaluated else f"in `{fn.name}()`"
+        before = src.source(fn, Site(loop.site.line, loop.site.col, loop.site.end_line + 2), max_lines=3)
+        src.report(
+            "GD701",
+            Severity.WARNING,
+            f"Evaluation loop at {at(e.loc)} ({why}, no backward) calls `{model}(...)` with autograd on: every "
+            "forward pass records the graph and keeps its activations",
+            Fix(
+                "Run evaluation under torch.inference_mode() (or torch.no_grad()), or decorate the function "
+                "with @torch.inference_mode()",
+                before,
+                "with torch.inference_mode():\n" + indent(before),
+            ),
+            fn,
+            loop.site,
+        )
+
+
+def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    loops = _eval_loops(src)
+    if loops:
+        guarded = sum(1 for e in loops if e.guarded)
+        return ChecklistStatus.APPLIED, (
+            f"{guarded} of {len(loops)} evaluation loops run under no_grad / inference_mode "
+            f"({first_of([e.loc for e in loops])})"
+        )
+    return ChecklistStatus.NOT_APPLICABLE, (
+        "no evaluation loop (model.eval() then forward passes without backward) in the checked source"
+    )
+
+
+STATIC = StaticCheck(check=static_check, watch=Watch(loops=_loop_models), judges={"no-grad-eval": _judge_in_source})
+
+
+EXAMPLES = examples(
+    bad_eval_with_grad="""\
+# Evaluation after model.eval(), but autograd still records every forward pass.
+import torch
+
+
+def evaluate(model, loader, device):
+    model.eval()
+    correct = 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        correct += (model(x).argmax(1) == y).sum()
+    return correct / len(loader.dataset)
+""",
+    good_inference_mode="""\
+# Evaluation under inference_mode: no graph, no saved activations.
+import torch
+
+
+@torch.inference_mode()
+def evaluate(model, loader, device):
+    model.eval()
+    correct = 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        correct += (model(x).argmax(1) == y).sum()
+    return correct / len(loader.dataset)
+""",
+)
+
+
 RULE = Rule(
     code="GD701",
     name="eval-with-grad",
     title="Evaluation/inference records autograd",
     doc=__doc__,
     check=check,
-    needs=("trace",),
+    needs={Need.TRACE},
+    self_checked={Need.TRACE},
     not_injectable="torch.no_grad() / inference_mode() around evaluation is a code change",
+    static=STATIC,
+    examples=EXAMPLES,
 )

@@ -70,11 +70,12 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.model.findings import Confidence, Fix, Metric
+from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
-from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import DEVICE_LOSS_HOST_NS_PER_STEP
+from gpudoctor.rules.static_api import StaticCheck, StaticContext
 
 _BEFORE = """out = model(x.cuda())
 loss = criterion(out.cpu(), y)        # y on the CPU"""
@@ -149,9 +150,19 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
 
 
 def check(ctx: RuleContext) -> RuleResult:
-    if not ctx.has_gpu():
-        return RuleResult.cannot_judge(ctx.no_gpu_reason())
     return ctx.per_trace(lambda m: _judge(ctx, m))
+
+
+# --------------------------------------------------------------------------- `gpudoctor check`
+
+
+def _judge_loss(src: StaticContext) -> tuple[ChecklistStatus, str]:
+    return ChecklistStatus.NOT_MEASURABLE, (
+        "where the loss runs is decided by tensor placement at run time (GD702 needs `gpudoctor profile`)"
+    )
+
+
+STATIC = StaticCheck(judges={"loss-on-device": _judge_loss})
 
 
 RULE = Rule(
@@ -160,6 +171,7 @@ RULE = Rule(
     title="Loss computed on the CPU from outputs copied back",
     doc=__doc__,
     check=check,
-    needs=("gpu", "trace"),
+    needs={Need.GPU, Need.TRACE},
     not_injectable="computing the loss on the GPU is a code change",
+    static=STATIC,
 )

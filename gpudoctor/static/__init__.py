@@ -45,7 +45,9 @@ How scripts are judged
   Adam and AdamW (torch ≥ 2.0) and SGD (≥ 2.3); the other ``torch.optim``
   optimizers already run ``foreach`` by default on CUDA.
 
-Severity policy: see ``gpudoctor.static.checks`` (warning: a cost paid every
+Each code's static check lives in its rule's module (``Rule.static``, written against
+``gpudoctor.rules.static_api``); this package reads and links the source and runs
+them. Severity policy: see ``gpudoctor.static.context`` (warning: a cost paid every
 step; info: depends on hardware, data or model, or paid once per epoch).
 
 Suppression: ``# gpudoctor: ignore[GD201]`` (several codes separated by commas)
@@ -79,15 +81,19 @@ from gpudoctor.model.findings import (
     RuleInfo,
     SummaryStat,
 )
-from gpudoctor.static import knowledge
+from gpudoctor.rules.registry import static_codes
+from gpudoctor.rules.static_api.names import installed_torch_version
 from gpudoctor.static.checklist import build_checklist, checklist_rows
-from gpudoctor.static.checks import STATIC_CODES, Checker, Raw
+from gpudoctor.static.context import ProjectContext, Raw, run_checks
 from gpudoctor.static.link import Project
 from gpudoctor.static.scan import reset_caches, scan_file
 from gpudoctor.static.sources import ImportResolver, discover
 from gpudoctor.static.summary import FileError, ModuleSummary
 
 __all__ = ["STATIC_CODES", "check_paths", "checklist_rows"]
+
+#: Every code ``gpudoctor check`` can report: the rules with a static check.
+STATIC_CODES = static_codes()
 
 #: Below this many files, scanning in one process is faster than starting workers.
 PARALLEL_MIN_FILES = 48
@@ -116,12 +122,11 @@ def check_paths(paths: Sequence[Path], config: Config) -> Report:
     _follow_imports(modules, root_strs, file_errors)
 
     project = Project(modules, [str(t.path) for t in targets])
-    checker = Checker(project)
-    raws = checker.run()
-    findings = _filter(raws, modules, config)
+    checks = run_checks(project)
+    findings = _filter(checks.raw, modules, config)
     findings = tuple(sorted(findings, key=_order))
-    enabled = [c for c in STATIC_CODES if config.rule_enabled(c)]
-    checklist = build_checklist(checker.obs, findings, config.rule_enabled)
+    enabled = [c for c in static_codes() if config.rule_enabled(c)]
+    checklist = build_checklist(checks, findings, config.rule_enabled)
     return Report(
         schema_version=REPORT_SCHEMA_VERSION,
         gpudoctor_version=__version__,
@@ -130,12 +135,12 @@ def check_paths(paths: Sequence[Path], config: Config) -> Report:
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         findings=findings,
         checklist=checklist,
-        summary=_summary({str(t.path) for t in targets}, modules, checker, file_errors),
+        summary=_summary({str(t.path) for t in targets}, modules, checks, file_errors),
         environment={
             "python": platform.python_version(),
-            "torch (installed)": knowledge.installed_torch_version() or "not installed",
+            "torch (installed)": installed_torch_version() or "not installed",
         },
-        errors=tuple(e.message for e in sorted(file_errors, key=lambda e: e.path)) + tuple(checker.internal_errors),
+        errors=tuple(e.message for e in sorted(file_errors, key=lambda e: e.path)) + tuple(checks.internal_errors),
         rules_run=tuple(enabled),
         rules=_rule_infos(enabled),
     )
@@ -268,11 +273,13 @@ def _rule_infos(codes: list[str]) -> tuple[RuleInfo, ...]:
     return tuple(infos)
 
 
-def _summary(targets: set[str], modules: dict[str, ModuleSummary], checker: Checker, errors: list[FileError]) -> tuple[SummaryStat, ...]:
+def _summary(
+    targets: set[str], modules: dict[str, ModuleSummary], checks: ProjectContext, errors: list[FileError]
+) -> tuple[SummaryStat, ...]:
     followed = sum(1 for p in modules if p not in targets)
     return (
         SummaryStat("files_checked", "files checked", len(targets), "files"),
         SummaryStat("files_followed", "project files read through imports", followed, "files"),
-        SummaryStat("training_loops", "training loops found", len(checker.obs.step_loops), "loops"),
+        SummaryStat("training_loops", "training loops found", len(checks.step_loops()), "loops"),
         SummaryStat("files_unreadable", "files not checked (see errors)", len(errors), "files"),
     )

@@ -32,32 +32,24 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-Sym = tuple
+from gpudoctor.rules.static_api.facts import (
+    POSITIVE,
+    POSITIVE_VALUE,
+    UNKNOWN,
+    UNKNOWN_VALUE,
+    Resolved,
+    Sym,
+    _Marker,
+    const,
+)
 
-UNKNOWN: Sym = ("?",)
-POSITIVE: Sym = ("pos",)
-
-
-class _Marker:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-#: Resolution results that are not a Python value.
-UNKNOWN_VALUE = _Marker("<unknown>")
-POSITIVE_VALUE = _Marker("<positive>")
-
-
-def const(value: Any) -> Sym:
-    return ("k", value)
+__all__ = [
+    "POSITIVE", "POSITIVE_VALUE", "UNKNOWN", "UNKNOWN_VALUE", "ArgDef", "Resolved", "Resolver", "Sym", "const",
+    "sym_dict_items",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,32 +61,6 @@ class ArgDef:
     default: Sym
     file: str
     line: int
-
-
-@dataclass(slots=True)
-class Resolved:
-    """The value of a Sym and the argparse flags it came from."""
-
-    value: Any
-    origins: list[str] = field(default_factory=list)  # "`--workers` (default 0)"
-
-    @property
-    def known(self) -> bool:
-        return self.value is not UNKNOWN_VALUE and self.value is not POSITIVE_VALUE
-
-    def truth(self) -> bool | None:
-        """True / False, or None when it cannot be told."""
-        if self.value is UNKNOWN_VALUE:
-            return None
-        if self.value is POSITIVE_VALUE:
-            return True
-        try:
-            return bool(self.value)
-        except Exception:  # noqa: BLE001 - any object whose truth is odd
-            return None
-
-    def origin_text(self) -> str:
-        return ", ".join(dict.fromkeys(self.origins))
 
 
 _CMP: dict[str, Callable[[Any, Any], bool]] = {

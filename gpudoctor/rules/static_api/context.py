@@ -1,0 +1,251 @@
+"""What a static check runs against (``StaticContext``) and how a rule declares its part of ``check``.
+
+A rule's static part is a ``StaticCheck``:
+
+- ``check(src)`` reads the project through ``src`` and calls ``src.report(...)`` for
+  each problem (a finding before suppression comments and rule selection);
+- ``watch``: the facts only this rule needs, recorded for it by the scanner (``scan.py``);
+- ``judges``: checklist items it decides from the source when none of their codes
+  fired, technique key → ``judge(src) -> (status, reason)``;
+- ``recommends(finding)``: whether one of its findings recommends its checklist
+  technique (default: every finding does).
+
+``gpudoctor.static`` implements ``StaticContext`` over the linked project and drives
+the checks; a rule never imports it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from gpudoctor.model.findings import ChecklistStatus, Evidence, Finding, Fix, Location, Severity
+from gpudoctor.rules.static_api.facts import (
+    Ctx,
+    Fact,
+    Function,
+    LoaderFact,
+    Loop,
+    Resolved,
+    Site,
+    Sym,
+)
+from gpudoctor.rules.static_api.scan import Watch
+
+T = TypeVar("T")
+
+
+class StaticContext(ABC):
+    """The linked project: its functions and facts, values as the argparse defaults make them,
+    its training loops, and where findings go.
+
+    Programs: an entry file (one given on the command line that no other given file
+    imports) with the project modules it imports, transitively. "The program of ``fn``"
+    is every module that shares a program with ``fn``'s module; facts that judge a whole
+    script (CUDA in use, autocast, cudnn.benchmark) are looked up there.
+
+    The lists it returns are shared between the checks: read them, do not change them.
+    """
+
+    # ---------------------------------------------------------------- the project
+
+    @abstractmethod
+    def functions(self) -> Sequence[Function]:
+        """Every function of the project (module top levels included), sorted by ``gid``."""
+
+    @abstractmethod
+    def facts(self, kind: str) -> list[tuple[Function, Fact]]:
+        """Every fact of a kind: file by file (sorted paths), functions and facts in source order."""
+
+    @abstractmethod
+    def program_functions(self, fn: Function) -> list[Function]:
+        """The functions of ``fn``'s program, in the order of ``facts``."""
+
+    @abstractmethod
+    def program(self, fn: Function) -> int:
+        """An id of ``fn``'s program (the modules that share one with ``fn``'s): a check that judges a
+        whole program reports once per id."""
+
+    @abstractmethod
+    def in_program(self, fn: Function, others: Iterable[Function]) -> bool:
+        """Whether any of ``others`` is in ``fn``'s program."""
+
+    @abstractmethod
+    def cuda(self, fn: Function) -> bool:
+        """Whether ``fn``'s program uses CUDA (``.cuda()``, ``"cuda"``, ``torch.cuda.*``, Accelerate)."""
+
+    @property
+    @abstractmethod
+    def cuda_anywhere(self) -> bool:
+        """Whether any checked program uses CUDA."""
+
+    # ---------------------------------------------------------------- values
+
+    @abstractmethod
+    def resolve(self, fn: Function, sym: Sym) -> Resolved:
+        """A value of ``fn``'s module as the script runs with its argparse defaults."""
+
+    @abstractmethod
+    def active_why(self, fn: Function, ctx: Ctx) -> tuple[bool, list[str]]:
+        """Whether code under these ``if`` tests runs with the argparse defaults, and the flags that decide it."""
+
+    def active(self, fn: Function, ctx: Ctx) -> bool:
+        """Whether code under these ``if`` tests runs with the argparse defaults."""
+        return self.active_why(fn, ctx)[0]
+
+    @abstractmethod
+    def loader_value(self, fn: Function, lf: LoaderFact, key: str) -> tuple[str, Resolved | None]:
+        """("missing" | "set" | "unknown", resolved value) of a DataLoader argument (``**kwargs`` included)."""
+
+    @abstractmethod
+    def loaders(self) -> list[tuple[Function, LoaderFact]]:
+        """Every DataLoader construction that runs with the argparse defaults, by function (``gid`` order)."""
+
+    @abstractmethod
+    def loader_names(self, fn: Function, lf: LoaderFact) -> set[str]:
+        """The names a DataLoader is bound to, its callers' names included when its function returns it."""
+
+    @abstractmethod
+    def callee(self, fn: Function, ref: tuple) -> Function | None:
+        """The project function a callee reference of ``fn``'s module names (``LoaderFact.worker_init``)."""
+
+    @abstractmethod
+    def resolve_bound(
+        self, target: Function, sym: Sym, caller: Function, args: tuple[Sym, ...], kwargs: tuple[tuple[str, Sym], ...]
+    ) -> Resolved:
+        """A value of ``target`` where its parameters are bound in ``caller`` (``functools.partial(target, *args, **kwargs)``)."""
+
+    # ---------------------------------------------------------------- training structure
+
+    @abstractmethod
+    def step_loop(self, fn: Function, ctx: Ctx) -> int | None:
+        """The step loop a fact runs in every step: its loop id, -1 in a per-step function, None when not per step.
+
+        A loop is a *step loop* when it calls ``.backward()`` / ``optimizer.step()`` (itself or
+        through project functions) and no loop inside it does; code under ``if i % N == 0:`` or
+        ``if i == 0:`` is not per step.
+        """
+
+    @abstractmethod
+    def step_loop_ids(self, fn: Function) -> list[int]:
+        """The ids of ``fn``'s step loops, sorted."""
+
+    @abstractmethod
+    def epoch_loop_ids(self, fn: Function) -> list[int]:
+        """The ids of ``fn``'s epoch loops (loops around a step loop, or calling one), sorted."""
+
+    @abstractmethod
+    def training_loop_ids(self, fn: Function) -> set[int]:
+        """The ids of ``fn``'s loops that contain training (step or epoch loops)."""
+
+    @abstractmethod
+    def step_loops(self) -> list[tuple[Function, Loop]]:
+        """Every step loop that runs with the argparse defaults, by function (``gid`` order)."""
+
+    @abstractmethod
+    def per_step(self, fn: Function) -> bool:
+        """Whether ``fn`` runs once per training step (a step loop or a per-step function calls it)."""
+
+    @abstractmethod
+    def called_in_loop(self, fn: Function) -> bool:
+        """Whether a loop calls ``fn`` (directly or through other functions)."""
+
+    @abstractmethod
+    def callers(self, fn: Function) -> list[tuple[Function, Ctx]]:
+        """The project functions that call ``fn``, each with the context of the call."""
+
+    @abstractmethod
+    def program_trains(self, fn: Function) -> bool:
+        """Whether ``fn``'s program has a function with a training loop."""
+
+    def loop(self, fn: Function, lid: int) -> Loop | None:
+        """``fn``'s loop with this id."""
+        for loop in fn.loops:
+            if loop.id == lid:
+                return loop
+        return None
+
+    def where_step(self, fn: Function, lid: int) -> str:
+        """Words for where a per-step fact runs: "the training loop at file:line", or the per-step function."""
+        if lid >= 0:
+            loop = self.loop(fn, lid)
+            if loop is not None:
+                return f"the training loop at {fn.file}:{loop.site.line}"
+        return f"`{fn.name}()`, which runs once per training step"
+
+    # ---------------------------------------------------------------- findings
+
+    def location(self, fn: Function, site: Site) -> Location:
+        """A finding's location: ``file:line:col`` in ``fn``."""
+        return Location(file=fn.file, line=site.line, col=site.col, function="" if fn.fid == "<module>" else fn.fid)
+
+    def line(self, fn: Function, line: int) -> str:
+        """One source line of ``fn``'s module, stripped ("" when it was not kept)."""
+        return fn.lines.get(line, "").strip()
+
+    @abstractmethod
+    def source(self, fn: Function, site: Site, max_lines: int = 8) -> str:
+        """The source at a site, at most ``max_lines`` lines, re-indented for a fix snippet."""
+
+    @abstractmethod
+    def report(
+        self,
+        code: str,
+        severity: Severity,
+        message: str,
+        fix: Fix,
+        fn: Function,
+        site: Site,
+        evidence: Evidence | None = None,
+    ) -> None:
+        """A finding at ``site`` of ``fn`` (one per code and site; later ones at the same site are dropped).
+
+        Its evidence notes end with how the script was judged (argparse defaults, a CUDA machine);
+        a suppression comment on any line of the site silences it.
+        """
+
+    @abstractmethod
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per project, for what a rule's check and its judges both read."""
+
+
+StaticJudge = Callable[[StaticContext], tuple[ChecklistStatus, str]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StaticCheck:
+    """A rule's part of ``gpudoctor check`` (see the module documentation)."""
+
+    check: Callable[[StaticContext], None] | None = None
+    watch: Watch | None = None
+    judges: Mapping[str, StaticJudge] = field(default_factory=dict)
+    recommends: Callable[[Finding], bool] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A script the rule's static check flags (``bad_*.py``) or leaves alone (``good_*.py``).
+
+    ``gpudoctor explain`` prints them, ``docs/rules/<CODE>.md`` shows them, and
+    ``python -m gpudoctor.rules.gendocs`` writes them to ``docs/rules/examples/<CODE>/``,
+    where the tests run ``gpudoctor check`` on each.
+    """
+
+    name: str  # "bad_no_workers.py"
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith(("bad_", "good_")) or not self.name.endswith(".py"):
+            raise ValueError(f"an example is named bad_*.py or good_*.py, not {self.name!r}")
+
+    @property
+    def flagged(self) -> bool:
+        return self.name.startswith("bad_")
+
+
+def examples(**sources: str) -> tuple[Example, ...]:
+    """``examples(bad_no_workers=\"\"\"…\"\"\", good_workers=\"\"\"…\"\"\")``: file name without ``.py`` → source."""
+    return tuple(Example(f"{name}.py", text) for name, text in sources.items())
+

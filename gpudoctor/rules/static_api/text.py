@@ -1,0 +1,190 @@
+"""Text for static findings: ``file:line``, how a setting was found, and fix snippets.
+
+The before/after snippets of a fix quote the user's source (``StaticContext.source``)
+and change it as little as possible: ``with_kwargs`` sets or removes keyword
+arguments of the call, ``sync_after`` moves a per-step host read under
+``if step % log_every == 0:``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+
+from gpudoctor.model.findings import Location
+from gpudoctor.rules.static_api.facts import Resolved
+
+
+def at(loc: Location) -> str:
+    """``file:line`` for messages (the finding's location carries the column)."""
+    return f"{loc.file}:{loc.line}"
+
+
+def shown(state: str, r: Resolved | None, default: str) -> str:
+    """A DataLoader setting for the checklist: ``4``, ``0 (default)``, ``2 (from `--workers` (default 2))`` …"""
+    if state == "missing":
+        return f"{default} (default)"
+    if state == "unknown" or r is None:
+        return "set through **kwargs"
+    if not r.known:
+        return "decided at run time"
+    text = repr(r.value)
+    return f"{text} (from {r.origin_text()})" if r.origins else text
+
+
+def how(name: str, state: str, r: Resolved | None, default: str) -> str:
+    """How a setting was found, for a message: ``num_workers not set: default 0``, ``num_workers=0`` …"""
+    if state == "missing":
+        return f"{name} not set: default {default}"
+    if r is not None and r.origins:
+        return f"{name} comes from {r.origin_text()}"
+    value = r.value if r is not None else default
+    return f"{name}={value!r}"
+
+
+def origin_note(name: str, r: Resolved | None) -> str:
+    """``num_workers comes from `--workers` (default 0)``, or "" when the source fixes the value."""
+    if r is None or not r.origins:
+        return ""
+    return f"{name} comes from {r.origin_text()}"
+
+
+def arg_fix(r: Resolved | None, value: str) -> tuple[str, str] | None:
+    """(the command-line flag a value comes from, the value to give it), when a flag decides it."""
+    if r is None or not r.origins:
+        return None
+    flag = r.origins[0].split("`")[1] if "`" in r.origins[0] else ""
+    return (f"`{flag}`", value) if flag else None
+
+
+def dedent(text: str) -> str:
+    """Source lines quoted from a file, re-indented as a snippet (continuation lines by four spaces)."""
+    lines = text.split("\n")
+    indents = [len(x) - len(x.lstrip()) for x in lines if x.strip()]
+    cut = min(indents[1:], default=0) if len(lines) > 1 else 0
+    first = lines[0].lstrip()
+    rest = [x[min(cut, len(x) - len(x.lstrip())):] if x.strip() else x for x in lines[1:]]
+    if rest:
+        base = min((len(x) - len(x.lstrip()) for x in rest if x.strip()), default=0)
+        rest = ["    " + x[base:] if x.strip() else x for x in rest]
+        if rest and rest[-1].strip().startswith(")"):
+            rest[-1] = rest[-1].strip()
+    return "\n".join([first, *rest])
+
+
+def indent(text: str) -> str:
+    """A snippet one level deeper (under a new ``with``)."""
+    return "\n".join("    " + x if x.strip() else x for x in text.split("\n"))
+
+
+def with_kwargs(source: str, changes: dict[str, str | None]) -> str:
+    """The call in ``source`` with keyword arguments set (value) or removed (None)."""
+    out = source
+    for name, value in changes.items():
+        pattern = re.compile(rf"(\b{name}\s*=\s*)([^,)\n]+)")
+        if pattern.search(out):
+            if value is None:
+                out = re.sub(rf",?\s*\b{name}\s*=\s*[^,)\n]+", "", out, count=1)
+            else:
+                out = pattern.sub(lambda m, v=value: m.group(1) + v, out, count=1)
+        elif value is not None:
+            idx = call_closing_paren(out)
+            if idx is None:
+                continue
+            head = out[:idx].rstrip()
+            sep = "" if head.endswith("(") else (" " if head.endswith(",") else ", ")
+            out = head + sep + f"{name}={value}" + out[idx:]
+    return out
+
+
+def call_closing_paren(source: str) -> int | None:
+    """Index of the parenthesis that closes the DataLoader call in ``source`` (a line or a few of
+    the user's code), else its first call; parsed, so that ``for (x, y) in DataLoader(ds):`` gets
+    the call, not the tuple. Source that does not parse falls back to the first bracket."""
+    text = textwrap.dedent(source)
+    margin = next((len(ln) - len(ln.lstrip()) for ln in source.splitlines() if ln.strip()), 0)
+    tree = None
+    for attempt in (text, text + "\n    pass"):  # a for/with/if header without its body
+        try:
+            tree = ast.parse(attempt)
+            break
+        except SyntaxError:
+            continue
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)] if tree is not None else []
+    if not calls:
+        return closing_paren(source)
+
+    def name(call: ast.Call) -> str:
+        f = call.func
+        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+    loaders = [c for c in calls if "DataLoader" in name(c)]
+    call = min(loaders or calls, key=lambda c: (c.lineno, c.col_offset))
+    lines = source.splitlines(keepends=True)
+    if call.end_lineno is None or call.end_col_offset is None or call.end_lineno > len(lines):
+        return closing_paren(source)
+    line = lines[call.end_lineno - 1]
+    shift = margin if line.strip() else 0
+    idx = sum(len(ln) for ln in lines[: call.end_lineno - 1]) + shift + call.end_col_offset - 1
+    return idx if 0 <= idx < len(source) and source[idx] == ")" else closing_paren(source)
+
+
+def closing_paren(source: str) -> int | None:
+    """Index of the parenthesis that closes the first call in ``source``."""
+    depth = 0
+    started = False
+    quote = ""
+    i = 0
+    while i < len(source):
+        ch = source[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            nl = source.find("\n", i)
+            if nl < 0:
+                break
+            i = nl
+            continue
+        elif ch in "([{":
+            depth += 1
+            started = True
+        elif ch in ")]}":
+            depth -= 1
+            if started and depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def sync_after(line: str, pattern: str, text: str) -> str:
+    """The fix of a per-step host read (GD102) or copy (GD303): accumulate on the device, or read every N steps."""
+    if not line:
+        return ""
+    if pattern == ".item()" and "+=" in line and text.endswith(".item()"):
+        receiver = text[: -len(".item()")]
+        return line.replace(text, f"{receiver}.detach()") + "  # .item() once per epoch / every N steps"
+    if pattern.startswith("float(") or pattern.startswith("int("):
+        return "if step % log_every == 0:\n    " + line
+    return "if step % log_every == 0:  # not every step\n    " + line
+
+
+# --------------------------------------------------------------------------- checklist reasons
+
+NO_CUDA = "no CUDA device in the checked source"
+NO_LOADER = "no DataLoader in the checked source"
+NO_TRAINING_LOOP = "no training loop in the checked source"
+
+
+def first_of(locs) -> str:
+    """The first ``file:line`` of several, "and N more" after it ("" for none)."""
+    items = [f"{x.file}:{x.line}" if hasattr(x, "line") else str(x) for x in locs]
+    if not items:
+        return ""
+    return items[0] + (f" and {len(items) - 1} more" if len(items) > 1 else "")
