@@ -576,7 +576,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         metrics.append(Metric("load_cpu_ns", int(load.cpu_ns), "ns", "CPU time of one batch's loading"))
     if load.wanted_frac is not None:
         metrics.append(Metric("load_cpu_pct", round(100.0 * load.wanted_frac, 1), "%",
-                              "of the loading's wall time it wants a core (on one, or waiting for one)"))
+                              "the loading's wall time: the share in which it wants a core (on one, or waiting for one)"))
     if cores is not None:
         metrics.append(Metric("cpu_count", cores, "count"))
     if mem is not None:
@@ -602,7 +602,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         ledger=ledger,
         # more workers: the model's; at the cap, a deeper queue and cheaper loading, which no model sizes
         expected=plan.expected_fraction if more else None,
-        expected_note=f"{n} workers ({load.kind} load): {plan.model}" if more else "",
+        expected_note=f"{n} worker{'' if n == 1 else 's'} ({load.kind} load): {plan.model}" if more else "",
     )
     return RuleResult.fired(finding)
 

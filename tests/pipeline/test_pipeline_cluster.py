@@ -157,6 +157,7 @@ class _Peer:
         self.sock.close()
 
 
+@pytest.mark.slow  # the handshake's deadline (15 s) is what it tests
 @pytest.mark.parametrize("answer", [b"", bytes(range(256)) * 64], ids=["silent", "garbage"])
 def test_a_peer_that_is_not_a_scheduler_is_one_line_exit_2_in_bounded_time(tmp_path, answer):
     """A port that accepts and never answers hung analyze for 420 s and more; one that answers garbage

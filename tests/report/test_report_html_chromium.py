@@ -19,11 +19,11 @@ from gpudoctor.report import render
 from gpudoctor.report._fmt import COMPONENT_COLORS
 
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None,
     reason="Chromium is not installed (apt-get install -y chromium, or set GPUDOCTOR_CHROMIUM): "
     "the HTML report is not checked in a browser",
-)
+)]
 
 PLOTS_JS = """
 JSON.stringify([...document.querySelectorAll('svg.plot')].map(s => {

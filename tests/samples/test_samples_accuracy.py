@@ -144,6 +144,7 @@ def _result(bench: dict, name: str) -> dict:
 
 
 @pytest.mark.accuracy
+@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_meets_the_targets(bench, name):
@@ -166,6 +167,7 @@ def test_scenario_meets_the_targets(bench, name):
 
 
 @pytest.mark.accuracy
+@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
 def test_summary_and_exit_status_agree(bench):
     s = bench["summary"]
@@ -192,6 +194,7 @@ def short_runs(tmp_path_factory) -> dict:
 
 
 @pytest.mark.accuracy
+@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_a_short_run_names_what_a_full_one_does(short_runs, name):
