@@ -111,8 +111,9 @@ def _verify(report, config, steps, trials, budget, max_trials=None):
     signal that stopped the trials: 130, 143 or 129; 0 when none did)."""
     from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_report
 
+    # the run this command just made: its script is the one the user named, wherever it lies
     opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, max_trials=max_trials,
-                         progress=progress_to_stderr)
+                         progress=progress_to_stderr, allow_outside=True)
     result = verify_report(report, config, opts)
     if not result.interrupted:
         return result.report, 0

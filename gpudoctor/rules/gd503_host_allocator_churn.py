@@ -42,9 +42,9 @@ Per-step records (`steps.jsonl`: `sys_cpu_ns`, `user_cpu_ns`,
 and the short steps just before it, so they are judged a reading at a time, over
 the wall time of the steps it covers) of the steps outside torch.profiler's windows (its
 own event buffers fault pages in: 5,000-12,000 faults per step measured on a
-step that has 26 without it), and of those the later half (all of them under
-10): glibc raises its mmap threshold as large blocks are freed, so a
-short run can fault heavily for its first dozens of steps and then settle at a
+step that has 26 without it; with fewer than 3 such steps the rule cannot
+judge), and of those the later half (all of them under 10): glibc raises its
+mmap threshold as large blocks are freed, so a short run can fault heavily for its first dozens of steps and then settle at a
 few dozen faults per step, the state a long run stays in. Settings:
 `LD_PRELOAD`, `MALLOC_*` environment variables. System CPU time is spent
 inside the step's other parts (mostly op work), not beside them: the finding
@@ -84,7 +84,7 @@ from gpudoctor.rules.registry import Need, Rule
 _ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _MIN_STEPS_FOR_HALF = 10  # with fewer readings (see _readings), all of them are judged
 _PROFILER_WINDOWS = ("warmup", "active")
-_MIN_UNPROFILED_STEPS = 5  # with fewer readings outside torch.profiler's windows, those are kept too
+_MIN_UNPROFILED_STEPS = 3  # steps outside torch.profiler's windows needed to judge at all
 _KEEP_BYTES = "4294967296"  # the fix's value for glibc's thresholds: 4 GiB, larger than any one block
 _GLIBC_KNOBS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
 
@@ -132,10 +132,15 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.cannot_judge(
             "no per-step CPU usage (sys_cpu_ns, minor_faults in steps.jsonl: `gpudoctor profile` on Linux)"
         )
-    # torch.profiler's own buffers fault pages in during its window: not the script's allocator
+    # torch.profiler's own buffers fault pages in (and take system CPU) during its window: not the
+    # script's allocator. Readings under it are never judged; too few outside it judge nothing.
     unprofiled = [r for r in readings if r.window not in _PROFILER_WINDOWS]
-    if len(unprofiled) >= _MIN_UNPROFILED_STEPS:
-        readings = unprofiled
+    if sum(r.steps for r in unprofiled) < _MIN_UNPROFILED_STEPS:
+        return RuleResult.cannot_judge(
+            f"{sum(r.steps for r in unprofiled)} steady step(s) ran outside torch.profiler's window, whose own "
+            f"buffers fault pages in (needs {_MIN_UNPROFILED_STEPS}): profile more steps (--steps)"
+        )
+    readings = unprofiled
     # glibc raises its mmap threshold as large blocks are freed: a short run can spend its first
     # steps faulting and then settle. Judge the later half, the state a long run stays in.
     warmup = len(readings) // 2 if len(readings) >= _MIN_STEPS_FOR_HALF else 0
