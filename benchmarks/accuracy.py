@@ -89,6 +89,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = ROOT / "sample_scripts"
 BASELINE = "tuned_baseline"
 BLOCKING = ("error", "warning")  # severities that count as alarms
+# findings about the machine, not the script (GD205: other processes' load on the cores): neither a
+# diagnosis nor a false alarm; counted apart, since they make that run's timings less sure
+ENVIRONMENT = ("GD205",)
 WARMUP_STEPS = 2  # first steps left out of the speed-up: worker start-up, first allocations
 CALIBRATION_RATIO = 1.25  # issue 24: every expected speed-up within 1.25x of what --verify measures
 MALLOC_ENV = {  # glibc: no dynamic mmap threshold, no heap trimming (GD503's fix)
@@ -179,6 +182,7 @@ class Variant:
     run_dir: str = ""
     error: str = ""  # why it could not be read
     findings: list[dict] = field(default_factory=list)  # code, severity, share_pct, in report order
+    environment: list[str] = field(default_factory=list)  # ENVIRONMENT codes raised, apart from findings
     steps: int = 0
     steps_used: int = 0
     batch_size: int | None = None
@@ -269,14 +273,21 @@ def run_variant(
     if not report_path.is_file():
         variant.error = variant.error or f"no report.json in {run_dir} (log: {log})"
     else:
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        for f in report.get("findings", []):
-            gain = f.get("gain") or {}
-            variant.findings.append({"code": f["code"], "severity": f["severity"], "share_pct": gain.get("share_pct"),
-                                     "expected_speedup": gain.get("expected_speedup"),
-                                     "speedup_bound": gain.get("speedup_bound")})
+        read_findings(variant, json.loads(report_path.read_text(encoding="utf-8")))
     step_stats(variant, run_dir)
     return variant
+
+
+def read_findings(variant: Variant, report: dict) -> None:
+    """The report's findings into ``variant``, in report order; ENVIRONMENT ones apart."""
+    for f in report.get("findings", []):
+        if f["code"] in ENVIRONMENT:
+            variant.environment.append(f["code"])
+            continue
+        gain = f.get("gain") or {}
+        variant.findings.append({"code": f["code"], "severity": f["severity"], "share_pct": gain.get("share_pct"),
+                                 "expected_speedup": gain.get("expected_speedup"),
+                                 "speedup_bound": gain.get("speedup_bound")})
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -342,6 +353,7 @@ class Result:
     problems: list[str] = field(default_factory=list)  # targets missed
     runs: int = 1  # runs of each variant
     top_every_run: bool = True  # the expected code on top in every planted run
+    machine_busy: int = 0  # runs that raised an ENVIRONMENT finding (another process loaded the cores)
     verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
     expected_speedup: float | None = None  # the expected finding's expected speed-up (its rule's model)
     speedup_bound: float | None = None  # and its bound
@@ -378,6 +390,7 @@ def judge(scenario: Scenario, planted: list[Variant], fixed: list[Variant] | Non
     for v in (*planted, *fixed):
         if v.error:
             r.problems.append(f"{tag(v)}: {v.error}")
+        r.machine_busy += bool(v.environment)
     codes = [f["code"] for f in first.findings]
     if codes:
         r.top, r.top_severity = codes[0], first.findings[0]["severity"]
@@ -535,6 +548,7 @@ def summary(results: list[Result]) -> dict:
         "median_speedup": statistics.median(speedups) if speedups else None,
         "speedups_measured": len(speedups),
         "targets_met": all(not r.problems for r in measured),
+        "machine_busy_runs": sum(r.machine_busy for r in measured),
         "verified": {status: sum(1 for r in planted if r.verified and r.verified.status == status)
                      for status in ("confirmed", "refuted", "inconclusive", "not_tried")},
     }
@@ -549,6 +563,8 @@ def summary_line(s: dict) -> str:
         f"median speed-up of the fixes: {med}; targets {'met' if s['targets_met'] else 'MISSED'}"
         + (f"; --verify: {', '.join(f'{n} {k}' for k, n in s['verified'].items())}"
            if any(s.get("verified", {}).values()) else "")
+        + (f"; the machine was busy (GD205) in {s['machine_busy_runs']} run(s): their timings are less sure"
+           if s.get("machine_busy_runs") else "")
     )
 
 

@@ -66,6 +66,17 @@ def test_judge_compares_the_fastest_runs_and_judges_every_run():
     assert not r.diagnosed_right  # a miss in any run is a miss
 
 
+def test_a_busy_machine_is_neither_a_diagnosis_nor_a_false_alarm():
+    planted, fixed = acc.Variant(fixed=False, exit_code=0), acc.Variant(fixed=True, exit_code=0, repeat=1)
+    acc.read_findings(planted, {"findings": [{"code": "GD205", "severity": "error"},
+                                             {"code": "GD201", "severity": "error", "gain": {"share_pct": 30.0}}]})
+    acc.read_findings(fixed, {"findings": [{"code": "GD205", "severity": "warning"}]})
+    planted.time_per_sample_us, fixed.time_per_sample_us = 200, 100
+    r = acc.judge(_scenario(), [planted], [fixed], 0)
+    assert (r.top, r.rank, r.fixed_alarms, r.problems, r.machine_busy) == ("GD201", 1, [], [], 2)
+    assert "busy (GD205) in 2 run(s)" in acc.summary_line(acc.summary([r]))
+
+
 def test_judge_names_each_missed_target():
     r = acc.judge(_scenario(), [_variant(False, ["GD204", "GD201"], "error", 100)], [_variant(True, ["GD204"], "warning", 120)], 0)
     assert r.rank == 2 and not r.diagnosed_right
