@@ -29,8 +29,10 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     DEFAULT_TRIALS,
     VERIFY_HELP,
     color_option,
+    fail_on_exit_code,
     parallel_options,
     report_options,
+    rule_config,
     rule_options,
     verify_options,
 )
@@ -88,22 +90,6 @@ def _import_engine() -> None:
     done while a large trace's other part is still being read, where ``load_and_analyze`` would
     otherwise wait."""
     import gpudoctor.engine  # noqa: F401
-
-
-def _config(select: tuple[str, ...], ignore: tuple[str, ...], sets: tuple[str, ...], where: Path):
-    from gpudoctor.config import load_config
-
-    return load_config(where, select=select, ignore=ignore, overrides=sets)
-
-
-def fail_on_exit_code(report, level: str | None) -> int:
-    """0 when no finding is at or above ``level`` (or no level), else 1."""
-    if not level:
-        return EXIT_OK
-    from gpudoctor.model import Severity
-
-    limit = Severity(level).rank
-    return EXIT_FINDINGS if any(f.severity.rank <= limit for f in report.findings) else EXIT_OK
 
 
 def _verify(report, config, steps, trials, budget, max_trials=None):
@@ -265,7 +251,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         no_report = True  # the script never ran: nothing to diagnose (the run's summary said so)
     if not no_report:
         try:
-            config = _config(select, ignore, sets, Path(script).resolve().parent if script else Path.cwd())
+            config = rule_config(select, ignore, sets, Path(script).resolve().parent if script else Path.cwd())
             run = load_and_analyze([str(result.run_dir)])
             from gpudoctor.engine import diagnose
 
@@ -308,7 +294,7 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
     # imported after: while a large trace's other part was still being read (_import_engine)
     from gpudoctor.engine import diagnose
 
-    config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
+    config = rule_config(select, ignore, sets, Path(paths[0]).resolve().parent)
     report = diagnose(run, config, kind="analyze")
     first = Path(paths[0])
     if len(paths) == 1 and (first / layout.MANIFEST).is_file():
@@ -379,7 +365,7 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     from gpudoctor.collect.options import require_torch
 
     require_torch()  # the trials run the script: before anything is written
-    config = _config(select, ignore, sets, path.resolve().parent)
+    config = rule_config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)
     emit_report(result.report, fmt, output, quiet, color)
@@ -403,28 +389,12 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
     from gpudoctor.engine import diagnose
 
     run = load_and_analyze(list(paths), jobs=jobs, cluster=cluster)
-    config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
+    config = rule_config(select, ignore, sets, Path(paths[0]).resolve().parent)
     rep = diagnose(run, config, kind="analyze")
     if len(paths) == 1 and (Path(paths[0]) / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
         rep = carry_over(rep, read_previous(Path(paths[0])))  # what `verify` measured is shown too
-    emit_report(rep, fmt, output, quiet, color)
-    sys.exit(fail_on_exit_code(rep, fail_on))
-
-
-@cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
-@rule_options
-@report_options
-def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color):
-    """Review training scripts (files or folders) without running them."""
-    from gpudoctor.static import check_paths
-
-    config = _config(select, ignore, sets, Path(paths[0]).resolve().parent)
-    rep = check_paths([Path(p) for p in paths], config)
-    for line in rep.errors:  # files that could not be checked: the rest were
-        say(f"gpudoctor: warning: {line}")
     emit_report(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 
@@ -466,7 +436,7 @@ def compare(run_a, run_b, fail_pct, select, ignore, sets, fmt, output, color):
         if fmt not in COMPARE_FORMATS:
             _fail(f"-o {output}: `compare` writes {', '.join(COMPARE_FORMATS)}; name the file .txt, .md, .json or .html")
     fmt = fmt or "terminal"
-    config = _config(select, ignore, sets, Path(run_a).resolve().parent)
+    config = rule_config(select, ignore, sets, Path(run_a).resolve().parent)
     before = load_and_analyze([run_a])
     after = load_and_analyze([run_b])
     comparison = compare_runs(
@@ -535,6 +505,16 @@ def explain(code):
     from gpudoctor.rules import explain as explain_rule
 
     print_stdout(explain_rule(code), what="the rule's documentation")
+
+
+def _register() -> None:
+    """The commands kept in modules of their own (a long cli.py is hard to read)."""
+    from gpudoctor.cli_check import check
+
+    cli.add_command(check)
+
+
+_register()
 
 
 def _interrupted(err: BaseException) -> None:

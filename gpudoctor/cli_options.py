@@ -1,14 +1,21 @@
-"""The options several commands share (``cli.py``): rules, parallel reading, --verify, the report.
+"""The options several commands share (``cli.py``, ``cli_check.py``): rules, parallel reading, --verify,
+the report; and what the commands do with the rule options: the configuration they build
+(``rule_config``) and the exit code of ``--fail-on`` (``fail_on_exit_code``).
 
-Imported by ``cli.py`` only; standard library and click, nothing of ours (importing
-``gpudoctor.verify`` for its defaults would load scipy for every command).
+Imported by the command line's modules only; standard library and click at import (importing
+``gpudoctor.verify`` for its defaults would load scipy for every command), the configuration
+and the model inside the two functions that need them.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-FORMATS = ("terminal", "md", "json", "html", "sarif")
+from gpudoctor.errors import EXIT_FINDINGS, EXIT_OK
+
+FORMATS = ("terminal", "md", "json", "html", "sarif", "github")
 
 
 LEVELS = ("info", "warning", "error")
@@ -90,3 +97,20 @@ def color_option(f):
         "--color/--no-color", "color", default=None,
         help="Colour the terminal report (default: on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it).",
     )(f)
+
+
+def rule_config(select: tuple[str, ...], ignore: tuple[str, ...], sets: tuple[str, ...], where: Path):  # noqa: ANN201
+    """The configuration of ``--select`` / ``--ignore`` / ``--set`` over ``[tool.gpudoctor]`` found from ``where``."""
+    from gpudoctor.config import load_config
+
+    return load_config(where, select=select, ignore=ignore, overrides=sets)
+
+
+def fail_on_exit_code(report, level: str | None) -> int:  # noqa: ANN001
+    """0 when no finding is at or above ``level`` (or no level), else 1."""
+    if not level:
+        return EXIT_OK
+    from gpudoctor.model import Severity
+
+    limit = Severity(level).rank
+    return EXIT_FINDINGS if any(f.severity.rank <= limit for f in report.findings) else EXIT_OK

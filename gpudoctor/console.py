@@ -43,7 +43,7 @@ def print_stdout(text: str, what: str = "the report") -> None:
     if stream is None:
         say(f"gpudoctor: stdout is closed: {what} was not printed (pass -o FILE to write it to a file)")
         return
-    text = text if text.endswith("\n") else text + "\n"
+    text = text if not text or text.endswith("\n") else text + "\n"  # nothing (--format github, no finding): no line
     try:
         try:
             stream.write(text)

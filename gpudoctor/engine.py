@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import statistics
 import traceback
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from gpudoctor.model.findings import (
     Finding,
     Fix,
     Gain,
+    Location,
     RankRow,
     RankSummary,
     Report,
@@ -372,6 +375,7 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
     results, skipped, findings, errors, ran = run_rules(ctx, config, rules)
     findings = point_headline(ctx, assign_gains(ctx, findings))
     findings.sort(key=sort_key)
+    findings = from_source(findings, run)
     results = {code: _granted(r, findings) for code, r in results.items()}
     checklist = build_checklist(ctx, rules, results, skipped)
     rank_rows, rank_summary = build_ranks(ctx)
@@ -394,6 +398,86 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         rules_run=tuple(ran),
         rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),
     )
+
+
+# --------------------------------------------------------------------------- before/after from the source
+
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # a file larger than this is no training script: not read for a snippet
+
+
+def _source_reader(run: RunData):  # noqa: ANN202 - (file) -> (text or None, why not)
+    """Reads the files a run's call sites name, once each: relative to the run's working directory, regular
+    files only (a FIFO would block), and the script only while its SHA-256 is the one it ran with."""
+    import hashlib
+
+    from gpudoctor.rewrite import RewriteError, decode_source
+
+    mf = run.manifest
+    cache: dict[str, tuple[str | None, str]] = {}
+
+    def read(file: str) -> tuple[str | None, str]:
+        path = os.path.abspath(file if os.path.isabs(file) or mf is None else os.path.join(mf.cwd, file))
+        if path not in cache:
+            cache[path] = _read_one(path, file)
+        return cache[path]
+
+    def _read_one(path: str, file: str) -> tuple[str | None, str]:
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return None, f"{file} is not a regular file"
+            if st.st_size > MAX_SOURCE_BYTES:
+                return None, f"{file} is too large to quote"
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_SOURCE_BYTES + 1)
+        except FileNotFoundError:
+            return None, f"{file} is not at hand here"
+        except OSError as err:
+            return None, f"{file} cannot be read ({err.strerror or err})"
+        script = mf.script if mf is not None else None
+        if (script and mf.script_sha256 and os.path.abspath(script) == path
+                and hashlib.sha256(data).hexdigest() != mf.script_sha256):
+            return None, f"{file} changed since the run"
+        try:
+            return decode_source(data).text, ""
+        except RewriteError as err:
+            return None, f"{file} cannot be read ({err})"
+
+    return read
+
+
+def from_source(findings: list[Finding], run: RunData) -> list[Finding]:
+    """Each fix's before/after made from the user's own source where the fix is an edit at a call site the
+    run recorded and the file is at hand (``gpudoctor.rewrite``: the statement as the script has it, and
+    rewritten); every other before/after is marked as an illustration, with why."""
+    read = None
+    out: list[Finding] = []
+    for f in findings:
+        fix = f.fix
+        if fix.source is not None or not (fix.before or fix.after):
+            out.append(f)
+            continue
+        if not fix.edits:
+            why = fix.illustration or ("no call site was recorded" if f.location is None
+                                       else "the fix is more than an edit of the line it names")
+            out.append(replace(f, fix=replace(fix, illustration=why)))
+            continue
+        read = read or _source_reader(run)
+        edit = fix.edits[0]
+        text, why = read(edit.file)
+        if text is None:
+            out.append(replace(f, fix=replace(fix, illustration=why)))
+            continue
+        from gpudoctor.rewrite import RewriteError, snippet
+
+        try:
+            cut = snippet(text, fix.edits)
+        except RewriteError as err:
+            out.append(replace(f, fix=replace(fix, illustration=f"{edit.file}:{edit.line} does not take the change: {err}")))
+            continue
+        where = Location(edit.file, cut.line)
+        out.append(replace(f, fix=replace(fix, before=cut.before, after=cut.after, source=where, illustration="")))
+    return out
 
 
 def _granted(result: RuleResult, findings: list[Finding]) -> RuleResult:

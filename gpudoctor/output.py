@@ -204,6 +204,19 @@ def write_output(path: str | Path, text: str, what: str = "report", say: Callabl
     Target(str(path)).write(text, what, say)
 
 
+def replace_file(path: str | Path, data: bytes, what: str = "file") -> None:
+    """Replace a regular file's bytes the way ``-o`` replaces a report (written beside it, flushed, renamed
+    into place; its mode kept, a symlink followed and kept): ``gpudoctor check --fix``. Anything but a
+    regular file is refused; every failure is a one-line ``UsageError``."""
+    target = Target(str(path))
+    if target.through or target.mode is None:
+        raise UsageError(f"{path}: not a regular file; the {what} was not written")
+    try:
+        target._replace(data)
+    except OSError as err:
+        raise UsageError(f"{path}: cannot write the {what}: {os_reason(err)}") from None
+
+
 def check_output_writable(path: str | Path | None) -> None:
     """Before a long run: can ``-o PATH`` be written at all? (exit 2 now, rather than after the run)."""
     if path:

@@ -24,7 +24,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
     ),
     "findings": (
         "REPORT_SCHEMA_VERSION", "Account", "Action", "ChecklistItem", "ChecklistStatus", "Claim",
-        "Confidence", "Evidence", "Finding", "Fix", "Gain", "Location", "Metric", "RankRow", "RankSummary",
+        "Confidence", "Edit", "Evidence", "Finding", "Fix", "Gain", "Location", "Metric", "RankRow", "RankSummary",
         "Report", "RuleInfo", "RunData", "SettingRef", "Severity", "SummaryStat", "TimeRange",
     ),
     "metrics": (
@@ -89,6 +89,7 @@ if TYPE_CHECKING:
         ChecklistStatus,
         Claim,
         Confidence,
+        Edit,
         Evidence,
         Finding,
         Fix,

@@ -11,7 +11,7 @@ from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 from gpudoctor.model.verify import Verification
 
-REPORT_SCHEMA_VERSION = 5  # 5: Verification by runs (per_run, load_*, looks, median_*, ladder, measured_best; statistic "throughput"), Samples.host / HostSample, Samples.system_memory_bytes, PstatsEntry.loader_tottime_s/loader_cumtime_s, TraceMetrics.compiled, Settings.compile, GpuSample app/max clocks, power limit, throttle_read; 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
+REPORT_SCHEMA_VERSION = 6  # 6: Fix.edits / source / illustration / automatic (Edit); 5: Verification by runs (per_run, load_*, looks, median_*, ladder, measured_best; statistic "throughput"), Samples.host / HostSample, Samples.system_memory_bytes, PstatsEntry.loader_tottime_s/loader_cumtime_s, TraceMetrics.compiled, Settings.compile, GpuSample app/max clocks, power limit, throttle_read; 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
 
 
 class Severity(str, Enum):
@@ -117,10 +117,35 @@ class Gain(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class Edit(Serde):
+    """One mechanical change of the user's source: what ``gpudoctor check --fix`` writes, and what a
+    finding's before/after shows. ``gpudoctor.rewrite`` makes both from it with LibCST, keeping the
+    rest of the file byte for byte (docs/check.md)."""
+
+    kind: str  # "call_args" (set keyword arguments of a call), "wrap" (a `with` around a statement), "insert" (a statement at start-up), "assign" (the value of an assignment)
+    file: str  # the file, as the finding's location names it
+    line: int  # a line of the node it changes (1-based); "insert": the line of the finding it answers
+    col: int | None = None  # the node's 1-based column (static checks): picks one of several nodes on the line
+    target: str = ""  # call_args: the callee ("DataLoader", "to", "zero_grad"); wrap: "loop" or "statement"; assign: the attribute ("cudnn.benchmark")
+    args: tuple[tuple[str, str | None], ...] = ()  # call_args: keyword and its value as source text ("num_workers", "4"); None removes the keyword
+    positions: tuple[tuple[str, int], ...] = ()  # call_args: a keyword's index when the call passes it by position ("num_workers", 5)
+    unless: tuple[str, ...] = ()  # call_args: keywords that, passed with a true value, make the edit unsafe ("foreach" for fused=True)
+    requires: tuple[str, ...] = ()  # conditions the rewrite checks first: "main-guard" (a call at module level needs `if __name__ == "__main__":` around it)
+    code: str = ""  # wrap: the context manager ("torch.no_grad()"); insert: the statement; assign: the new value ("True")
+    text: str = ""  # the change in words: "num_workers=1, persistent_workers=True on the DataLoader at train.py:31"
+
+
+@dataclass(frozen=True, slots=True)
 class Fix(Serde):
     instruction: str  # "Set num_workers=4 on the DataLoader at train.py:31"
     before: str = ""  # code snippet
     after: str = ""
+    edits: tuple[Edit, ...] = ()  # the change as gpudoctor can make it in the source; before/after are made from the first
+    # where ``before`` quotes the user's source (``after`` is the same statement rewritten); None: before/after
+    # are an illustration (``illustration`` says why), or a report written before this field
+    source: Location | None = None
+    illustration: str = ""  # why before/after is an illustration: "no call site was recorded", "train.py is not at hand" …
+    automatic: bool = False  # `gpudoctor check --fix` makes this change (its rule declares it mechanical and safe)
 
 
 @dataclass(frozen=True, slots=True)

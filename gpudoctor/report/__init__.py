@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpudoctor.errors import UsageError
 from gpudoctor.model import Report
 
-FORMATS = ("terminal", "md", "json", "html", "sarif")
+FORMATS = ("terminal", "md", "json", "html", "sarif", "github")
 
 # Longest suffix first: ".sarif.json" is SARIF, not JSON.
 _SUFFIXES = (
@@ -45,7 +45,7 @@ def format_from_path(path: str) -> str:
 
 
 def render(report: Report, fmt: str, *, color: bool = False, quiet: bool = False) -> str:
-    """The report as ``fmt`` (terminal | md | json | html | sarif).
+    """The report as ``fmt`` (terminal | md | json | html | sarif | github: workflow commands).
 
     ``color`` (terminal only) adds ANSI colours; the CLI decides (``cli.use_color``: a TTY,
     NO_COLOR, FORCE_COLOR, --color). ``quiet`` (terminal only) keeps the findings alone.
@@ -70,6 +70,10 @@ def render(report: Report, fmt: str, *, color: bool = False, quiet: bool = False
         from gpudoctor.report.sarif import render_sarif
 
         return render_sarif(report)
+    if fmt == "github":
+        from gpudoctor.report.github import render_github
+
+        return render_github(report)
     raise UsageError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 

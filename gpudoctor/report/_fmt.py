@@ -23,6 +23,7 @@ from gpudoctor.model import (
     ChecklistStatus,
     Component,
     Finding,
+    Fix,
     Gain,
     Manifest,
     Metric,
@@ -129,6 +130,18 @@ def metric_text(m: Metric) -> str:
     """``data wait share: 38.0% (of steps)``."""
     s = f"{metric_label(m.name)}: {with_unit(m.value, m.unit)}"
     return f"{s} (of {m.window})" if m.window else s
+
+
+def snippet_label(fix: Fix) -> str:
+    """Where a fix's before/after come from: ``your code at train.py:31``, or ``an illustration (why)``;
+    with ``gpudoctor check --fix`` when it makes the change. Empty for reports written before these fields."""
+    if fix.source is not None:
+        text = f"your code at {fix.source.file}:{fix.source.line}"
+    elif fix.illustration:
+        text = f"an illustration ({fix.illustration})"
+    else:
+        return ""
+    return text + ("; `gpudoctor check --fix` makes this change" if fix.automatic else "")
 
 
 def gain_text(g: Gain | None) -> str:

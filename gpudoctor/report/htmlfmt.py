@@ -138,6 +138,9 @@ def _finding(n: int, fd: Finding) -> str:
         f'<dl class="kv">{"".join(kv)}</dl>',
     ]
     if fd.fix.before or fd.fix.after:
+        label = f.snippet_label(fd.fix)
+        if label:
+            parts.append(f'<p class="snippet-source">{e(label)}</p>')
         parts.append('<div class="snippets">')
         for label, code in (("before", fd.fix.before), ("after", fd.fix.after)):
             if code:

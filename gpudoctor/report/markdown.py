@@ -127,7 +127,8 @@ def _finding_block(n: int, fd: Finding, base: str | None = None) -> str:
     if ev:
         lines.append("- **Evidence:** " + "; ".join(ev))
     if fd.fix.before or fd.fix.after:
-        lines += ["", "<details><summary>Before → after</summary>", ""]
+        label = f.snippet_label(fd.fix)
+        lines += ["", f"<details><summary>Before → after{': ' + esc(label) if label else ''}</summary>", ""]
         if fd.fix.before:
             lines += [fence(f.clean(fd.fix.before), "python"), ""]
         if fd.fix.after:

@@ -177,6 +177,9 @@ def _finding(n: int, fd: Finding, st: _Style) -> list[str]:
     ev.extend(clean_line(note) for note in fd.evidence.notes)
     if ev:
         field("evidence", ev)
+    label = f.snippet_label(fd.fix) if fd.fix.before or fd.fix.after else ""
+    if label:
+        field("code", [clean_line(label)])
     if fd.fix.before:
         field("before", [clean(line) for line in fd.fix.before.splitlines()])
     if fd.fix.after:

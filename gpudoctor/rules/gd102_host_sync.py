@@ -105,7 +105,17 @@ from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
-from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples, root_name
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+    root_name,
+)
+from gpudoctor.rules.static_api.names import LIGHTNING
 from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of, sync_after
 
 _BEFORE = """for x, y in loader:
@@ -244,6 +254,8 @@ def _format(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
 
 
 def _log(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
+    if scan.framework == LIGHTNING and isinstance(recv, ast.Name) and recv.id == "self":
+        return  # self.log(name, tensor): Lightning keeps it on the device until it writes the logs
     values: list[ast.AST] = [*node.args, *(k.value for k in node.keywords)]
     for a in list(values):
         if isinstance(a, ast.Dict):
@@ -273,11 +285,97 @@ def _formatted(scan: Scan, value: ast.expr) -> None:
         _read(scan, "f-string of a tensor", value)
 
 
+#: Comparisons that read a tensor's value (``is`` / ``in`` compare identity or containers).
+_VALUE_COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _tested_tensor(scan: Scan, test: ast.expr) -> ast.expr | None:
+    """The part of an ``if`` / ``while`` / ``assert`` test that is a device tensor taken as a Python bool:
+    ``torch.isnan(loss)``, ``(x > 0).any()``, ``loss > 10``, ``mask``."""
+    if isinstance(test, ast.BoolOp):
+        for v in test.values:
+            found = _tested_tensor(scan, v)
+            if found is not None:
+                return found
+            if isinstance(test.op, ast.And) and _every_n(v):
+                return None  # `step % 100 == 0 and torch.isnan(loss)`: the rest runs every N steps
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tested_tensor(scan, test.operand)
+    if isinstance(test, ast.Compare):
+        if not all(isinstance(op, _VALUE_COMPARISONS) for op in test.ops):
+            return None
+        return test if any(scan.place(x) == "dev" for x in (test.left, *test.comparators)) else None
+    if isinstance(test, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
+        if not isinstance(test, ast.Call) and scan.is_module_ref(test):
+            return None
+        return test if scan.place(test) == "dev" else None
+    return None
+
+
+def _every_n(test: ast.expr) -> bool:
+    """``step % 100 == 0`` (every N steps), as the scanner reads an ``if`` that runs only sometimes."""
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+
+
+def _test(scan: Scan, test: ast.expr) -> None:
+    tensor = _tested_tensor(scan, test)
+    if tensor is not None:
+        _read(scan, TESTED, tensor)
+
+
+#: The pattern of a tensor used as a Python bool.
+TESTED = "a tensor as a Python bool"
+
 WATCH = Watch(
     methods={"item": _item, "format": _format, **dict.fromkeys(_LOG_METHODS, _log)},
     builtins={"print": _print, "float": _convert, "int": _convert, "bool": _convert},
     formatted=_formatted,
+    tests=_test,
 )
+
+
+def _fix(src: StaticContext, fn: Function, lid: int, f: Fact) -> Fix:
+    """The fix in the loop's own terms: its step counter, Lightning's ``self.log`` of a tensor."""
+    line = src.line(fn, f.site.line)
+    loop = src.loop(fn, lid)
+    counter = src.step_counter(fn, lid)
+    if f.extra == TESTED:
+        every = f"`{counter} % 100 == 0 and …`" if counter else "a step counter (`step % 100 == 0 and …`)"
+        return Fix(
+            f"Test the tensor every N steps ({every}), or keep the decision on the device: "
+            "`torch.where(torch.isfinite(loss), loss, 0)`, `torch.nan_to_num`; GradScaler already skips the "
+            "optimizer step on inf/NaN gradients without a sync",
+            line,
+            _test_after(line, f.text, counter),
+        )
+    if loop is not None and loop.framework == LIGHTNING and f.extra == ".item()" and "self.log" in line:
+        receiver = f.text[: -len(".item()")]
+        return Fix(
+            "Log the tensor itself (`self.log(name, loss)`): Lightning keeps it on the device and reads it when "
+            "it writes the logs (every `log_every_n_steps`; `prog_bar=True` reads it at each bar refresh)",
+            line,
+            line.replace(f.text, receiver),
+        )
+    every = f"`if {counter} % 100 == 0:`" if counter else "with a step counter"
+    return Fix(
+        f"Keep the value on the device (accumulate with `total += loss.detach()`) and read it every N steps "
+        f"({every}) or once per epoch",
+        line,
+        sync_after(line, f.extra, f.text, counter),
+    )
+
+
+def _test_after(line: str, text: str, counter: str | None) -> str:
+    """``if torch.isnan(loss):`` → ``if i % 100 == 0 and torch.isnan(loss):`` (an ``if`` only: a ``while``
+    or ``assert`` keeps its line, with a comment)."""
+    stripped = line.strip()
+    if stripped.startswith(("if ", "elif ")) and counter and text in stripped:
+        keyword, _, rest = stripped.partition(" ")
+        cond = rest.rstrip().removesuffix(":").strip()
+        cond = f"({cond})" if any(w in f" {cond} " for w in (" or ", " if ", " lambda ")) else cond
+        return f"{keyword} {counter} % 100 == 0 and {cond}:  # not every step"
+    return f"{stripped}  # reads the GPU: test it every N steps, or keep the decision on the device"
 
 
 def static_check(src: StaticContext) -> None:
@@ -289,18 +387,13 @@ def static_check(src: StaticContext) -> None:
             lid = src.step_loop(fn, f.ctx)
             if lid is None or not src.cuda(fn) or not src.active(fn, f.ctx):
                 continue
-            line = src.line(fn, f.site.line)
+            what = "tests a GPU tensor as a Python bool" if f.extra == TESTED else "reads a GPU value on the host"
             src.report(
                 "GD102",
                 Severity.WARNING,
-                f"`{f.text}` at {fn.file}:{f.site.line} reads a GPU value on the host in every step of "
+                f"`{f.text}` at {fn.file}:{f.site.line} {what} in every step of "
                 f"{src.where_step(fn, lid)}: the CPU stops until the GPU has finished all queued work",
-                Fix(
-                    "Keep the value on the device (accumulate with `total += loss.detach()`) and read it every N "
-                    "steps (`if step % log_every == 0:`) or once per epoch",
-                    line,
-                    sync_after(line, f.extra, f.text),
-                ),
+                _fix(src, fn, lid, f),
                 fn,
                 f.site,
                 Evidence(notes=(f"pattern: {f.extra}",)),
@@ -379,4 +472,5 @@ RULE = Rule(
     not_injectable="removing a host synchronization (.item(), .cpu(), printing a tensor) is a code change",
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix='reading a device value less often needs a step counter and changes what the script logs when: a change to make by hand',
 )

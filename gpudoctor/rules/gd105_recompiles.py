@@ -250,8 +250,10 @@ def _limit_step(ctx: RuleContext, hit: CompileEvent) -> int | None:
 
 
 def _judge_compile(src: StaticContext) -> tuple[ChecklistStatus, str]:
-    """torch.compile in the source (the scanner records every call and decorator)."""
-    compiled = [src.location(fn, f.site) for fn, f in src.facts("compile") if src.active(fn, f.ctx)]
+    """torch.compile in the source (the scanner records every call and decorator, and a framework's switch:
+    ``TrainingArguments(torch_compile=True)``)."""
+    compiled = [src.location(fn, f.site) for fn, f in src.facts("compile")
+                if src.active(fn, f.ctx) and (f.value is None or src.resolve(fn, f.value).truth() is not False)]
     if compiled:
         return ChecklistStatus.APPLIED, f"torch.compile at {first_of(compiled)}"
     return ChecklistStatus.NOT_MEASURABLE, (

@@ -199,7 +199,9 @@ References
 
 from __future__ import annotations
 
+import ast
 import math
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -225,11 +227,12 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
+from gpudoctor.rules.edits import dataloader_args
 from gpudoctor.rules.helpers import (
     CpuReading,
     LoaderProfile,
     cpu_readings,
-    dataloader_call,
+    dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
@@ -241,7 +244,18 @@ from gpudoctor.rules.helpers import (
     worker_use,
 )
 from gpudoctor.rules.registry import Need, Rule
-from gpudoctor.rules.static_api import Function, LoaderFact, StaticCheck, StaticContext, examples
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    LoaderFact,
+    Resolved,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+)
+from gpudoctor.rules.static_api.names import HF_TRAINING_ARGS
 from gpudoctor.rules.static_api.text import (
     NO_LOADER,
     arg_fix,
@@ -586,7 +600,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         metrics.append(Metric("data_wait_per_batch_ns", wait_med // micro, "ns"))
     finding = ctx.finding(
         message,
-        Fix(instruction, dataloader_call(dl), dataloader_call(dl, **changes)),
+        dataloader_fix(instruction, dl, changes),
         share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
@@ -666,7 +680,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             "move augmentation to the GPU). The trace does not record num_workers; `gpudoctor profile` derives a "
             "value from the settings."
         )
-        after = dataloader_call(dl, num_workers=8, prefetch_factor=4, persistent_workers=True)
+        changes: dict[str, object] = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True}
     else:
         single = f" in the main process ({_SINGLE}: num_workers=0)" if it == "single-process" else ""
         message = f"{waits} {fmt_pct(share)} of {what}: the DataLoader loads{single or ' the batches'} (window: {window})"
@@ -675,7 +689,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             "up to the cores less one), persistent_workers=True, pin_memory=True. The trace does not record the "
             "DataLoader's settings; `gpudoctor profile` derives a value from them."
         )
-        after = dataloader_call(dl, num_workers=4, persistent_workers=True)
+        changes = {"num_workers": 4, "persistent_workers": True}
     part = ledger.get(Component.DATA_LOADING)
     notes = [f"iterator: {part.detail}"] if part is not None and part.detail else []
     expected = expected_note = None
@@ -691,7 +705,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
     finding = ctx.finding(
         message,
-        Fix(instruction, dataloader_call(dl), after),
+        dataloader_fix(instruction, dl, changes),
         share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=[
@@ -753,11 +767,14 @@ def _no_workers(src: StaticContext, fn: Function, lf: LoaderFact) -> None:
         settings=(SettingRef("DataLoader.num_workers", nw.value if nw is not None else 0, loc),),
         notes=tuple(filter(None, [origin_note("num_workers", nw)])),
     )
-    flag = arg_fix(nw, "4")
+    n, sizing = workers_here()
+    sized = src.sized("num_workers", fn, lf.site)  # `check --workers N`, or what --verify measured (`--from RUN`)
+    if sized.value is not None:
+        n, sizing = sized.value, f"How many: {sized.value}, {sized.why}."
+    flag = arg_fix(nw, str(n))
     instruction = (
-        f"Load batches in worker processes: set num_workers to about the CPU cores you can spare "
-        f"(e.g. 4) on the DataLoader at {at(loc)}, with persistent_workers=True"
-        + (f"; or change the default of {flag[0]}" if flag else "")
+        f"Load batches in worker processes: set num_workers on the DataLoader at {at(loc)}, with "
+        f"persistent_workers=True" + (f" (or change the default of {flag[0]})" if flag else "") + f". {sizing}"
     )
     src.report(
         "GD201",
@@ -765,16 +782,80 @@ def _no_workers(src: StaticContext, fn: Function, lf: LoaderFact) -> None:
         f"DataLoader at {at(loc)} loads every batch in the training process "
         f"({how('num_workers', nw_state, nw, '0')}): the step waits while the main process reads and collates "
         "each batch",
-        Fix(instruction, before, with_kwargs(before, {"num_workers": "4", "persistent_workers": "True"})),
+        Fix(instruction, before, with_kwargs(before, {"num_workers": str(n), "persistent_workers": "True"}),
+            # a count from a command-line flag: its default is the script's to change (the instruction says so)
+            () if flag or sized.refused else
+            (dataloader_args(fn.file, lf.site.line, {"num_workers": n, "persistent_workers": True}, col=lf.site.col),)),
         fn,
         lf.site,
-        ev,
+        Evidence(ev.metrics, ev.time_ranges, ev.settings, (*ev.notes, sized.refused)) if sized.refused else ev,
+    )
+
+
+def workers_here(t: Thresholds | None = None) -> tuple[int, str]:
+    """The num_workers a static fix suggests, and how it was chosen: GD201's bound for a loading that
+    computes (the usable cores, at most ``dataloader_max_workers_count``), with the cores of the machine
+    `gpudoctor check` runs on; `profile` sizes it from the measured load of a batch."""
+    t = t or Thresholds()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    n = max(1, min(cores - t.dataloader_reserved_cores, t.dataloader_max_workers_count))
+    return n, (
+        f"How many: {n} here, the {cores} cores `gpudoctor check` sees less {t.dataloader_reserved_cores} for the "
+        f"training process (at most {t.dataloader_max_workers_count}), the most a loading that computes can use; "
+        "count the training machine's cores instead, or let `gpudoctor profile` size it from the measured load of "
+        "a batch (a loading that waits on storage may use more)"
+    )
+
+
+def _hf_arguments(scan: Scan, node: ast.Call, q: str) -> None:
+    """``TrainingArguments(...)``: the Trainer builds its DataLoaders with ``dataloader_num_workers``."""
+    if any(k.arg is None for k in node.keywords):
+        return  # **kwargs: not known here
+    nw = scan.kwarg(node, "dataloader_num_workers")
+    scan.record("hf_loader", node, scan.sym(nw) if nw is not None else None)
+
+
+def _hf_state(src: StaticContext, fn: Function, f: Fact) -> tuple[str, Resolved | None]:
+    return ("set", src.resolve(fn, f.value)) if f.value is not None else ("missing", None)
+
+
+def _hf_no_workers(src: StaticContext, fn: Function, f: Fact) -> None:
+    state, nw = _hf_state(src, fn, f)
+    if not (state == "missing" or (nw is not None and nw.known and nw.value == 0 and nw.value is not False)):
+        return
+    loc = src.location(fn, f.site)
+    before = src.source(fn, f.site)
+    n, sizing = workers_here()
+    sized = src.sized("num_workers", fn, f.site)
+    if sized.value is not None:
+        n, sizing = sized.value, f"How many: {sized.value}, {sized.why}."
+    src.report(
+        "GD201",
+        Severity.WARNING,
+        f"`{f.text.split('(', 1)[0]}(...)` at {at(loc)}: the Trainer loads every batch in the training process "
+        f"({how('dataloader_num_workers', state, nw, '0')}): the step waits while the main process reads and "
+        "collates each batch",
+        Fix(
+            f"Let the Trainer load batches in worker processes: dataloader_num_workers on the TrainingArguments "
+            f"at {at(loc)}, with dataloader_persistent_workers=True. {sizing}",
+            before,
+            with_kwargs(before, {"dataloader_num_workers": str(n), "dataloader_persistent_workers": "True"}),
+        ),
+        fn,
+        f.site,
+        Evidence(settings=(SettingRef("TrainingArguments.dataloader_num_workers", nw.value if nw else 0, loc),)),
     )
 
 
 def static_check(src: StaticContext) -> None:
     for fn, lf in src.loaders():
         _no_workers(src, fn, lf)
+    for fn, f in src.facts("hf_loader"):
+        if src.active(fn, f.ctx):
+            _hf_no_workers(src, fn, f)
 
 
 def _loader_settings(src: StaticContext) -> list[tuple[str, str, str]]:
@@ -787,6 +868,9 @@ def _loader_settings(src: StaticContext) -> list[tuple[str, str, str]]:
             shown(*src.loader_value(fn, lf, "num_workers"), "0"),
             shown(*src.loader_value(fn, lf, "prefetch_factor"), "2"),
         ))
+    for fn, f in src.facts("hf_loader"):  # the Trainer's DataLoaders, from its TrainingArguments
+        if src.active(fn, f.ctx):
+            out.append((first_of([src.location(fn, f.site)]), shown(*_hf_state(src, fn, f), "0"), "2 (default)"))
     return out
 
 
@@ -818,6 +902,7 @@ def _judge_prefetch(src: StaticContext) -> tuple[ChecklistStatus, str]:
 
 STATIC = StaticCheck(
     check=static_check,
+    watch=Watch(calls=dict.fromkeys(HF_TRAINING_ARGS, _hf_arguments)),
     judges={"dataloader-workers": _judge_workers, "prefetch": _judge_prefetch},
 )
 
@@ -887,4 +972,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

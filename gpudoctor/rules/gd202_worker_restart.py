@@ -83,8 +83,9 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
+from gpudoctor.rules.edits import dataloader_args
 from gpudoctor.rules.helpers import (
-    dataloader_call,
+    dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
@@ -165,7 +166,7 @@ def check(ctx: RuleContext) -> RuleResult:
     ]
     finding = ctx.finding(
         message,
-        Fix(instruction, dataloader_call(dl), dataloader_call(dl, persistent_workers=True)),
+        dataloader_fix(instruction, dl, {"persistent_workers": True}),
         share_pct=None,
         severity_pct=share,
         confidence=Confidence.MEASURED,
@@ -230,6 +231,7 @@ def static_check(src: StaticContext) -> None:
                 f"Keep the workers alive across epochs: persistent_workers=True on the DataLoader at {at(loc)}",
                 before,
                 with_kwargs(before, {"persistent_workers": "True"}),
+                (dataloader_args(fn.file, lf.site.line, {"persistent_workers": True}, col=lf.site.col),),
             ),
             fn,
             lf.site,
@@ -237,7 +239,11 @@ def static_check(src: StaticContext) -> None:
         )
 
 
-STATIC = StaticCheck(check=static_check)
+STATIC = StaticCheck(
+    check=static_check,
+    # its loaders have workers already: the finding is about keeping them, not about num_workers > 0
+    recommends=lambda finding: False,
+)
 
 
 EXAMPLES = examples(
@@ -288,4 +294,5 @@ RULE = Rule(
     verify_statistic="epoch",  # the restarts cost the first step of each epoch, which the steady steps leave out,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

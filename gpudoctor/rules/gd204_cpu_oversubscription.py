@@ -488,4 +488,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix="the thread count is the script's worker_init_fn's choice, and the right one depends on the machine that trains: a change to make by hand",
 )

@@ -90,7 +90,13 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call, dataloader_of, pinned_copy_injections
+from gpudoctor.rules.edits import dataloader_args
+from gpudoctor.rules.helpers import (
+    dataloader_call,
+    dataloader_fix,
+    dataloader_of,
+    pinned_copy_injections,
+)
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import (
     COPY_LATENCY_NS,
@@ -100,7 +106,15 @@ from gpudoctor.rules.speedups import (
     pcie_generation,
     pinned_copy_fraction,
 )
-from gpudoctor.rules.static_api import Function, StaticCheck, StaticContext, examples
+from gpudoctor.rules.static_api import (
+    Function,
+    LoaderFact,
+    Site,
+    StaticCheck,
+    StaticContext,
+    Transfer,
+    examples,
+)
 from gpudoctor.rules.static_api.text import (
     NO_CUDA,
     NO_LOADER,
@@ -188,7 +202,8 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     expected, expected_note = _expected(ctx, pinned, count, nbytes, dur)
     finding = ctx.finding(
         message,
-        Fix(instruction, before, after),
+        dataloader_fix(instruction, dl, {"pin_memory": True}, before, after) if dl is None or not dl.pin_memory
+        else Fix(instruction, before, after, illustration="the pageable tensors are made in the script, not by a DataLoader"),
         share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
@@ -244,51 +259,88 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
 # --------------------------------------------------------------------------- `gpudoctor check`
 
 
-def _first_copy(src: StaticContext, fn: Function) -> str:
-    """``file:line`` of the first batch copy to the GPU in ``fn``'s program ("" when there is none)."""
+def _copies(src: StaticContext, fn: Function) -> list[tuple[Function, Transfer, frozenset[str], bool]]:
+    """The batch copies to the GPU of ``fn``'s program, in source order: (function, copy, the names its
+    loops iterate, whether it runs in every training step)."""
 
-    def find() -> str:
+    def find() -> list[tuple[Function, Transfer, frozenset[str], bool]]:
+        out = []
         for other in src.program_functions(fn):
-            tr = next((c for c in other.transfers if c.ctx.loops or other.fid != "<module>"), None)
-            if tr is not None:
-                return f"{other.file}:{tr.site.line}"
-        return ""
+            for tr in other.transfers:
+                if not (tr.ctx.loops or other.fid != "<module>"):
+                    continue
+                loops = [lp for lid in tr.ctx.loops if (lp := src.loop(other, lid)) is not None]
+                iterated = frozenset().union(*(lp.iter_names for lp in loops))
+                out.append((other, tr, iterated, src.step_loop(other, tr.ctx) is not None))
+        return out
 
-    return src.memo(f"GD301.first-copy:{src.program(fn)}", find)
+    return src.memo(f"GD301.copies:{src.program(fn)}", find)
+
+
+def _copy_of(src: StaticContext, fn: Function, lf: LoaderFact) -> tuple[str, tuple[Function, Site] | None]:
+    """Where this loader's batches are copied to the GPU: a copy in a loop over the loader, else one in a
+    training step, else any; a framework's step method when the framework copies them ("" for none). With
+    the copy's function and site when it is in a loop over this loader by name, where the finding then
+    points; None when the copy is only a likely one (a loader passed to a function), or the framework's."""
+    copies = _copies(src, fn)
+    names = src.loader_names(fn, lf)
+    for i, wanted in enumerate((lambda it, step: bool(names & it), lambda it, step: step, lambda it, step: True)):
+        found = next(((other, tr) for other, tr, it, step in copies if wanted(it, step)), None)
+        if found is not None:
+            other, tr = found
+            return f"{other.file}:{tr.site.line}", (other, tr.site) if i == 0 else None
+    framework = next(((other, lp) for other, lp in src.step_loops() if lp.framework and src.in_program(fn, [other])),
+                     None)
+    if framework is not None:
+        other, lp = framework
+        return f"{other.file}:{lp.site.line} by {lp.framework}, before `{other.name}()`", None
+    return "", None
 
 
 def static_check(src: StaticContext) -> None:
-    """A DataLoader without pin_memory=True in a CUDA program that copies batches to the GPU."""
+    """A DataLoader without pin_memory=True in a CUDA program that copies batches to the GPU: the finding
+    at the copy (where the time goes), its fix on the DataLoader."""
     for fn, lf in src.loaders():
         pin_state, pin = src.loader_value(fn, lf, "pin_memory")
-        if not (src.cuda(fn) and _first_copy(src, fn) and (
+        if not (src.cuda(fn) and (
             pin_state == "missing" or (pin_state == "set" and pin is not None and pin.truth() is False)
         )):
             continue
+        copy, copy_at = _copy_of(src, fn, lf)
+        if not copy:
+            continue
         loc = src.location(fn, lf.site)
         before = src.source(fn, lf.site)
-        copy = _first_copy(src, fn)
         ev = Evidence(
             settings=(SettingRef("DataLoader.pin_memory", pin.value if pin is not None else False, loc),),
             notes=tuple(filter(None, [
                 origin_note("pin_memory", pin), f"batches are copied to the GPU at {copy}" if copy else "",
             ])),
         )
+        fix = Fix(
+            f"Set pin_memory=True on the DataLoader at {at(loc)} and copy with .to(device, non_blocking=True)",
+            before,
+            with_kwargs(before, {"pin_memory": "True"}),
+            (dataloader_args(fn.file, lf.site.line, {"pin_memory": True}, col=lf.site.col),),
+        )
+        if copy_at is not None:
+            cfn, csite = copy_at
+            src.report(
+                "GD301",
+                Severity.WARNING,
+                f"Batches of the DataLoader at {at(loc)} are copied to the GPU from pageable memory "
+                f"({how('pin_memory', pin_state, pin, 'False')}): each copy is staged through a pinned buffer "
+                "and cannot overlap compute",
+                fix, cfn, csite, ev, fix_at=(fn, lf.site),
+            )
+            continue
         src.report(
             "GD301",
             Severity.WARNING,
             f"DataLoader at {at(loc)} returns pageable batches ({how('pin_memory', pin_state, pin, 'False')}) "
-            "that are copied to the GPU"
-            + (f" at {copy}" if copy else "")
-            + ": each copy is staged through a pinned buffer and cannot overlap compute",
-            Fix(
-                f"Set pin_memory=True on the DataLoader at {at(loc)} and copy with .to(device, non_blocking=True)",
-                before,
-                with_kwargs(before, {"pin_memory": "True"}),
-            ),
-            fn,
-            lf.site,
-            ev,
+            f"that are copied to the GPU at {copy}: each copy is staged through a pinned buffer and cannot "
+            "overlap compute",
+            fix, fn, lf.site, ev,
         )
 
 
@@ -369,4 +421,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

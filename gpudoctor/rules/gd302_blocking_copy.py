@@ -77,7 +77,8 @@ from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import pinned_copy_injections
+from gpudoctor.rules.edits import non_blocking
+from gpudoctor.rules.helpers import dataloader_fix, pinned_copy_injections
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (
@@ -165,11 +166,11 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     notes = ["blocking time estimated from the blocking copies' share of all copies"] if estimated else []
     finding = ctx.finding(
         message,
-        Fix(
-            instruction,
-            "x = batch.to(device)",
-            "x = batch.pin_memory().to(device, non_blocking=True)  # or pin_memory=True at the DataLoader",
-        ),
+        dataloader_fix(instruction, dl, {"pin_memory": True}, "x = batch.to(device)",
+                       "x = batch.pin_memory().to(device, non_blocking=True)  # or pin_memory=True at the DataLoader")
+        if dl is not None and not dl.pin_memory else
+        Fix(instruction, "x = batch.to(device)", "x = batch.to(device, non_blocking=True)",
+            illustration="a run records where the DataLoader is, not where its batches are copied"),
         share_pct=at_stake,
         confidence=Confidence.INFERRED if estimated else Confidence.MEASURED,
         metrics=metrics,
@@ -274,6 +275,7 @@ def _blocking_copy(src: StaticContext, fn: Function, tr: Transfer, lid: int, nb:
             "stream order keeps it correct",
             tr.statement,
             _non_blocking_after(tr.statement, tr.method),
+            (non_blocking(fn.file, tr.site.line, tr.method, col=tr.site.col),),
         ),
         fn,
         tr.site,
@@ -343,4 +345,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

@@ -278,4 +278,5 @@ RULE = Rule(
     not_injectable="reading device results on the host every N steps instead of every step is a code change",
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix='copying results to the host less often changes what the script logs or saves when: a change to make by hand',
 )

@@ -152,7 +152,13 @@ from gpudoctor.rules.static_api import (
     sym_any,
     sym_in,
 )
-from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of
+from gpudoctor.rules.static_api.text import (
+    NO_CUDA,
+    NO_TRAINING_LOOP,
+    arg_fix,
+    first_of,
+    with_kwargs,
+)
 
 _BEFORE = """for x, y in loader:
     loss = loss_fn(model(x), y)
@@ -366,24 +372,42 @@ def _grad_scaler(scan: Scan, node: ast.Call, q: str) -> None:
         scan.record("scaler_deprecated", node, extra=f"{q}|{GRAD_SCALER[q]}")
 
 
+# Mixed precision asked of a framework: an "autocast" fact whose ``extra`` names the framework and whose
+# ``data`` is the argument that decides it (None: not passed, the framework's default applies).
+ACCELERATE, LIGHTNING_TRAINER, HF_ARGS = "accelerate", "lightning", "transformers"
+
+
+def _passes_kwargs(node: ast.Call) -> bool:
+    return any(k.arg is None for k in node.keywords)
+
+
 def _accelerate(scan: Scan, node: ast.Call, q: str) -> None:
     value = scan.kwarg(node, "mixed_precision")
     if value is not None:
-        scan.record("autocast", node, sym_in(scan.sym(value), ("no", None, "fp8"), negate=True))
+        mp = scan.sym(value)
+        scan.record("autocast", node, sym_in(mp, ("no", None, "fp8"), negate=True), ACCELERATE, data="mixed_precision")
+        scan.record("precision_at_launch", node, ("cmp", ("is",), (mp, const(None))))  # None: as launched
+    elif not _passes_kwargs(node):
+        # not passed: `accelerate launch --mixed_precision` / `accelerate config` decide it
+        scan.record("precision_at_launch", node)
 
 
 def _lightning(scan: Scan, node: ast.Call, q: str) -> None:
     value = scan.kwarg(node, "precision")
+    mixed = ("16-mixed", "bf16-mixed", "16", "bf16", 16, "bf16-true", "16-true", "transformer-engine")
     if value is not None:
-        mixed = ("16-mixed", "bf16-mixed", "16", "bf16", 16, "bf16-true", "16-true")
-        scan.record("autocast", node, sym_in(scan.sym(value), mixed))
+        scan.record("autocast", node, sym_in(scan.sym(value), mixed), LIGHTNING_TRAINER, data="precision")
+    elif not _passes_kwargs(node):
+        scan.record("autocast", node, const(False), LIGHTNING_TRAINER)  # default "32-true"
 
 
 def _hf_trainer(scan: Scan, node: ast.Call, q: str) -> None:
-    flags = [scan.kwarg(node, k) for k in ("fp16", "bf16")]
-    syms = tuple(scan.sym(v) for v in flags if v is not None)
-    if syms:
-        scan.record("autocast", node, sym_any(syms))
+    flags = [(k, v) for k in ("fp16", "bf16") if (v := scan.kwarg(node, k)) is not None]
+    if flags:
+        scan.record("autocast", node, sym_any(tuple(scan.sym(v) for _k, v in flags)), HF_ARGS,
+                    data=" and ".join(k for k, _v in flags))
+    elif not _passes_kwargs(node):
+        scan.record("autocast", node, const(False), HF_ARGS)  # fp16 and bf16 default to False
 
 
 def _matmul_precision(scan: Scan, node: ast.Call, q: str) -> None:
@@ -476,19 +500,92 @@ def _precision(src: StaticContext) -> tuple[list[Function], list[Location], list
             else:
                 r = src.resolve(fn, f.value) if f.value is not None else None
                 why = ", ".join(origins or (r.origins if r else []))
-                off.append((fn, f"autocast at {loc.file}:{loc.line} is off unless {why} is changed" if why
-                            else f"autocast at {loc.file}:{loc.line} is disabled"))
+                what = _FRAMEWORKS[f.extra][0] if f.extra in _FRAMEWORKS else "autocast"
+                off.append((fn, f"{what} at {loc.file}:{loc.line} is off unless {why} is changed" if why
+                            else f"{what} at {loc.file}:{loc.line} is disabled"))
         return on, where, off
 
     return src.memo("GD401.precision", compute)
 
 
+#: Per framework: (what asks it for mixed precision, its default, the instruction, the arguments to set).
+_FRAMEWORKS: dict[str, tuple[str, str, str, dict[str, str | None]]] = {
+    LIGHTNING_TRAINER: (
+        "mixed precision of the Trainer", 'precision not set: Lightning\'s default is "32-true"',
+        'Ask the Trainer for mixed precision: precision="bf16-mixed" (Ampere and later; "16-mixed" on Volta '
+        "and Turing, where Lightning scales the loss)",
+        {"precision": '"bf16-mixed"'},
+    ),
+    HF_ARGS: (
+        "mixed precision of TrainingArguments", "fp16 and bf16 not set: the Trainer's default is FP32",
+        "Ask the Trainer for mixed precision: TrainingArguments(bf16=True) (Ampere and later; fp16=True on "
+        "Volta and Turing, where the Trainer scales the loss)",
+        {"bf16": "True", "fp16": None},
+    ),
+    ACCELERATE: (
+        "mixed precision of the Accelerator", "",
+        'Ask Accelerate for mixed precision: Accelerator(mixed_precision="bf16") ("fp16" on Volta and Turing), '
+        "or `accelerate launch --mixed_precision bf16`",
+        {"mixed_precision": '"bf16"'},
+    ),
+}
+
+
+def _framework_fp32(src: StaticContext, fn: Function, f: Fact) -> None:
+    """FP32 asked of a framework (``Trainer(precision=32)``, ``TrainingArguments`` without bf16 …): the
+    finding at that call, with the fix in the framework's terms."""
+    _what, default, instruction, changes = _FRAMEWORKS[f.extra]
+    before = src.source(fn, f.site)
+    if f.data:
+        r = src.resolve(fn, f.value) if f.value is not None else None
+        origins = f", from {r.origin_text()}" if r is not None and r.origins else ""
+        flag = arg_fix(r, "")
+        if flag:
+            instruction += f"; or change the default of {flag[0]}"
+        written = src.line(fn, f.site.line)
+        m = re.search(rf"\b{re.escape(str(f.data))}\s*=\s*([^,)]+)", written)
+        why = (f"{f.data}={m.group(1).strip()}" if m and " and " not in f.data else f"{f.data} off") + origins
+    else:
+        why = default
+    call = f.text.split("(", 1)[0]
+    src.report(
+        "GD401",
+        Severity.INFO,
+        f"`{call}(...)` at {fn.file}:{f.site.line} trains in FP32 on CUDA ({why}): on Tensor Core GPUs mixed "
+        "precision runs matmuls and convolutions several times faster",
+        Fix(instruction, before, with_kwargs(before, changes)),
+        fn,
+        f.site,
+    )
+
+
 def _fp32_loops(src: StaticContext) -> None:
-    """One finding per program: its first CUDA training loop, when no autocast is on in the program."""
-    on, _where, off = _precision(src)
+    """One finding per program: a framework asked for FP32 (at its call), else its first CUDA training
+    loop, when no autocast is on in the program (and `accelerate launch` does not decide it)."""
+    on, _where, _off = _precision(src)
+    at_launch = [fn for fn, f in _at_launch(src)]
     reported: set[int] = set()
+    for fn, f in src.facts("autocast"):
+        if f.extra not in _FRAMEWORKS or not src.cuda(fn) or src.in_program(fn, on) or not src.active(fn, f.ctx):
+            continue
+        if src.in_program(fn, at_launch):
+            continue
+        if src.program(fn) not in reported:
+            reported.add(src.program(fn))
+            _framework_fp32(src, fn, f)
+    _plain_fp32_loops(src, on, at_launch, reported)
+
+
+def _at_launch(src: StaticContext) -> list[tuple[Function, Fact]]:
+    """Accelerators whose mixed precision `accelerate launch` / `accelerate config` decide."""
+    return [(fn, f) for fn, f in src.facts("precision_at_launch")
+            if src.active(fn, f.ctx) and (f.value is None or src.resolve(fn, f.value).truth() is not False)]
+
+
+def _plain_fp32_loops(src: StaticContext, on: list[Function], at_launch: list[Function], reported: set[int]) -> None:
+    _on, _where, off = _precision(src)
     for fn, loop in src.step_loops():
-        if not src.cuda(fn) or src.in_program(fn, on):
+        if not src.cuda(fn) or src.in_program(fn, on) or src.in_program(fn, at_launch):
             continue
         program = src.program(fn)
         if program in reported:
@@ -549,6 +646,12 @@ def _judge_amp(src: StaticContext) -> tuple[ChecklistStatus, str]:
         return ChecklistStatus.APPLIED, f"autocast / reduced precision at {first_of(autocast)}{tf32}"
     if not src.cuda_anywhere:
         return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+    at_launch = [src.location(fn, f.site) for fn, f in _at_launch(src)]
+    if at_launch:
+        return ChecklistStatus.NOT_MEASURABLE, (
+            f"the Accelerator at {first_of(at_launch)} takes its mixed precision from `accelerate launch` / "
+            f"`accelerate config`{tf32}"
+        )
     if not src.step_loops():
         return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
     return ChecklistStatus.NOT_MEASURABLE, "no autocast found, and no CUDA training loop for GD401 to judge" + tf32
@@ -616,4 +719,5 @@ RULE = Rule(
     not_injectable="AMP changes numerics (half-precision matmuls, loss scaling): try it in the script and check the loss",
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix='AMP changes numerics (half-precision matmuls, loss scaling): never automatic',
 )

@@ -74,6 +74,7 @@ import re
 from gpudoctor.model.findings import (
     ChecklistStatus,
     Confidence,
+    Evidence,
     Finding,
     Fix,
     Location,
@@ -83,6 +84,7 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.edits import assign, at_startup, edit_fix
 from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import CUDNN_BENCHMARK_FRACTION
@@ -134,14 +136,20 @@ def _judge(ctx: RuleContext, m: TraceMetrics, bench) -> RuleResult:
         f"{flag_text(bench)}: cuDNN picks algorithms by heuristic instead of timing them"
     )
     loc = location_of(bench.call_site)
+    script = ctx.manifest.script if ctx.manifest is not None else None
+    site = bench.call_site
+    edits = ((assign(site.file, site.line, "benchmark", True),) if site is not None
+             else (at_startup(script, 1, "torch.backends.cudnn.benchmark = True"),) if script else ())
     finding = ctx.finding(
         message,
-        Fix(
+        edit_fix(
             "Set `torch.backends.cudnn.benchmark = True` at start-up"
             + (f" (now False at {loc})" if loc else "")
             + "; not when input shapes vary or bit-wise determinism is required.",
             "model = ResNet50().cuda()",
             "torch.backends.cudnn.benchmark = True\nmodel = ResNet50().cuda()",
+            *edits,
+            illustration="the script's source is not at hand" if edits else "the run names no script (python -m)",
         ),
         share_pct=share,
         confidence=confidence,
@@ -293,11 +301,14 @@ def static_check(src: StaticContext) -> None:
             detail = f"cudnn.benchmark is set to False at {where.file}:{x.site.line}"
             before = src.line(where, x.site.line)
             after = re.sub(r"=\s*.+$", "= True", before)
+            edit = assign(where.file, x.site.line, "benchmark", True)
         else:
             site, where = f.site, fn
             detail = "cudnn.benchmark is never set"
             before = "# torch.backends.cudnn.benchmark is not set (default False)"
             after = "torch.backends.cudnn.benchmark = True  # once, at start-up: input shapes are fixed"
+            edit = at_startup(where.file, site.line, "torch.backends.cudnn.benchmark = True")
+        refused = src.sized("torch.backends.cudnn.benchmark", where, site).refused
         src.report(
             "GD403",
             Severity.INFO,
@@ -308,9 +319,11 @@ def static_check(src: StaticContext) -> None:
                 "from step to step (not when determinism is required)",
                 before,
                 after,
+                () if refused else (edit,),
             ),
             where,
             site,
+            Evidence(notes=(refused,)) if refused else None,
         )
 
 
@@ -373,4 +386,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

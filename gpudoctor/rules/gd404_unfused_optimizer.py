@@ -92,6 +92,7 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.edits import edit_fix, optimizer_args
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import TENSORS_PER_LAUNCH, launch_fraction
 from gpudoctor.rules.static_api import (
@@ -154,10 +155,14 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         metrics.append(Metric("optimizer_share_pct", round(share, 2), "%", "steps"))
     finding = ctx.finding(
         message,
-        Fix(
+        edit_fix(
             f"Build the optimizer with {knob}" + (f" at {loc}" if loc else "") + ".",
             f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3)",
             f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, {knob})",
+            *((optimizer_args(opt.call_site.file, opt.call_site.line, opt.cls, {knob.split("=")[0]: True}),)
+              if opt is not None and opt.call_site is not None else ()),
+            illustration="the script's source is not at hand" if opt is not None and opt.call_site is not None
+            else "the optimizer's call site was not recorded",
         ),
         share_pct=share,
         confidence=Confidence.MEASURED,
@@ -282,8 +287,10 @@ def static_check(src: StaticContext) -> None:
             continue
         before = src.source(fn, f.site)
         shown_version = version or "current torch"
+        refused = src.sized("fused" if has_fused else "foreach", fn, f.site).refused
         if fused is False or foreach is False:
             which = "fused=False" if fused is False else "foreach=False"
+            changes = {"fused" if has_fused else "foreach": True, "foreach" if has_fused else "fused": None}
             src.report(
                 "GD404",
                 Severity.WARNING,
@@ -296,6 +303,7 @@ def static_check(src: StaticContext) -> None:
                         before,
                         {"fused" if has_fused else "foreach": "True", "foreach" if has_fused else "fused": None},
                     ),
+                    () if refused else (optimizer_args(fn.file, f.site.line, cls, changes, col=f.site.col),),
                 ),
                 fn,
                 f.site,
@@ -311,6 +319,7 @@ def static_check(src: StaticContext) -> None:
                     f"Pass fused=True to torch.optim.{cls} (parameters must be floating-point CUDA tensors)",
                     before,
                     with_kwargs(before, {"fused": "True"}),
+                    () if refused else (optimizer_args(fn.file, f.site.line, cls, {"fused": True}, col=f.site.col),),
                 ),
                 fn,
                 f.site,
@@ -385,4 +394,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

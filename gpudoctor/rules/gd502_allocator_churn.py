@@ -334,4 +334,5 @@ RULE = Rule(
     inject=inject,
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix='removing empty_cache() may be deliberate (another process shares the GPU, a memory measurement): a change to make by hand',
 )

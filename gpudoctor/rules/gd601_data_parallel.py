@@ -68,7 +68,15 @@ import re
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef, Severity
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
 from gpudoctor.rules.registry import Need, Rule
-from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples
+from gpudoctor.rules.static_api import (
+    Fact,
+    Function,
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    examples,
+)
 from gpudoctor.rules.static_api.names import DATA_PARALLEL, DDP
 from gpudoctor.rules.static_api.text import closing_paren, first_of
 
@@ -130,7 +138,11 @@ def check(ctx: RuleContext) -> RuleResult:
 
 
 def _data_parallel(scan: Scan, node: ast.Call, q: str) -> None:
-    scan.record("data_parallel", node, extra=q)
+    data = None
+    if q.rsplit(".", 1)[-1] == "data_parallel" and len(node.args) >= 2:
+        # the functional form, data_parallel(module, inputs, device_ids): replicates the module at each call
+        data = (scan.segment(node.args[0]), scan.segment(node.args[1]), scan.segment(node, 400))
+    scan.record("data_parallel", node, extra=q, data=data)
 
 
 def _ddp(scan: Scan, node: ast.Call, q: str) -> None:
@@ -146,7 +158,18 @@ def _ddp_after(line: str) -> str:
     if close is None:
         return line[: m.start()] + "DistributedDataParallel(" + line[m.end() :]
     inner = rest[1:close].strip()
-    inner = re.sub(r",?\s*(device_ids|output_device)\s*=\s*(\[[^\]]*\]|[^,)]+)", "", inner).strip()
+    try:  # DataParallel(module, device_ids, output_device, dim): DDP takes its own device_ids
+        call = ast.parse(f"f({inner})", mode="eval").body
+    except SyntaxError:
+        call = None
+    if isinstance(call, ast.Call) and call.args and not isinstance(call.args[0], ast.Starred):
+        kept = [ast.unparse(call.args[0])]
+        if len(call.args) > 3:
+            kept.append(f"dim={ast.unparse(call.args[3])}")
+        kept += [ast.unparse(k) for k in call.keywords if k.arg not in ("device_ids", "output_device")]
+        inner = ", ".join(kept)
+    else:
+        inner = re.sub(r",?\s*(device_ids|output_device)\s*=\s*(\[[^\]]*\]|[^,)]+)", "", inner).strip()
     args = (inner + ", " if inner else "") + "device_ids=[local_rank]"
     return line[: m.start()] + "DistributedDataParallel(" + args + ")" + rest[close + 1 :]
 
@@ -158,6 +181,9 @@ def static_check(src: StaticContext) -> None:
             if f.kind != "data_parallel" or not src.active(fn, f.ctx):
                 continue
             line = src.line(fn, f.site.line)
+            if f.data is not None:
+                _functional(src, fn, f, line)
+                continue
             src.report(
                 "GD601",
                 Severity.WARNING,
@@ -173,6 +199,31 @@ def static_check(src: StaticContext) -> None:
                 fn,
                 f.site,
             )
+
+
+def _functional(src: StaticContext, fn: Function, f: Fact, line: str) -> None:
+    """``nn.parallel.data_parallel(module, inputs, device_ids)`` in a forward pass: DDP wraps the model once,
+    where it is built, and the forward pass calls the module itself."""
+    module, inputs, call = f.data
+    after = line.replace(call, f"{module}({inputs})") if call in line else f"{module}({inputs})"
+    src.report(
+        "GD601",
+        Severity.WARNING,
+        f"`{f.text}` at {fn.file}:{f.site.line} replicates `{module}` onto every GPU in each call: one process "
+        "drives every GPU, scattering each batch and gathering outputs on GPU 0, under one GIL",
+        Fix(
+            "Use DistributedDataParallel, one process per GPU, launched with torchrun "
+            "(`torchrun --nproc-per-node=N train.py`), with a DistributedSampler: wrap the model once where it "
+            "is built, and call the module itself here",
+            line,
+            "# once, where the model is built (one process per GPU):\n"
+            "#   torch.distributed.init_process_group(\"nccl\"); local_rank = int(os.environ[\"LOCAL_RANK\"])\n"
+            "#   model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])\n"
+            + after,
+        ),
+        fn,
+        f.site,
+    )
 
 
 def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
@@ -236,4 +287,5 @@ RULE = Rule(
     not_injectable="moving to DistributedDataParallel needs a launcher and code changes",
     static=STATIC,
     examples=EXAMPLES,
+    not_autofix='DistributedDataParallel needs a launcher (torchrun), a process group and a sampler per rank: more than an edit of one line',
 )

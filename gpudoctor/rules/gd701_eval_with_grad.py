@@ -86,6 +86,7 @@ from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location,
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import CallSite
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
+from gpudoctor.rules.edits import edit_fix, wrap
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     Function,
@@ -98,7 +99,7 @@ from gpudoctor.rules.static_api import (
     examples,
     last,
 )
-from gpudoctor.rules.static_api.names import MODEL_NAME
+from gpudoctor.rules.static_api.names import MODEL_NAME, NO_GRAD_CONTEXTS
 from gpudoctor.rules.static_api.text import at, first_of, indent
 
 _BEFORE = """model.eval()
@@ -113,11 +114,13 @@ with torch.inference_mode():
 def _fix(site: CallSite | None) -> Fix:
     """The fix, at the line that called the model with gradients on when it is known."""
     where = f" (the call at {location_of(site)})" if site is not None else ""
-    return Fix(
+    return edit_fix(
         f"Run the evaluation/inference loop{where} under `torch.inference_mode()` (or `torch.no_grad()` when the "
         "outputs feed autograd later).",
         _BEFORE,
         _AFTER,
+        *((wrap(site.file, site.line, "torch.inference_mode()"),) if site is not None else ()),
+        illustration="the script's source is not at hand" if site is not None else "no call site was recorded",
     )
 
 
@@ -290,10 +293,34 @@ EVAL_FUNCTION = re.compile(
 _CALLEE = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 
 
+def _with_grad_source(scan: Scan, node: ast.stmt) -> str:
+    """The source of a loop less its ``with torch.no_grad():`` blocks (``accelerate``'s examples guard
+    each forward pass inside the loop)."""
+    text = scan.source_of(node)
+    if "no_grad" not in text and "inference_mode" not in text:
+        return text
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.With, ast.AsyncWith)) and any(
+            scan.qualify(i.context_expr.func if isinstance(i.context_expr, ast.Call) else i.context_expr)
+            in NO_GRAD_CONTEXTS for i in sub.items
+        ):
+            text = text.replace(scan.source_of(sub), "")
+    return text
+
+
 def _loop_models(scan: Scan, node: ast.stmt, loop: Loop) -> None:
-    """The models a loop calls (``model(x)``, ``net.forward(x)``), and those in eval mode as it starts."""
+    """The models a loop calls (``model(x)``, ``net.forward(x)``), those in eval mode as it starts, and
+    whether every one of those calls is under a ``with torch.no_grad():`` of the loop's own."""
+    everywhere = _models_called(scan, scan.source_of(node))
+    if everywhere:
+        with_grad = _models_called(scan, _with_grad_source(scan, node))
+        scan.record("loop_models", node, site=loop.site, text="",
+                    data=(loop.id, frozenset(everywhere), frozenset(scan.eval_receivers), not with_grad))
+
+
+def _models_called(scan: Scan, text: str) -> set[str]:
     calls: set[str] = set()
-    for m in _CALLEE.finditer(scan.source_of(node)):
+    for m in _CALLEE.finditer(text):
         d = m.group(1)
         if d.endswith(".forward"):
             d = d[: -len(".forward")]
@@ -302,9 +329,7 @@ def _loop_models(scan: Scan, node: ast.stmt, loop: Loop) -> None:
         if scan.imported(d.split(".", 1)[0]) is not None:
             continue  # a library call (torch.nn.functional.…), not a model
         calls.add(d)
-    if calls:
-        scan.record("loop_models", node, site=loop.site, text="",
-                    data=(loop.id, frozenset(calls), frozenset(scan.eval_receivers)))
+    return calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +339,7 @@ class _EvalLoop:
     models: frozenset[str]  # models it calls
     evaluated: frozenset[str]  # of those, the ones in eval mode
     loc: Location
-    guarded: bool  # under no_grad / inference_mode (the loop, its function, or every caller)
+    guarded: bool  # under no_grad / inference_mode (the loop, its function, every caller, or each forward in it)
 
 
 def _callers_no_grad(src: StaticContext, fn: Function) -> bool:
@@ -333,11 +358,13 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                 continue
             models = {f.data[0]: f.data[1:] for f in fn.facts if f.kind == "loop_models"}
             training = src.training_loop_ids(fn)
+            steps = set(src.step_loop_ids(fn))
             candidates: dict[int, tuple[Loop, frozenset[str], frozenset[str]]] = {}
             for loop in fn.loops:
-                if loop.id in training or any(lid in training for lid in loop.ctx.loops):
+                # an evaluation loop may sit in the epoch loop, after the step loop; not inside a step
+                if loop.id in training or any(lid in steps for lid in loop.ctx.loops):
                     continue
-                calls, eval_before = models.get(loop.id, (frozenset(), frozenset()))
+                calls, eval_before, _inner = models.get(loop.id, (frozenset(), frozenset(), False))
                 if not calls or not loop.target_is_batch:
                     continue
                 if not calls & eval_before and not EVAL_FUNCTION.search(fn.name):
@@ -349,7 +376,8 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                 loop, calls, eval_before = candidates[lid]
                 if any(outer in candidates for outer in loop.ctx.loops):
                     continue
-                guarded = loop.ctx.no_grad or fn.no_grad_decorated or _callers_no_grad(src, fn)
+                guarded = (loop.ctx.no_grad or fn.no_grad_decorated or _callers_no_grad(src, fn)
+                           or models[loop.id][2])  # every forward under the loop's own no_grad
                 out.append(_EvalLoop(fn, loop, calls, calls & eval_before, src.location(fn, loop.site), guarded))
         return out
 
@@ -370,10 +398,11 @@ def static_check(src: StaticContext) -> None:
             f"Evaluation loop at {at(e.loc)} ({why}, no backward) calls `{model}(...)` with autograd on: every "
             "forward pass records the graph and keeps its activations",
             Fix(
-                "Run evaluation under torch.inference_mode() (or torch.no_grad()), or decorate the function "
-                "with @torch.inference_mode()",
+                "Run evaluation under torch.no_grad() (or torch.inference_mode() when its outputs never feed "
+                "autograd), or decorate the function with @torch.no_grad()",
                 before,
-                "with torch.inference_mode():\n" + indent(before),
+                "with torch.no_grad():\n" + indent(before),
+                (wrap(fn.file, loop.site.line, "torch.no_grad()"),),
             ),
             fn,
             loop.site,
@@ -382,6 +411,13 @@ def static_check(src: StaticContext) -> None:
 
 def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
     loops = _eval_loops(src)
+    steps = [(fn, f) for fn, f in src.facts("framework_eval") if src.active(fn, f.ctx)]
+    if steps and not loops:
+        fn, f = steps[0]
+        return ChecklistStatus.APPLIED, (
+            f"{f.extra} runs `{f.text}` at {fn.file}:{f.site.line} with autograd off"
+            + (f" (and {len(steps) - 1} more evaluation steps)" if len(steps) > 1 else "")
+        )
     if loops:
         guarded = sum(1 for e in loops if e.guarded)
         return ChecklistStatus.APPLIED, (
@@ -438,4 +474,5 @@ RULE = Rule(
     not_injectable="torch.no_grad() / inference_mode() around evaluation is a code change",
     static=STATIC,
     examples=EXAMPLES,
+    autofix=True,
 )

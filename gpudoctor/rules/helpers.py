@@ -7,10 +7,11 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gpudoctor.model.findings import Finding, Location, Metric, SettingRef
+from gpudoctor.model.findings import Finding, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
 from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry, StepRecord
 from gpudoctor.rules.context import RuleContext, location_of
+from gpudoctor.rules.edits import dataloader_args, edit_fix
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
 
@@ -59,6 +60,19 @@ def dataloader_call(dl: DataLoaderSetting | None, **changes: object) -> str:
     dataset = "dataset"
     inner = ", ".join([dataset, *(f"{k}={v!r}" for k, v in args.items())])
     return f"loader = DataLoader({inner})"
+
+
+def dataloader_fix(instruction: str, dl: DataLoaderSetting | None, changes: dict[str, object], before: str = "",
+                   after: str = "") -> Fix:
+    """A DataLoader fix: the arguments ``changes`` set at the DataLoader's call site (an edit the report
+    makes from the script's own line where the source is at hand), with an illustration until then."""
+    before = before or dataloader_call(dl)
+    after = after or dataloader_call(dl, **changes)
+    if dl is None or dl.call_site is None:
+        why = "no DataLoader was recorded" if dl is None else "the DataLoader's call site was not recorded"
+        return Fix(instruction, before, after, illustration=why)
+    edit = dataloader_args(dl.call_site.file, dl.call_site.line, changes)
+    return edit_fix(instruction, before, after, edit, illustration="the script's source is not at hand")
 
 
 def dataloader_of(ctx: RuleContext, finding: Finding) -> DataLoaderSetting | None:

@@ -78,11 +78,18 @@ class Rule:
     # scripts its static check flags (bad_*.py) and leaves alone (good_*.py): `explain` prints them,
     # docs/rules shows them, the tests check them
     examples: tuple[Example, ...] = ()
+    # `gpudoctor check --fix`: True when the edits of its findings' fixes (Fix.edits) are mechanical and safe,
+    # so that --fix writes them (docs/check.md); else ``not_autofix`` says why --fix leaves the change to you
+    # (AMP changes numerics, a launcher is needed …). A rule with a static check declares one of the two
+    autofix: bool = False
+    not_autofix: str = ""
 
     def __post_init__(self) -> None:
         needs, own = as_needs(self.needs), as_needs(self.self_checked)
         if not own <= needs or not set(self.needs_reasons) <= needs - own:
             raise ValueError(f"{self.code}: self_checked and needs_reasons name needs the engine checks")
+        if self.autofix and self.not_autofix:
+            raise ValueError(f"{self.code}: autofix and not_autofix both given; declare one")
         object.__setattr__(self, "needs", needs)
         object.__setattr__(self, "self_checked", own)
         if self.check is not None:

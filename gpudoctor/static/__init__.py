@@ -64,7 +64,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,7 +87,9 @@ from gpudoctor.static.checklist import build_checklist, checklist_rows
 from gpudoctor.static.context import ProjectContext, Raw, run_checks
 from gpudoctor.static.link import Project
 from gpudoctor.static.scan import reset_caches, scan_file
-from gpudoctor.static.sources import ImportResolver, discover
+from gpudoctor.static.sizing import Sizing
+from gpudoctor.static.snippets import with_source
+from gpudoctor.static.sources import ImportResolver, discover, read_source
 from gpudoctor.static.summary import FileError, ModuleSummary
 
 __all__ = ["STATIC_CODES", "check_paths", "checklist_rows"]
@@ -103,9 +105,16 @@ MAX_FOLLOWED_MODULES = 5000
 _GAIN_NOTE = "static check: not measured; `gpudoctor profile` measures the share of step time at stake"
 
 
-def check_paths(paths: Sequence[Path], config: Config) -> Report:
-    """Review the given files and folders; see the module documentation for how."""
+def check_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = None,
+                overlay: Mapping[str, str] | None = None) -> Report:
+    """Review the given files and folders; see the module documentation for how.
+
+    ``sizing``: what the fixes write where the rules do not size it themselves (``static.sizing``:
+    ``--workers N``, what ``--verify`` measured);
+    ``overlay``: texts that stand in for files (absolute path → text: ``--fix`` / ``--diff``
+    between passes, before anything is written)."""
     reset_caches()
+    overlay = dict(overlay or {})
     targets, errors, roots = discover(list(paths))
     if not targets:
         if errors:
@@ -115,15 +124,15 @@ def check_paths(paths: Sequence[Path], config: Config) -> Report:
     modules: dict[str, ModuleSummary] = {}
     file_errors: list[FileError] = list(errors)
     jobs = [(str(t.path), t.display) for t in targets]
-    _scan_all(jobs, root_strs, modules, file_errors)
+    _scan_all(jobs, root_strs, modules, file_errors, overlay)
     if not any(path in modules for path, _display in jobs):  # not one file could be read
         msgs = [e.message for e in file_errors]
         raise UsageError(msgs[0] if len(msgs) == 1 else f"{msgs[0]} (and {len(msgs) - 1} more files that could not be checked)")
-    _follow_imports(modules, root_strs, file_errors)
+    _follow_imports(modules, root_strs, file_errors, overlay)
 
     project = Project(modules, [str(t.path) for t in targets])
-    checks = run_checks(project)
-    findings = _filter(checks.raw, modules, config)
+    checks = run_checks(project, sizing)
+    findings = _filter(checks.raw, modules, config, _texts(overlay))
     findings = tuple(sorted(findings, key=_order))
     enabled = [c for c in static_codes() if config.rule_enabled(c)]
     checklist = build_checklist(checks, findings, config.rule_enabled)
@@ -149,10 +158,11 @@ def check_paths(paths: Sequence[Path], config: Config) -> Report:
 # --------------------------------------------------------------------------- scanning
 
 
-def _scan_one(job: tuple[str, str], roots: list[str]) -> tuple[ModuleSummary | None, FileError | None]:
+def _scan_one(job: tuple[str, str], roots: list[str],
+              overlay: Mapping[str, str] | None = None) -> tuple[ModuleSummary | None, FileError | None]:
     path, display = job
     try:
-        return scan_file(path, display, roots)
+        return scan_file(path, display, roots, text=overlay.get(path) if overlay else None)
     except Exception as err:  # noqa: BLE001 - one bad file must not stop the others
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
@@ -163,8 +173,9 @@ def _scan_one(job: tuple[str, str], roots: list[str]) -> tuple[ModuleSummary | N
         )
 
 
-def _scan_chunk(jobs: list[tuple[str, str]], roots: list[str]) -> list[tuple[ModuleSummary | None, FileError | None]]:
-    return [_scan_one(job, roots) for job in jobs]
+def _scan_chunk(jobs: list[tuple[str, str]], roots: list[str],
+                overlay: Mapping[str, str] | None = None) -> list[tuple[ModuleSummary | None, FileError | None]]:
+    return [_scan_one(job, roots, overlay) for job in jobs]
 
 
 def _workers() -> int:
@@ -176,7 +187,8 @@ def _workers() -> int:
 
 
 def _scan_all(
-    jobs: list[tuple[str, str]], roots: list[str], modules: dict[str, ModuleSummary], errors: list[FileError]
+    jobs: list[tuple[str, str]], roots: list[str], modules: dict[str, ModuleSummary], errors: list[FileError],
+    overlay: Mapping[str, str] | None = None,
 ) -> None:
     results: list[tuple[ModuleSummary | None, FileError | None]] = []
     workers = _workers()
@@ -187,12 +199,12 @@ def _scan_all(
 
             method = "fork" if sys.platform.startswith("linux") else "spawn"
             with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
-                for part in pool.map(_scan_chunk, chunks, [roots] * len(chunks)):
+                for part in pool.map(_scan_chunk, chunks, [roots] * len(chunks), [overlay] * len(chunks)):
                     results.extend(part)
         except (OSError, RuntimeError, ImportError):
-            results = [_scan_one(job, roots) for job in jobs]  # no process pool here: one process
+            results = [_scan_one(job, roots, overlay) for job in jobs]  # no process pool here: one process
     else:
-        results = [_scan_one(job, roots) for job in jobs]
+        results = [_scan_one(job, roots, overlay) for job in jobs]
     for summary, err in results:
         if err is not None:
             errors.append(err)
@@ -200,7 +212,8 @@ def _scan_all(
             modules[summary.path] = summary
 
 
-def _follow_imports(modules: dict[str, ModuleSummary], roots: list[str], errors: list[FileError]) -> None:
+def _follow_imports(modules: dict[str, ModuleSummary], roots: list[str], errors: list[FileError],
+                    overlay: Mapping[str, str] | None = None) -> None:
     """Scan project modules that the checked files import but were not given."""
     from gpudoctor.static.sources import display_path
 
@@ -214,7 +227,7 @@ def _follow_imports(modules: dict[str, ModuleSummary], roots: list[str], errors:
         if not jobs:
             break
         before = set(modules)
-        _scan_all(jobs, roots, modules, errors)
+        _scan_all(jobs, roots, modules, errors, overlay)
         failed.update(p for p, _d in jobs if p not in modules)
         new = set(modules) - before
         pending = sorted({t for p in new for t, _attr in modules[p].imports.values()} - set(modules) - failed)
@@ -224,25 +237,42 @@ def _follow_imports(modules: dict[str, ModuleSummary], roots: list[str], errors:
 
 
 def _suppressed(raw: Raw, modules: dict[str, ModuleSummary]) -> bool:
-    ms = modules.get(raw.path)
-    if ms is None or not ms.suppress:
-        return False
-    first, last = raw.span
-    for line in range(first, max(first, last) + 1):
-        codes = ms.suppress.get(line)
-        if codes and ("*" in codes or raw.code in codes):
-            return True
+    """A suppression comment on a line of the finding's site, or of its fix's (``Raw.fix_span``)."""
+    spans = [(raw.path, raw.span)]
+    if raw.fix_span is not None:
+        spans.append((raw.fix_path, raw.fix_span))
+    for path, (first, last) in spans:
+        ms = modules.get(path)
+        if ms is None or not ms.suppress:
+            continue
+        for line in range(first, max(first, last) + 1):
+            codes = ms.suppress.get(line)
+            if codes and ("*" in codes or raw.code in codes):
+                return True
     return False
 
 
-def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config) -> list[Finding]:
+def _texts(overlay: Mapping[str, str]) -> Callable[[str], str | None]:
+    """The text of a checked file (the overlay's, else read again, once), for the fixes' before/after."""
+    cache: dict[str, str | None] = dict(overlay)
+
+    def text_of(path: str) -> str | None:
+        if path not in cache:
+            cache[path], _err = read_source(Path(path), path)
+        return cache[path]
+
+    return text_of
+
+
+def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config,
+            text_of: Callable[[str], str | None]) -> list[Finding]:
     from gpudoctor.rules.registry import get
 
     out: list[Finding] = []
     for raw in raws:
         if not config.rule_enabled(raw.code) or _suppressed(raw, modules):
             continue
-        out.append(
+        out.append(with_source(
             Finding(
                 code=raw.code,
                 name=get(raw.code).name,
@@ -253,8 +283,11 @@ def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config) 
                 evidence=raw.evidence,
                 gain=Gain(None, None, _GAIN_NOTE),
                 location=raw.location,
-            )
-        )
+            ),
+            raw.fix_path or raw.path,
+            text_of,
+            raw.fix_location,
+        ))
     return out
 
 
@@ -273,6 +306,17 @@ def _rule_infos(codes: list[str]) -> tuple[RuleInfo, ...]:
     return tuple(infos)
 
 
+def _training_loops(checks: ProjectContext) -> int:
+    """Step loops (a framework's step method counts as its loop), and a framework trainer's loop (HF
+    ``Trainer.train()``) in a program with none of its own."""
+    loops = checks.step_loops()
+    trainers = [
+        fn for fn, f in checks.facts("trainer")
+        if checks.active(fn, f.ctx) and not any(checks.in_program(fn, [other]) for other, _loop in loops)
+    ]
+    return len(loops) + len(trainers)
+
+
 def _summary(
     targets: set[str], modules: dict[str, ModuleSummary], checks: ProjectContext, errors: list[FileError]
 ) -> tuple[SummaryStat, ...]:
@@ -280,6 +324,6 @@ def _summary(
     return (
         SummaryStat("files_checked", "files checked", len(targets), "files"),
         SummaryStat("files_followed", "project files read through imports", followed, "files"),
-        SummaryStat("training_loops", "training loops found", len(checks.step_loops()), "loops"),
+        SummaryStat("training_loops", "training loops found", _training_loops(checks), "loops"),
         SummaryStat("files_unreadable", "files not checked (see errors)", len(errors), "files"),
     )

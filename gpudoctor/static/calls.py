@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-from gpudoctor.rules.static_api.names import COMPILE
+from gpudoctor.rules.static_api.names import (
+    COMPILE,
+    HF_TRAINER,
+    HF_TRAINERS,
+    HF_TRAINING_ARGS,
+    LIGHTNING_TRAINERS,
+)
 from gpudoctor.rules.static_api.scan import (
     BuiltinHook,
     CallHook,
@@ -26,6 +32,7 @@ from gpudoctor.rules.static_api.scan import (
     LoopHook,
     MethodHook,
     SettingHook,
+    TestHook,
 )
 from gpudoctor.rules.static_api.scan import dotted as _dotted
 from gpudoctor.rules.static_api.scan import last as _last
@@ -51,6 +58,7 @@ class Hooks:
     settings: dict[str, list[SettingHook]] = field(default_factory=dict)
     formatted: list[FormatHook] = field(default_factory=list)
     loops: list[LoopHook] = field(default_factory=list)
+    tests: list[TestHook] = field(default_factory=list)
 
 
 #: Calls the scanner handles itself: a rule's hook on one of them would never run.
@@ -79,6 +87,8 @@ def hooks() -> Hooks:
             merged.formatted.append(w.formatted)
         if w.loops is not None:
             merged.loops.append(w.loops)
+        if w.tests is not None:
+            merged.tests.append(w.tests)
     return merged
 
 
@@ -136,6 +146,8 @@ class Calls:
         if t is ast.IfExp:
             # `torch.autocast(...) if use_amp else nullcontext()`: each branch runs under its test
             self.expr(node.test)
+            for hook in self.hooks.tests:
+                hook(self, node.test)
             test = self.sym(node.test)
             for branch, polarity in ((node.body, True), (node.orelse, False)):
                 self.guards.append((test, polarity))
@@ -214,8 +226,7 @@ class Calls:
         if q == "torch.autograd.backward":
             self.marker("backward", node)
             return
-        if q in K.ACCELERATORS:
-            self.fact("cuda", node)  # Accelerate places everything on the accelerator it finds
+        self._framework_device(node, q)
         mine = self.hooks.calls.get(q)
         if mine is not None:
             for hook in mine:
@@ -224,8 +235,23 @@ class Calls:
         for matcher in self.hooks.call_patterns:
             if matcher(self, node, q):
                 return
-        if q.startswith("torch.cuda."):
+        if q.startswith("torch.cuda.") and q not in K.CUDA_QUERIES:
             self.fact("cuda", node)
+
+    def _framework_device(self, node: ast.Call, q: str) -> None:
+        """A framework that places the model on the accelerator it finds: CUDA in use, unless its
+        arguments ask for the CPU (``Trainer(accelerator="cpu")``, ``Accelerator(cpu=True)``)."""
+        if q in K.ACCELERATORS or q in HF_TRAINING_ARGS:
+            flag = next((v for k in ("cpu", "use_cpu", "no_cuda") if (v := self._kwnode(node, k)) is not None), None)
+            self.fact("cuda", node, ("not", self.sym(flag)) if flag is not None else None)
+            compiled = self._kwnode(node, "torch_compile") if q in HF_TRAINING_ARGS else None
+            if compiled is not None:
+                self.fact("compile", node, self.sym(compiled))  # the Trainer compiles the model
+        elif q in LIGHTNING_TRAINERS:
+            accelerator = self._kwnode(node, "accelerator")
+            self.fact("cuda", node, self.sym(accelerator) if accelerator is not None else const("auto"))
+        elif q in HF_TRAINERS:
+            self.fact("trainer", node, extra=HF_TRAINER)  # Trainer.train() runs the loop
 
     # ---------------------------------------------------------------- the scanner's own methods
 
@@ -283,7 +309,9 @@ class Calls:
 
     def _to_call(self, node: ast.Call, recv: ast.expr) -> None:
         if self._to_target(node) == "cuda":
-            self.fact("cuda", node)
+            dev = self._kwnode(node, "device") or (node.args[0] if node.args else None)
+            named = dev is not None and not isinstance(dev, ast.Constant)
+            self.fact("cuda", node, self.sym(dev) if named else None)  # `device` may resolve to "cpu"
             self._transfer(node, recv, ".to")
 
     def _cuda_call(self, node: ast.Call, recv: ast.expr) -> None:

@@ -88,4 +88,11 @@ def _judge(key: str, src: StaticContext, fired, codes, enabled) -> tuple[Checkli
     if judge is None:
         runtime = ", ".join(codes) or "it"
         return NM, f"a run-time measurement: {runtime} needs `gpudoctor profile`"
-    return judge(src)
+    status, reason = judge(src)
+    # findings of its codes that do not recommend the technique (workers kept across epochs, a deprecated
+    # spelling of autocast): the item keeps its status and names them
+    others = [f for c in codes for f in fired.get(c, [])]
+    if others:
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        reason = f"{reason}; see {others[0].code}: {others[0].message}{more}"
+    return status, reason

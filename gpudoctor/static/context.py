@@ -37,16 +37,20 @@ from gpudoctor.rules.static_api import (
     Loop,
     Resolved,
     Site,
+    Sized,
     StaticContext,
     Sym,
 )
 from gpudoctor.rules.static_api.text import dedent
 from gpudoctor.static.link import Gid, Project
+from gpudoctor.static.sizing import Sizing
 from gpudoctor.static.symbolic import sym_dict_items
 
 T = TypeVar("T")
 
 ASSUMPTION = "judged as the script runs with its argparse defaults on a CUDA machine"
+#: Devices a script may name that are not CUDA ("auto" and "gpu" are, on a CUDA machine).
+_NOT_CUDA = ("cpu", "mps", "xla", "tpu", "hpu", "xpu", "meta")
 
 
 @dataclass(slots=True)
@@ -61,13 +65,19 @@ class Raw:
     location: Location
     span: tuple[int, int]  # lines a suppression comment may sit on
     evidence: Evidence = field(default_factory=Evidence)
+    # where the fix is, when not at the finding (StaticContext.report's fix_at): its module's absolute
+    # path, its location (the before/after are made there) and the lines a suppression may sit on there
+    fix_path: str = ""
+    fix_location: Location | None = None
+    fix_span: tuple[int, int] | None = None
 
 
 class ProjectContext(StaticContext):
     """``StaticContext`` over a linked ``Project``; collects the raw findings."""
 
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: Project, sizing: Sizing | None = None) -> None:
         self.p = project
+        self.sizing = sizing or Sizing()
         self.raw: list[Raw] = []
         self.internal_errors: list[str] = []
         self._seen: set[tuple[str, str, int, int]] = set()
@@ -95,8 +105,20 @@ class ProjectContext(StaticContext):
         self._programs: dict[int, int] = {}
         self._program_functions: dict[int, list[Function]] = {}
         self.cuda_bits = project.module_bits(
-            lambda ms: any(f.kind == "cuda" for fs in ms.functions.values() for f in fs.facts)
+            lambda ms: any(f.kind == "cuda" and self._on_cuda(ms.path, f) for fs in ms.functions.values() for f in fs.facts)
         )
+
+    def _on_cuda(self, path: str, f: Fact) -> bool:
+        """Whether a "cuda" fact puts work on a CUDA device with the argparse defaults: it runs, and the
+        device it names (``.to(device)``, a Trainer's ``accelerator``) is not the CPU."""
+        if not self.p.active(f.ctx, path)[0]:
+            return False
+        if f.value is None:
+            return True
+        device = self.p.resolve(f.value, path).value
+        if device is False:
+            return False
+        return not (isinstance(device, str) and device.lower().startswith(_NOT_CUDA))
 
     # ---------------------------------------------------------------- the project
 
@@ -262,8 +284,9 @@ class ProjectContext(StaticContext):
         fn: Function,
         site: Site,
         evidence: Evidence | None = None,
+        fix_at: tuple[Function, Site] | None = None,
     ) -> None:
-        key = (code, fn.path, site.line, site.col)
+        key = (code, fn.path, site.line, site.col) + ((fix_at[0].path, fix_at[1].line, fix_at[1].col) if fix_at else ())
         if key in self._seen:
             return
         self._seen.add(key)
@@ -273,9 +296,15 @@ class ProjectContext(StaticContext):
             settings=evidence.settings if evidence else (),
             notes=notes,
         )
-        self.raw.append(
-            Raw(code, severity, message, fix, fn.path, self.location(fn, site), (site.line, site.end_line), ev)
-        )
+        raw = Raw(code, severity, message, fix, fn.path, self.location(fn, site), (site.line, site.end_line), ev)
+        if fix_at is not None:
+            ffn, fsite = fix_at
+            raw.fix_path, raw.fix_location = ffn.path, self.location(ffn, fsite)
+            raw.fix_span = (fsite.line, fsite.end_line)
+        self.raw.append(raw)
+
+    def sized(self, key: str, fn: Function, site: Site) -> Sized:
+        return self.sizing.sized(key, fn.path, site.line, site.end_line)
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         try:
@@ -285,11 +314,11 @@ class ProjectContext(StaticContext):
             return value
 
 
-def run_checks(project: Project) -> ProjectContext:
+def run_checks(project: Project, sizing: Sizing | None = None) -> ProjectContext:
     """Every rule's static check over the project, in code order; a check that crashes is one error line."""
     from gpudoctor.rules.registry import all_rules
 
-    ctx = ProjectContext(project)
+    ctx = ProjectContext(project, sizing)
     for rule in all_rules():
         check = rule.static.check if rule.static is not None else None
         if check is None:

@@ -41,7 +41,7 @@ class Project:
         self._callee_cache: dict[tuple[str, tuple], Gid | None] = {}
         self._link_calls()
         self.args = self._arg_table()
-        self.resolver = Resolver(self.args, constant=self._constant, param=self._param)
+        self.resolver = Resolver(self.args, constant=self._constant, param=self._param, attr=self._attr)
         self.trains = self._trains()
         self.training_loops: dict[Gid, set[int]] = {}
         self.step_loops: dict[Gid, set[int]] = {}
@@ -88,9 +88,29 @@ class Project:
             return ("imp", imp[0], imp[1])
         return None
 
+    def _attr(self, sym: Sym) -> tuple[Sym, str] | None:
+        """``self.name`` in a method of ``cls``: what the class (or a base class) assigns to it."""
+        _, path, cls, name = sym
+        ms = self.modules.get(path)
+        for _depth in range(6):
+            if ms is None:
+                return None
+            found = ms.attrs.get(f"{cls}.{name}")
+            if found is not None:
+                return found, ms.path
+            info = ms.classes.get(cls)
+            base = next((b for b in info.bases if "." not in b), None) if info is not None else None
+            where = self._class(ms, base, 0) if base is not None else None
+            if where is None:
+                return None
+            ms, cls = where
+        return None
+
     def _param(self, sym: Sym) -> list[tuple[Sym, str]]:
         _, gid, name, index, default = sym
         out: list[tuple[Sym, str]] = []
+        target = self.functions.get(gid)
+        method = target is not None and target[1].cls is not None  # a call passes self implicitly
         for caller, call in self.callers.get(gid, ()):
             file = caller.split("::", 1)[0]
             kw = dict(call.kwargs)
@@ -98,7 +118,7 @@ class Project:
                 out.append((kw[name], file))
                 continue
             i = index
-            if call.callee[0] in ("self", "inst") and i >= 0:
+            if (method or call.callee[0] in ("self", "inst")) and i >= 0:
                 i -= 1
             if 0 <= i < len(call.args):
                 out.append((call.args[i], file))
@@ -223,7 +243,7 @@ class Project:
         for g, (_, fs) in self.functions.items():
             if not fs.loops or g not in self.trains:
                 continue
-            ids: set[int] = set()
+            ids: set[int] = {loop.id for loop in fs.loops if loop.framework}  # the framework's loop trains
             for m in fs.markers:
                 ids.update(m.ctx.loops)
             for callee, call in self.edges.get(g, ()):

@@ -37,10 +37,14 @@ from gpudoctor.static.symbolic import UNKNOWN
 from gpudoctor.static.walk import FunctionScanner
 
 
-def scan_file(path: str, display: str, roots: list[str]) -> tuple[ModuleSummary | None, FileError | None]:
-    """Read, parse and scan one file. Never raises for a problem of the file itself."""
+def scan_file(path: str, display: str, roots: list[str],
+              text: str | None = None) -> tuple[ModuleSummary | None, FileError | None]:
+    """Read, parse and scan one file (``text``: what stands in for it, ``check --fix`` between passes).
+    Never raises for a problem of the file itself."""
     p = Path(path)
-    text, err = read_source(p, display)
+    err = None
+    if text is None:
+        text, err = read_source(p, display)
     if err is not None:
         return None, err
     assert text is not None
@@ -236,9 +240,22 @@ class ModuleScanner:
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 methods[item.name] = f"{qual}.{item.name}"
-        self.summary.classes[node.name] = ClassInfo(node.name, bases, methods)
+        self.summary.classes[node.name] = ClassInfo(node.name, bases, methods, self._framework(bases))
         if any(b.split(".")[-1] in ("Module", "LightningModule") for b in bases):
             self.module_nn_classes.add(node.name)
+
+    def _framework(self, bases: tuple[str, ...]) -> str:
+        """The framework that runs a class's step methods: a base it imports from one (``L.LightningModule``),
+        or a class of this module that has one."""
+        for b in bases:
+            head, _, rest = b.partition(".")
+            q = self.aliases.get(head, head) + (f".{rest}" if rest else "")
+            if q in K.FRAMEWORK_MODULES:
+                return K.FRAMEWORK_MODULES[q]
+            local = self.summary.classes.get(b)
+            if local is not None and local.framework:
+                return local.framework
+        return ""
 
     def queue_function(self, node: ast.AST, fid: str, cls: str | None, nested: dict[str, str]) -> None:
         self.pending.append((node, fid, cls, nested))

@@ -51,7 +51,7 @@ class FuncSummary:
     params: tuple[str, ...] = ()
     param_defaults: dict[str, Sym] = field(default_factory=dict)
     no_grad_decorated: bool = False
-    framework_step: bool = False  # Lightning's training_step
+    framework_step: bool = False  # a step method a framework runs once per training step (Lightning's training_step)
     calls: list[Call] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)
@@ -66,6 +66,7 @@ class ClassInfo:
     name: str
     bases: tuple[str, ...]  # dotted, as written
     methods: dict[str, str]  # method name -> fid
+    framework: str = ""  # the framework that runs its step methods ("lightning", "transformers"), else ""
 
 
 @dataclass(slots=True)
@@ -77,6 +78,7 @@ class ModuleSummary:
     functions: dict[str, FuncSummary] = field(default_factory=dict)
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     constants: dict[str, Sym] = field(default_factory=dict)
+    attrs: dict[str, Sym] = field(default_factory=dict)  # "Class.name" -> what its methods assign to self.name
     argdefs: list[ArgDef] = field(default_factory=list)
     arg_overrides: dict[str, Sym] = field(default_factory=dict)  # parser.set_defaults(...)
     suppress: dict[int, frozenset[str]] = field(default_factory=dict)  # line -> codes ("*": all)

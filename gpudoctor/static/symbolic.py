@@ -22,6 +22,7 @@ Sym forms (plain tuples, so summaries pickle cheaply between processes)::
     ("merge", a, b)              ``a.update(b)`` of two dicts
     ("devtype", x)               ``torch.device(x).type``
     ("param", func_id, name, index, default)  a parameter, resolved from the call sites
+    ("attr", module_path, class, name)  ``self.name`` read in a method: what the class assigns it
 
 Judging assumptions, documented for users: a script is judged as it runs with its
 argparse defaults on a machine with a CUDA GPU (that is where its GPU performance
@@ -84,6 +85,9 @@ _BIN: dict[str, Callable[[Any, Any], Any]] = {
     "%": operator.mod,
 }
 _SAFE_TYPES = (int, float, str, bool, type(None), tuple)
+#: Distinct (sym, file) evaluations one resolve may make before the rest is unknown: a value a
+#: script's reader could follow takes a few dozen.
+MAX_EVALS = 5000
 
 
 class Resolver:
@@ -91,7 +95,8 @@ class Resolver:
 
     ``args`` maps an argparse dest to its definitions (the one in the same file wins);
     ``constant`` looks up ``("imp", path, name)``; ``param`` gives the Syms a parameter
-    takes at its call sites, each with the file it is written in.
+    takes at its call sites, each with the file it is written in; ``attr`` gives the Sym an
+    instance attribute (``self.ngpu``) is assigned in its class, and the file.
     """
 
     def __init__(
@@ -99,18 +104,47 @@ class Resolver:
         args: Mapping[str, list[ArgDef]],
         constant: Callable[[str, str], Sym | None] | None = None,
         param: Callable[[Sym], list[tuple[Sym, str]]] | None = None,
+        attr: Callable[[Sym], tuple[Sym, str] | None] | None = None,
     ) -> None:
         self.args = args
         self.constant = constant
         self.param = param
+        self.attr = attr
+        # one resolve's values by (sym, file): a parameter takes the values of its call sites, whose
+        # arguments are parameters in turn; without it a chain of helpers costs sites**depth
+        self._memo: dict[tuple[Sym, str], Any] = {}
+        self._evals = 0
+        self._active = 0
 
     def resolve(self, sym: Sym, file: str = "", depth: int = 0) -> Resolved:
         origins: list[str] = []
+        if not self._active:
+            self._memo.clear()
+            self._evals = 0
+        self._active += 1
         try:
             value = self._eval(sym, file, origins, depth)
         except Exception:  # noqa: BLE001 - user values may not support an operation
             value = UNKNOWN_VALUE
+        finally:
+            self._active -= 1
         return Resolved(value, origins)
+
+    def _eval(self, sym: Sym, file: str, origins: list[str], depth: int) -> Any:
+        """``_value`` once per (sym, file) in one resolve, and at most MAX_EVALS of them: past it, unknown."""
+        try:
+            key = (sym, file)
+            if key in self._memo:
+                return self._memo[key]
+        except TypeError:  # an unhashable part: not remembered
+            return self._value(sym, file, origins, depth)
+        self._evals += 1
+        if self._evals > MAX_EVALS:
+            return UNKNOWN_VALUE
+        self._memo[key] = UNKNOWN_VALUE  # a cycle (a parameter passed back to itself) is unknown
+        value = self._value(sym, file, origins, depth)
+        self._memo[key] = value
+        return value
 
     def arg_default(self, dest: str, file: str) -> ArgDef | None:
         defs = self.args.get(dest)
@@ -121,7 +155,7 @@ class Resolver:
                 return d
         return defs[0]
 
-    def _eval(self, sym: Sym, file: str, origins: list[str], depth: int) -> Any:  # noqa: C901
+    def _value(self, sym: Sym, file: str, origins: list[str], depth: int) -> Any:  # noqa: C901
         if depth > 40 or not sym:
             return UNKNOWN_VALUE
         kind = sym[0]
@@ -145,6 +179,11 @@ class Resolver:
                 return UNKNOWN_VALUE
             target = self.constant(sym[1], sym[2])
             return UNKNOWN_VALUE if target is None else ev(target, sym[1], origins, depth + 1)
+        if kind == "attr":
+            if self.attr is None:
+                return UNKNOWN_VALUE
+            found = self.attr(sym)
+            return UNKNOWN_VALUE if found is None else ev(found[0], found[1], origins, depth + 1)
         if kind == "param":
             if self.param is None:
                 return UNKNOWN_VALUE
@@ -170,18 +209,22 @@ class Resolver:
             t = _truth(ev(sym[1], file, origins, depth + 1))
             return UNKNOWN_VALUE if t is None else (not t)
         if kind in ("and", "or"):
+            # a part that decides it decides it, even after a part that cannot be told
+            # (`x.is_cuda and self.ngpu > 1` with --ngpu 1 is False)
             last: Any = UNKNOWN_VALUE
+            unknown = False
             for part in sym[1]:
                 v = ev(part, file, origins, depth + 1)
                 t = _truth(v)
                 if t is None:
-                    return UNKNOWN_VALUE
+                    unknown = True
+                    continue
                 if kind == "and" and not t:
                     return v
                 if kind == "or" and t:
                     return v
                 last = v
-            return last
+            return UNKNOWN_VALUE if unknown else last
         if kind == "cmp":
             ops, operands = sym[1], sym[2]
             values = [ev(o, file, origins, depth + 1) for o in operands]

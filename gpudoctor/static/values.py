@@ -41,6 +41,7 @@ _BIN_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.D
 _CALLEE = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 _SYM_DEPTH = 12
 _MAX_CUDA_FACTS = 2
+_MAX_CUDA_MAYBE = 6
 
 
 class Values:
@@ -89,11 +90,20 @@ class Values:
         )
 
     def fact(self, kind: str, node: ast.AST, value: Sym | None = None, extra: str = "") -> None:
-        """A shared fact ("cuda" at most twice per function, "compile", "jit")."""
+        """A shared fact ("cuda", "compile", "jit").
+
+        A "cuda" fact's value is the device it names, when a setting decides it (``.to(device)``, a
+        Trainer's ``accelerator``): the linker resolves it, and a CPU device is not CUDA. At most
+        ``_MAX_CUDA_FACTS`` per function that need nothing resolved (no value, no ``if`` around them:
+        one is enough), and ``_MAX_CUDA_MAYBE`` that do."""
         if kind == "cuda":
-            if self.cuda_facts >= _MAX_CUDA_FACTS:
+            certain = value is None and not self.guards
+            if certain and self.cuda_facts >= _MAX_CUDA_FACTS or not certain and self.cuda_maybe >= _MAX_CUDA_MAYBE:
                 return
-            self.cuda_facts += 1
+            if certain:
+                self.cuda_facts += 1
+            else:
+                self.cuda_maybe += 1
         self.fs.facts.append(Fact(kind, self.ms.site(node), self.ctx(), value, self.ms.segment(node), extra))
 
     # ---------------------------------------------------------------- devices
@@ -124,6 +134,8 @@ class Values:
             q = self.ms.qualify(dev.func)
             if q == "torch.device" and dev.args:
                 return self._device_kind(dev.args[0])
+            if q in K.ACCELERATOR_DEVICE:
+                return "cuda"
             return None
         if isinstance(dev, (ast.Name, ast.Attribute)):
             q = self.ms.qualify(dev)
@@ -187,6 +199,8 @@ class Values:
         d = _dotted(node.func)
         if not d:
             return False
+        if self.framework and d in ("self", "self.forward"):
+            return True  # a LightningModule is the model: self(x) runs its forward
         if d in self.modules or d in self.eval_receivers:
             return True
         if MODEL_NAME.match(_last(d)) and not self.ms.qualify(node.func):
@@ -347,6 +361,8 @@ class Values:
             base = node.value
             if isinstance(base, ast.Name) and base.id in self.ms.namespaces:
                 return ("arg", node.attr)
+            if isinstance(base, ast.Name) and base.id == "self" and self.fs.cls:
+                return ("attr", self.ms.spath, self.fs.cls, node.attr)  # what the class assigns it
             if isinstance(base, ast.Attribute) and base.attr in self.ms.namespaces:
                 return ("arg", node.attr)
             if node.attr == "type":
@@ -394,8 +410,10 @@ class Values:
 
     def _call_sym(self, node: ast.Call, depth: int) -> Sym:
         q = self.ms.qualify(node.func)
-        if q in K.CUDA_AVAILABLE:
+        if q in K.CUDA_AVAILABLE or q in K.ACCELERATOR_AVAILABLE:
             return ("cuda",)
+        if q in K.ACCELERATOR_DEVICE:
+            return const("cuda")  # judged on a CUDA machine
         if q == "torch.device" and node.args:
             return self.sym(node.args[0], depth + 1)
         if q in ("os.cpu_count", "multiprocessing.cpu_count", "torch.get_num_threads", "psutil.cpu_count"):

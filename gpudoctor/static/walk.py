@@ -1,18 +1,17 @@
-"""One function's walk: statements in order, the loops and guards around them, and assignments.
+"""One function's walk: statements in order, and assignments.
 
 ``FunctionScanner`` walks a function body (or a module's top level) once, in
 statement order. Its state is per name (``values.py``: Syms, places, batch taint,
-modules, DataLoaders); this module keeps the *where*: the loops around each
-statement (``Loop``), the ``if`` tests guarding it (to be resolved against argparse
-defaults later), whether it runs only every N iterations (``if step % N == 0:``),
-and whether autograd is off (``torch.no_grad()``). Expressions and calls are
-``calls.py``'s.
+modules, DataLoaders); the *where* of each statement (the loops around it, the
+``if`` tests guarding it, every-N-steps ``if``s, ``torch.no_grad()``) is
+``flow.py``'s, expressions and calls ``calls.py``'s. This module dispatches the
+statements, binds names, and gives a framework's step methods (Lightning, the HF
+Trainer) the loop their framework runs them in.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from typing import TYPE_CHECKING
 
 from gpudoctor.rules.static_api.names import COMPILE, MODEL_NAME, optimizer_class
@@ -21,17 +20,15 @@ from gpudoctor.rules.static_api.scan import last as _last
 from gpudoctor.rules.static_api.scan import root_name as _root_name
 from gpudoctor.static import knowledge as K
 from gpudoctor.static.calls import Calls, hooks
-from gpudoctor.static.summary import Ctx, FuncSummary, LoaderFact, Loop
+from gpudoctor.static.flow import Flow
+from gpudoctor.static.summary import Ctx, FuncSummary, LoaderFact
 from gpudoctor.static.symbolic import UNKNOWN, Sym
 from gpudoctor.static.values import _BIN_OPS, Values
 
 if TYPE_CHECKING:
     from gpudoctor.static.scan import ModuleScanner
 
-_IDENT = re.compile(r"[A-Za-z_]\w*")
-
-
-class FunctionScanner(Values, Calls):
+class FunctionScanner(Values, Calls, Flow):
     """The walk of one function (see the module documentation); ``finish()`` gives its ``FuncSummary``."""
 
     def __init__(
@@ -64,6 +61,8 @@ class FunctionScanner(Values, Calls):
         self.no_grad = 0
         self.grad_off = False
         self.cuda_facts = 0
+        self.cuda_maybe = 0
+        self.framework = ""  # the framework that runs this method's class (Scan.framework)
         self.pending_assign: tuple[int, tuple[str | None, ...]] | None = None
         self._ctx: Ctx | None = None
         self._called: set[str] | None = None
@@ -129,7 +128,41 @@ class FunctionScanner(Values, Calls):
         if self.fs.cls and node.name in K.FRAMEWORK_STEP_METHODS:
             self.fs.framework_step = True
         self._prepass(node)
+        role = self._framework_role(node, names)
+        if role == "step":
+            # the framework's loop runs this method once per training step: a loop around its body
+            loop = self._new_loop(node, f"def {node.name}({', '.join(names)}):", True)
+            loop.framework = self.framework
+            self.loop_stack.append(loop.id)
+            self._changed()
+            self.walk_body(node.body)
+            self.loop_stack.pop()
+            self._changed()
+            return
+        if role == "eval":
+            self.no_grad += 1  # Lightning runs its evaluation steps under inference_mode, HF's under no_grad
+            self._changed()
         self.walk_body(node.body)
+
+    def _framework_role(self, node: ast.FunctionDef | ast.AsyncFunctionDef, names: list[str]) -> str:
+        """"step" / "eval" for a step method of a class a framework drives, else "". Its batch is on the
+        device already (Lightning and the HF Trainer move it there before they call the method)."""
+        info = self.ms.summary.classes.get(self.fs.cls or "")
+        if info is None or not info.framework:
+            return ""
+        self.framework = info.framework
+        steps, evals = K.FRAMEWORK_METHODS[info.framework]
+        step = next((m for m in steps if m in info.methods), None)
+        role = "step" if node.name == step else "eval" if node.name in evals else ""
+        if role == "eval":
+            self.record("framework_eval", node, text=f"{node.name}()", extra=info.framework)
+        if role:
+            self.fs.framework_step = role == "step"
+            batch = "inputs" if "inputs" in names else names[1] if len(names) > 1 else None
+            if batch is not None:
+                self.places[batch] = "dev"
+                self.taint.add(batch)
+        return role
 
     def _prepass(self, node: ast.AST) -> None:
         """Names whose ``.backward()`` is called are tensors (losses), wherever they were made."""
@@ -207,7 +240,11 @@ class FunctionScanner(Values, Calls):
             for case in node.cases:
                 for s in case.body:
                     self.stmt(s)
-        elif t in (ast.Raise, ast.Assert, ast.Delete):
+        elif t is ast.Assert:
+            self.expr(node.test)
+            for hook in self.hooks.tests:
+                hook(self, node.test)
+        elif t in (ast.Raise, ast.Delete):
             return
         else:
             for child in ast.iter_child_nodes(node):
@@ -237,157 +274,6 @@ class FunctionScanner(Values, Calls):
                 continue
             else:
                 self.stmt(item)
-
-    def if_stmt(self, node: ast.If) -> None:
-        self.expr(node.test)
-        guard = self.sym(node.test)
-        periodic = bool(self.loop_stack) and _is_periodic(node.test)
-        self.guards.append((guard, True))
-        if periodic:
-            self.periodic_depths.append(len(self.loop_stack))
-        self._changed()
-        for s in node.body:
-            self.stmt(s)
-        if periodic:
-            self.periodic_depths.pop()
-        self.guards[-1] = (guard, False)
-        self._changed()
-        for s in node.orelse:
-            self.stmt(s)
-        self.guards.pop()
-        self._changed()
-
-    def with_stmt(self, node: ast.With | ast.AsyncWith) -> None:
-        entered = 0
-        for item in node.items:
-            ce = item.context_expr
-            self.expr(ce)
-            target = ce.func if isinstance(ce, ast.Call) else ce
-            q = self.ms.qualify(target)
-            if q in K.NO_GRAD_CONTEXTS:
-                entered += 1
-            elif q in K.SET_GRAD_ENABLED and isinstance(ce, ast.Call):
-                arg = ce.args[0] if ce.args else None
-                if not (isinstance(arg, ast.Constant) and arg.value is True):
-                    entered += 1  # False, or decided at run time (train vs eval phase): grad is managed
-            if item.optional_vars is not None:
-                self.bind(item.optional_vars, None, UNKNOWN, None, False)
-        self.no_grad += entered
-        if entered:
-            self._changed()
-        for s in node.body:
-            self.stmt(s)
-        self.no_grad -= entered
-        if entered:
-            self._changed()
-
-    # ---------------------------------------------------------------- loops
-
-    def _new_loop(self, node: ast.AST, text: str, batch: bool, iterated: ast.AST | None = None) -> Loop:
-        lid = len(self.fs.loops)
-        source = self.ms.text_of(node)
-        mentions = set(_IDENT.findall(source))
-        site = self.ms.site(node)
-        body = getattr(node, "body", None)
-        if body:  # the header only: a comment in the body must not silence a finding on the loop
-            site.end_line = max(site.line, body[0].lineno - 1)
-            site.end_col = 0
-        loop = Loop(
-            id=lid,
-            site=site,
-            ctx=self.ctx(),
-            text=text,
-            mentions=frozenset(mentions),
-            target_is_batch=batch,
-            iter_names=frozenset(_IDENT.findall(self.ms.segment(iterated, 400))) if iterated is not None else frozenset(),
-        )
-        self.fs.loops.append(loop)
-        for hook in self.hooks.loops:
-            hook(self, node, loop)
-        return loop
-
-    def _iter_kind(self, it: ast.AST) -> str:
-        """"count" (range / len / modules), "params" / "named_params" (model tensors), "batch" (anything else)."""
-        if isinstance(it, ast.Call):
-            f = it.func
-            if isinstance(f, ast.Name):
-                if f.id in ("range", "len"):
-                    return "count"
-                if f.id in ("enumerate", "tqdm", "iter", "reversed", "sorted", "list") and it.args:
-                    return self._iter_kind(it.args[0])
-                if f.id == "zip":
-                    kinds = {self._iter_kind(a) for a in it.args}
-                    return "batch" if "batch" in kinds else next(iter(kinds), "batch")
-            if isinstance(f, ast.Attribute):
-                if f.attr in ("parameters", "buffers"):
-                    return "params"
-                if f.attr in ("named_parameters", "named_buffers"):
-                    return "named_params"
-                if f.attr in K.PARAM_ITERATORS:
-                    return "count"  # modules / children / state_dict: not batches, not tensors we track
-                if f.attr in ("items", "keys", "values") and not self._tainted(f.value):
-                    return "count"
-                q = self.ms.qualify(f)
-                if q and q.split(".")[-1] in ("tqdm", "trange") and it.args:
-                    return "count" if q.endswith("trange") else self._iter_kind(it.args[0])
-        if isinstance(it, (ast.List, ast.Tuple, ast.Constant, ast.Set)):
-            return "count"
-        if isinstance(it, ast.Name) and self.places.get(it.id) == "val":
-            return "count"
-        return "batch"
-
-    def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
-        self.expr(node.iter)
-        kind = self._iter_kind(node.iter)
-        text = "for " + self.ms.segment(node.target, 60) + " in " + self.ms.segment(node.iter, 60) + ":"
-        loop = self._new_loop(node, text, kind == "batch", node.iter)
-        self.loop_stack.append(loop.id)
-        self._changed()
-        if kind == "count":
-            self.bind(node.target, None, UNKNOWN, "val", False)
-        elif kind == "params":
-            self.bind(node.target, None, UNKNOWN, "dev", False)
-        elif kind == "named_params":
-            target = node.target
-            if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
-                self.bind(target.elts[0], None, UNKNOWN, "val", False)
-                self.bind(target.elts[1], None, UNKNOWN, "dev", False)
-            else:
-                self.bind(target, None, UNKNOWN, None, False)
-        else:
-            self._bind_batch_target(node.target, node.iter)
-        for s in node.body:
-            self.stmt(s)
-        self.loop_stack.pop()
-        self._changed()
-        for s in node.orelse:
-            self.stmt(s)
-
-    def _bind_batch_target(self, target: ast.AST, it: ast.AST) -> None:
-        # enumerate(loader): the index is a count, the rest a batch.
-        if (
-            isinstance(it, ast.Call)
-            and isinstance(it.func, ast.Name)
-            and it.func.id == "enumerate"
-            and isinstance(target, (ast.Tuple, ast.List))
-            and len(target.elts) == 2
-        ):
-            self.bind(target.elts[0], None, UNKNOWN, "val", False)
-            self.bind(target.elts[1], None, UNKNOWN, "host", True)
-            return
-        self.bind(target, None, UNKNOWN, "host", True)
-
-    def while_loop(self, node: ast.While) -> None:
-        loop = self._new_loop(node, "while " + self.ms.segment(node.test, 60) + ":", True)
-        self.loop_stack.append(loop.id)
-        self._changed()
-        self.expr(node.test)
-        for s in node.body:
-            self.stmt(s)
-        self.loop_stack.pop()
-        self._changed()
-        for s in node.orelse:
-            self.stmt(s)
 
     # ---------------------------------------------------------------- assignment
 
@@ -456,6 +342,10 @@ class FunctionScanner(Values, Calls):
             key = _dotted(target) or ""
             if not key:
                 return
+            if self.fs.cls and key.startswith("self.") and key.count(".") == 1:
+                # what the class keeps in self.name, for its other methods (`if self.ngpu > 1:`)
+                attrs, name = self.ms.summary.attrs, f"{self.fs.cls}.{key[5:]}"
+                attrs[name] = sym if attrs.get(name, sym) == sym else UNKNOWN
         else:
             return
         self.values[key] = sym
@@ -548,22 +438,6 @@ class FunctionScanner(Values, Calls):
                     if f is not None:
                         return f
         return None
-
-
-def _is_periodic(test: ast.AST) -> bool:
-    """``if step % 100 == 0:`` (every N steps) or ``if step == 0:`` (once): not per step."""
-    for node in ast.walk(test):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-            return True
-        if (
-            isinstance(node, ast.Compare)
-            and len(node.ops) == 1
-            and isinstance(node.ops[0], ast.Eq)
-            and any(isinstance(x, ast.Constant) and type(x.value) is int for x in (node.left, *node.comparators))
-            and any(isinstance(x, (ast.Name, ast.Attribute)) for x in (node.left, *node.comparators))
-        ):
-            return True
-    return False
 
 
 def _target_names(target: ast.AST) -> list[str | None]:

@@ -26,9 +26,12 @@ LAYERS: dict[str, set[str] | str] = {
     "model": set(),  # nothing of ours
     "analysis": {"model"},
     "rules": {"analysis", "model", "config"},
-    "engine": {"rules", "model", "config"},  # config: the select/ignore lists and thresholds it runs the rules with
+    # config: the select/ignore lists and thresholds it runs the rules with; rewrite: the before/after of a
+    # finding made from the user's source at its call site (issue 29)
+    "engine": {"rules", "model", "config", "rewrite"},
     "report": {"model"},
-    "static": {"model", "rules", "config"},  # config: `check` reads the same [tool.gpudoctor] table
+    # config: `check` reads the same [tool.gpudoctor] table; rewrite: the before/after of its findings
+    "static": {"model", "rules", "config", "rewrite"},
     "config": set(),
     # modules DESIGN.md's table does not name, placed here:
     # - orchestration above the layers it drives (DESIGN.md, "Proving a fix"): parse → analysis for
@@ -40,8 +43,16 @@ LAYERS: dict[str, set[str] | str] = {
     #   console.py puts text on stdout/stderr; cli_options.py holds the options commands share
     "view": {"model"},
     "output": set(),
+    # - the rewrite engine (issue 29): a fix as an edit of the user's source with LibCST, text in, text out,
+    #   below every layer that shows or makes a fix; `check --fix` / `--diff` above the static review it
+    #   drives, writing through output.py's careful writer
+    "rewrite": {"model"},
+    "autofix": {"static", "rewrite", "output", "model", "config"},
     "console": {"output", "report"},
-    "cli_options": set(),
+    # cli_options.py: the options commands share, the configuration they build (config) and the exit code
+    # of --fail-on (model: Severity); cli_check.py: the `check` command (--fix / --diff), cli.py's otherwise
+    "cli_options": {"config", "model"},
+    "cli_check": {"cli_options", "console", "static", "autofix"},
 }
 # Standard library only and nothing of ours; every layer may import them: errors (GpudoctorError),
 # safe (untrusted paths and text), signals (SIGINT/SIGTERM/SIGHUP from the first instruction: the

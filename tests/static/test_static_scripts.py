@@ -97,8 +97,9 @@ def test_pytorch_tutorial_shape_module_level_loop():
     report = check_paths([path], Config())
     assert _found(report) == {
         ("GD102", path.name, _line(path, "running_loss += loss.item()")),
-        ("GD301", path.name, _line(path, "trainloader = torch.utils.data.DataLoader")),
-        ("GD301", path.name, _line(path, "testloader = torch.utils.data.DataLoader")),
+        # pageable batches: at the copies in the loops over each loader (the fix is on the DataLoader)
+        ("GD301", path.name, _line(path, "inputs, labels = data[0].to(device)")),
+        ("GD301", path.name, _line(path, "images, labels = data[0].to(device)")),
         # trainloader is iterated every epoch; testloader once, after training
         ("GD202", path.name, _line(path, "trainloader = torch.utils.data.DataLoader")),
         ("GD401", path.name, _line(path, "for i, data in enumerate(trainloader, 0):")),

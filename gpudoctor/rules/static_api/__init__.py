@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from gpudoctor.rules.static_api.context import (
     Example,
+    Sized,
     StaticCheck,
     StaticContext,
     StaticJudge,
@@ -63,6 +64,7 @@ __all__ = [
     "Resolved",
     "Scan",
     "Site",
+    "Sized",
     "StaticCheck",
     "StaticContext",
     "StaticJudge",

@@ -16,10 +16,11 @@ the checks; a rule never imports it.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpudoctor.model.findings import ChecklistStatus, Evidence, Finding, Fix, Location, Severity
 from gpudoctor.rules.static_api.facts import (
@@ -35,6 +36,8 @@ from gpudoctor.rules.static_api.facts import (
 from gpudoctor.rules.static_api.scan import Watch
 
 T = TypeVar("T")
+
+_ENUMERATE = re.compile(r"^for \(?(\w+),.* in enumerate\(")
 
 
 class StaticContext(ABC):
@@ -168,12 +171,33 @@ class StaticContext(ABC):
         return None
 
     def where_step(self, fn: Function, lid: int) -> str:
-        """Words for where a per-step fact runs: "the training loop at file:line", or the per-step function."""
-        if lid >= 0:
-            loop = self.loop(fn, lid)
-            if loop is not None:
-                return f"the training loop at {fn.file}:{loop.site.line}"
+        """Words for where a per-step fact runs: "the training loop at file:line" (every micro-batch of it
+        with gradient accumulation), a framework's step method, or the per-step function."""
+        loop = self.loop(fn, lid) if lid >= 0 else None
+        if loop is not None and loop.framework:
+            return f"`{fn.name}()`, which {loop.framework} runs once per training step"
+        if loop is not None:
+            where = f"the training loop at {fn.file}:{loop.site.line}"
+            steps = [m for m in fn.markers if m.kind == "optimizer.step" and lid in m.ctx.loops]
+            if steps and all(lid in m.ctx.periodic for m in steps):
+                return f"{where} (every micro-batch: gradient accumulation steps the optimizer every few)"
+            return where
         return f"`{fn.name}()`, which runs once per training step"
+
+    def step_counter(self, fn: Function, lid: int) -> str | None:
+        """The name that counts the steps of a step loop, for a fix that acts every N steps: the index of
+        ``for i, batch in enumerate(loader)``, or the framework's (Lightning's ``batch_idx`` parameter, else
+        ``self.global_step``; the HF Trainer's ``self.state.global_step``); None when the code has none."""
+        loop = self.loop(fn, lid) if lid >= 0 else None
+        if loop is None:
+            return None
+        if loop.framework:
+            params = loop.text.partition("(")[2].rstrip("):").split(", ")
+            if "batch_idx" in params:
+                return "batch_idx"
+            return "self.state.global_step" if "Hugging Face" in loop.framework else "self.global_step"
+        m = _ENUMERATE.match(loop.text)
+        return m.group(1) if m else None
 
     # ---------------------------------------------------------------- findings
 
@@ -199,16 +223,37 @@ class StaticContext(ABC):
         fn: Function,
         site: Site,
         evidence: Evidence | None = None,
+        fix_at: tuple[Function, Site] | None = None,
     ) -> None:
-        """A finding at ``site`` of ``fn`` (one per code and site; later ones at the same site are dropped).
+        """A finding at ``site`` of ``fn`` (one per code, site and ``fix_at``; later ones are dropped).
 
         Its evidence notes end with how the script was judged (argparse defaults, a CUDA machine);
-        a suppression comment on any line of the site silences it.
+        a suppression comment on any line of the site silences it. ``fix_at``: where the fix is, when
+        not at the finding (GD301 points at the copy, its fix is on the DataLoader): the fix's
+        before/after are made there, and a suppression comment there silences it too.
         """
 
     @abstractmethod
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per project, for what a rule's check and its judges both read."""
+
+    # ---------------------------------------------------------------- what automatic fixes write
+
+    @abstractmethod
+    def sized(self, key: str, fn: Function, site: Site) -> Sized:
+        """The value a fix sets ``key`` ("num_workers") to at a site, sized as ``profile`` sizes it: what
+        ``--verify`` measured at that call site (``check --from RUN``), else ``check --workers N``, else,
+        with nothing measured, the cores of this machine less those kept for the training process.
+        ``Sized.refused`` says when the fix is not to be made there (``--verify`` refuted it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    """A value an automatic fix writes (``StaticContext.sized``), and where it comes from."""
+
+    value: Any
+    why: str  # "the 2 cores of this machine less 1 for the training process", "--workers 4", "measured by --verify in RUN"
+    refused: str = ""  # why the fix is not to be made at this site ("--verify in RUN refuted it"); "" when it is
 
 
 StaticJudge = Callable[[StaticContext], tuple[ChecklistStatus, str]]

@@ -91,7 +91,10 @@ class Fact:
     """Anything else a check asks about: kind, where, and a value when it has one.
 
     Kinds every check may read: "cuda" (the program uses CUDA; at most two per function
-    are kept), "compile" (``torch.compile``), "jit" (TorchScript). A rule's ``Watch``
+    are kept; ``value``: the device it names, when a setting decides it), "compile"
+    (``torch.compile``), "jit" (TorchScript), "framework_eval" (an evaluation step method a
+    framework runs with autograd off, ``extra``: the framework), "trainer" (a framework trainer
+    that runs the training loop itself, ``extra``: the framework). A rule's ``Watch``
     records its own kinds (GD403's "conv", GD502's "empty_cache" …); ``data`` carries
     what else its hook kept (plain, picklable values).
     """
@@ -114,6 +117,9 @@ class Loop:
     mentions: frozenset[str] = frozenset()  # names and attributes used anywhere in its body
     target_is_batch: bool = False  # iterates something other than range()/parameters()
     iter_names: frozenset[str] = frozenset()  # names in the iterated expression (`enumerate(train_loader)`)
+    # the framework whose loop this stands for ("Lightning" …): its site is the step method's `def`
+    # (Lightning's training_step), run once per training step; "" for a loop of the source
+    framework: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -11,6 +11,17 @@ from __future__ import annotations
 import re
 from functools import cache
 
+#: Context managers (and decorators) that turn autograd off.
+NO_GRAD_CONTEXTS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.inference_mode",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
 DATA_PARALLEL = frozenset(
     {
         "torch.nn.DataParallel",
@@ -29,6 +40,17 @@ DDP = frozenset(
     }
 )
 COMPILE = frozenset({"torch.compile"})
+
+# Frameworks that run the training loop themselves: their names in messages (``Loop.framework``)
+# and the calls that configure them.
+LIGHTNING = "Lightning"
+HF_TRAINER = "the Hugging Face Trainer"
+LIGHTNING_TRAINERS = frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"})
+HF_TRAINING_ARGS = frozenset(
+    {"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "trl.SFTConfig"}
+)
+HF_TRAINERS = frozenset({"transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer"})
+ACCELERATE = frozenset({"accelerate.Accelerator"})
 
 #: Optimizers of ``torch.optim`` and the torch release that first has each implementation.
 #: ``foreach``: the multi-tensor implementation, the default on CUDA since torch 2.0 when the user

@@ -18,6 +18,8 @@ lists them in a ``Watch``:
   (``torch.backends.cudnn.benchmark = True``).
 - ``formatted``: ``hook(scan, value)`` for each value an f-string formats.
 - ``loops``: ``hook(scan, node, loop)`` as each loop starts, before its body is walked.
+- ``tests``: ``hook(scan, test)`` for the test of each ``if``, ``while``, ``assert`` and
+  conditional expression (``x if test else y``), in the context around the statement.
 
 A hook reads the state through ``Scan`` (where a value lives, what the source says it
 is) and keeps what it found with ``scan.record(kind, node, …)``: a ``Fact`` of that kind
@@ -41,6 +43,7 @@ class Scan(Protocol):
 
     modules: set[str]  # names that hold a module (a model, a loss), as the walk has seen so far
     eval_receivers: set[str]  # names whose ``.eval()`` is in effect at this point
+    framework: str  # the framework that runs the walked method's class (``names.LIGHTNING`` …), else ""
 
     def qualify(self, node: ast.AST) -> str | None:
         """The import-resolved dotted name of an expression (``nn.Conv2d`` → ``torch.nn.Conv2d``), or None."""
@@ -107,6 +110,7 @@ BuiltinHook = Callable[[Scan, ast.Call], None]
 SettingHook = Callable[[Scan, ast.Attribute, ast.expr, str], None]
 FormatHook = Callable[[Scan, ast.expr], None]
 LoopHook = Callable[[Scan, ast.stmt, Loop], None]
+TestHook = Callable[[Scan, ast.expr], None]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -120,6 +124,7 @@ class Watch:
     settings: Mapping[str, SettingHook] = field(default_factory=dict)
     formatted: FormatHook | None = None
     loops: LoopHook | None = None
+    tests: TestHook | None = None
 
 
 def root_name(node: ast.AST) -> str | None:

@@ -3,7 +3,8 @@
 The before/after snippets of a fix quote the user's source (``StaticContext.source``)
 and change it as little as possible: ``with_kwargs`` sets or removes keyword
 arguments of the call, ``sync_after`` moves a per-step host read under
-``if step % log_every == 0:``.
+``if step % 100 == 0:``, with the loop's own step counter (``StaticContext.step_counter``).
+A snippet uses only names the code has, or says where a new one comes from.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 import textwrap
 
 from gpudoctor.model.findings import Location
-from gpudoctor.rules.static_api.facts import Resolved
+from gpudoctor.rules.static_api.facts import POSITIVE_VALUE, Resolved
 
 
 def at(loc: Location) -> str:
@@ -27,6 +28,8 @@ def shown(state: str, r: Resolved | None, default: str) -> str:
         return f"{default} (default)"
     if state == "unknown" or r is None:
         return "set through **kwargs"
+    if r.value is POSITIVE_VALUE:
+        return "more than 0 (counted at run time)"  # os.cpu_count() - 1 …
     if not r.known:
         return "decided at run time"
     text = repr(r.value)
@@ -163,21 +166,23 @@ def closing_paren(source: str) -> int | None:
     return None
 
 
-def sync_after(line: str, pattern: str, text: str) -> str:
-    """The fix of a per-step host read (GD102) or copy (GD303): accumulate on the device, or read every N steps."""
+def sync_after(line: str, pattern: str, text: str, counter: str | None = None) -> str:
+    """The fix of a per-step host read (GD102) or copy (GD303): accumulate on the device, or read every
+    100 steps, counted by ``counter`` (the loop's step counter; None: the snippet adds one)."""
     if not line:
         return ""
     if pattern == ".item()" and "+=" in line and text.endswith(".item()"):
         receiver = text[: -len(".item()")]
         return line.replace(text, f"{receiver}.detach()") + "  # .item() once per epoch / every N steps"
-    if pattern.startswith("float(") or pattern.startswith("int("):
-        return "if step % log_every == 0:\n    " + line
-    return "if step % log_every == 0:  # not every step\n    " + line
+    if counter is None:
+        return ("# count the steps: `step = 0` before the loop, `step += 1` in it\n"
+                "if step % 100 == 0:  # not every step\n    " + line)
+    return f"if {counter} % 100 == 0:  # not every step\n    " + line
 
 
 # --------------------------------------------------------------------------- checklist reasons
 
-NO_CUDA = "no CUDA device in the checked source"
+NO_CUDA = "no CUDA device in the checked source (with its argparse defaults)"
 NO_LOADER = "no DataLoader in the checked source"
 NO_TRAINING_LOOP = "no training loop in the checked source"
 

@@ -1,0 +1,202 @@
+"""``gpudoctor check --fix`` / ``--diff``: the fixes that are mechanical and safe, made in the files.
+
+A finding's fix is made when its rule declares its edits automatic (``Rule.autofix``) and
+the rewrite engine (``gpudoctor.rewrite``) can make it safely in the file (``Fix.automatic``).
+Like ruff, fixing is repeated until nothing more changes (at most ``MAX_PASSES`` rounds): a
+DataLoader pinned by one pass gives ``non_blocking=True`` copies in the next. Between passes
+the rewritten texts stand in for the files (``check_paths(overlay=…)``); nothing is written
+until the last pass, and ``--diff`` writes nothing at all.
+
+Safety:
+
+- only the files given on the command line (or found in the folders given) are changed,
+  not the project modules ``check`` follows through imports;
+- a file that cannot be read or parsed is reported (``Report.errors``) and left untouched;
+- a rewrite that would not parse and compile is never kept (``rewrite.apply`` refuses it);
+- a file is written atomically (beside it, then renamed into place) with its mode kept, in
+  its own encoding, with its line endings and byte-order mark; one that changed on disk
+  since it was read is not written.
+
+The exit codes follow ruff's (docs/check.md, "Exit codes"): the findings that remain decide
+``--fail-on``; ``--diff`` exits 1 when it shows a change; ``--exit-non-zero-on-fix`` exits 1
+when a file was changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudoctor.config import Config
+from gpudoctor.errors import UsageError
+from gpudoctor.model.findings import Edit, Finding, Report
+from gpudoctor.static import check_paths
+from gpudoctor.static.sizing import Sizing
+from gpudoctor.static.sources import discover
+
+#: Rounds of fixes at most (each checked again); ruff stops at 100, gpudoctor's chains are short.
+MAX_PASSES = 4
+
+
+@dataclass(slots=True)
+class FileFix:
+    """What ``--fix`` did (or ``--diff`` would do) to one file."""
+
+    path: str  # absolute
+    display: str  # as findings name it
+    original: bytes = b""
+    text: str = ""  # the text after the fixes (the decoded original when none)
+    fixed: list[Finding] = field(default_factory=list)  # the findings whose fix was made
+    skipped: list[tuple[Finding, str]] = field(default_factory=list)  # automatic fixes that could not be made, and why
+    error: str = ""  # why the file was left untouched
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.fixed) and not self.error
+
+
+@dataclass(slots=True)
+class FixResult:
+    report: Report  # the check of the files as fixed: the findings that remain
+    files: list[FileFix]
+    passes: int
+    written: bool  # --fix wrote the files (False for --diff)
+
+    @property
+    def changed(self) -> list[FileFix]:
+        return [f for f in self.files if f.changed]
+
+    @property
+    def fixed_count(self) -> int:
+        return sum(len(f.fixed) for f in self.changed)
+
+    def diff(self) -> str:
+        """A unified diff of every changed file (``--- a/FILE`` / ``+++ b/FILE``), as ``git diff`` shows it."""
+        out: list[str] = []
+        for f in self.changed:
+            before = _decoded(f.original)
+            lines = difflib.unified_diff(before.splitlines(keepends=True), f.text.splitlines(keepends=True),
+                                         fromfile=f"a/{f.display}", tofile=f"b/{f.display}")
+            for line in lines:
+                out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        return "".join(out)
+
+    def summary(self) -> list[str]:
+        """One line per file changed (the findings fixed, by line), per fix left, per file left untouched,
+        and the totals: what ``--fix`` reports on stderr."""
+        verb = "fixed" if self.written else "would fix"
+        out: list[str] = []
+        for f in self.files:
+            if f.error:
+                out.append(f"{f.display}: not fixed: {f.error}")
+                continue
+            if f.fixed:
+                items = ", ".join(f"{x.code} line {x.location.line if x.location else '?'}" for x in f.fixed)
+                out.append(f"{f.display}: {verb} {len(f.fixed)} ({items})")
+            for x, why in f.skipped:
+                where = f"{x.location}" if x.location else f.display
+                out.append(f"{where}: {x.code} left as it is: {why}")
+        remaining = len(self.report.findings)
+        files = len(self.changed)
+        out.append(f"{verb} {self.fixed_count} finding{'s' if self.fixed_count != 1 else ''} in {files} "
+                   f"file{'s' if files != 1 else ''}; {remaining} finding{'s' if remaining != 1 else ''} "
+                   + ("remain" if self.written else "would remain"))
+        return out
+
+
+def _decoded(data: bytes) -> str:
+    from gpudoctor.rewrite import decode_source
+
+    return decode_source(data).text
+
+
+def _targets(paths: Sequence[Path]) -> set[str]:
+    targets, _errors, _roots = discover(list(paths))
+    return {str(t.path) for t in targets}
+
+
+def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = None, write: bool = True) -> FixResult:
+    """Check ``paths``, make the automatic fixes, check again until nothing changes; write the files when
+    ``write`` (``--fix``), else only compute them (``--diff``)."""
+    from gpudoctor.rewrite import RewriteError, apply, decode_source
+
+    targets = _targets(paths)
+    files: dict[str, FileFix] = {}
+    decoded = {}
+    overlay: dict[str, str] = {}
+    report = check_paths(paths, config, sizing=sizing)
+    passes = 1
+    while True:
+        by_file: dict[str, list[Finding]] = {}
+        for f in report.findings:
+            if f.fix.automatic and f.fix.edits and f.location is not None:
+                path = os.path.abspath(f.fix.edits[0].file)
+                if path in targets and not (path in files and files[path].error):
+                    by_file.setdefault(path, []).append(f)
+        progress = False
+        for path, findings in sorted(by_file.items()):
+            ff = files.get(path)
+            if ff is None:
+                ff = files[path] = FileFix(path, findings[0].fix.edits[0].file)
+                try:
+                    ff.original = Path(path).read_bytes()
+                    decoded[path] = decode_source(ff.original)
+                except (OSError, RewriteError) as err:
+                    ff.error = f"cannot be read ({err})"
+                    continue
+            text = overlay.get(path, decoded[path].text)
+            owner: dict[Edit, Finding] = {e: f for f in findings for e in f.fix.edits}
+            try:
+                applied = apply(text, list(owner))
+            except RewriteError as err:
+                ff.error = str(err)
+                continue
+            made = {id(owner[e]) for e in applied.done}
+            ff.fixed += [f for f in findings if id(f) in made]
+            ff.skipped += [(owner[e], why) for e, why in applied.skipped if id(owner[e]) not in made]
+            if applied.text != text:
+                overlay[path] = applied.text
+                progress = True
+        if not progress:
+            break
+        report = check_paths(paths, config, sizing=sizing, overlay=overlay)  # what the fixes left, or made fixable
+        passes += 1
+        if passes > MAX_PASSES:
+            break
+    for path, ff in files.items():
+        ff.text = overlay.get(path, decoded[path].text if path in decoded else "")
+        if ff.error:
+            ff.text = decoded[path].text if path in decoded else ""
+    result = FixResult(report, sorted(files.values(), key=lambda f: f.display), passes, write)
+    if write:
+        _write(result, decoded)
+        if any(f.fixed and f.error for f in result.files):  # a file was not written: what remains is on disk
+            result.report = check_paths(paths, config, sizing=sizing)
+    return result
+
+
+def _write(result: FixResult, decoded: dict) -> None:
+    from gpudoctor.output import replace_file
+    from gpudoctor.rewrite import encode_like
+
+    for f in result.changed:
+        try:
+            now = Path(f.path).read_bytes()
+        except OSError as err:
+            f.error = f"cannot be read again before writing ({err.strerror or err}); not written"
+            continue
+        if now != f.original:
+            f.error = "it changed on disk while gpudoctor was fixing it; not written (run --fix again)"
+            continue
+        try:
+            data = encode_like(f.text, decoded[f.path])
+        except UnicodeEncodeError as err:
+            f.error = f"the fixed text cannot be saved in the file's encoding ({err}); not written"
+            continue
+        try:
+            replace_file(f.path, data, "fixed file")
+        except UsageError as err:
+            f.error = str(err)

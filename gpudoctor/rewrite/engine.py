@@ -1,0 +1,569 @@
+"""``apply``: a file's edits made with LibCST, everything else kept byte for byte.
+
+Each ``Edit`` is first *located* (the node it names, at its line and column) and
+*checked* (nothing the script passes makes it unsafe); an edit that fails either is
+skipped with the reason. The located edits are then made in one pass of a LibCST
+transformer, and the new text must still parse (``ast``) and compile, or nothing is
+returned for it. Kinds (``Edit.kind``):
+
+- ``call_args``: keyword arguments of the call ``target`` (``DataLoader``, a method such
+  as ``to``) set to ``args`` (value source text) or removed (None). An argument the call
+  already passes by keyword gets its new value in place; one it passes by position
+  (``positions``) too; a new one is added after the last argument in the call's own
+  layout: on its own line when the call puts one argument per line with a trailing
+  comma, else after ``, ``. Refused when ``**kwargs`` may hold a keyword it adds, when
+  ``*args`` may hold one it would add by name, or when a keyword of ``unless`` is passed
+  with a value other than ``False`` / ``None``;
+- ``wrap``: the statement (``target`` "statement") or the innermost loop (``target``
+  "loop") at the line, put under ``with <code>:``; comments above it stay above the
+  ``with``, its own lines move one level in;
+- ``insert``: the statement ``code`` after the module's leading imports, once;
+- ``assign``: the value of ``<…target> = …`` at the line replaced by ``code``.
+
+``code`` that names ``torch.`` uses the module's own name for torch (``import torch as
+th``), and ``import torch`` is added after the leading imports when the module has none.
+``requires`` "main-guard": a call at module level must sit under ``if __name__ ==
+"__main__":`` (DataLoader workers started by spawn or forkserver import the script again).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from gpudoctor.model.findings import Edit
+from gpudoctor.rewrite.text import RewriteError
+
+KINDS = ("call_args", "wrap", "insert", "assign")
+_EMPTY = cst.Module(body=[])
+_FALSY = {"False", "None", "0"}
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The file's text with the edits made, and which were made or skipped (with why)."""
+
+    text: str
+    done: tuple[Edit, ...] = ()
+    skipped: tuple[tuple[Edit, str], ...] = ()
+    # the lines (first, last; 1-based) of the statement each edit changed, in the text before: before/after
+    spans: tuple[tuple[Edit, int, int], ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.done)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _callee(func: cst.BaseExpression) -> str:
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return ""
+
+
+def _is_main_guard(node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.If):
+        return False
+    text = code_of(node.test).replace("'", '"').replace(" ", "")
+    return text in ('__name__=="__main__"', '"__main__"==__name__')
+
+
+# --------------------------------------------------------------------------- the index of a module
+
+
+class _Collect(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+        self.statements: list[cst.CSTNode] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statements.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.statements.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.statements.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self.statements.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        self.statements.append(node)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self.statements.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.statements.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.statements.append(node)
+
+
+class _Index:
+    """One parse of the file: its nodes with their positions and parents, and its imports of torch."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as err:
+            raise RewriteError(f"LibCST cannot parse it ({str(err).splitlines()[0]})") from None
+        except RecursionError:
+            raise RewriteError("it is nested too deeply to rewrite") from None
+        # the module is parsed here and never changed (a transform makes a new tree): no defensive copy
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = self.wrapper.module
+        self.pos = self.wrapper.resolve(PositionProvider)
+        self.parent = self.wrapper.resolve(ParentNodeProvider)
+        found = _Collect()
+        self.wrapper.visit(found)
+        self.calls = found.calls
+        self.statements = found.statements
+        self.torch = _torch_alias(self.module)
+
+    def range(self, node: cst.CSTNode) -> CodeRange:
+        return self.pos[node]
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement a node belongs to (a compound statement when it sits in its header)."""
+        cur: cst.CSTNode | None = node
+        while cur is not None:
+            if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return cur
+            cur = self.parent.get(cur)
+        raise RewriteError("the node is in no statement")
+
+    def span(self, stmt: cst.CSTNode, whole: bool = True) -> tuple[int, int]:
+        """The lines of a statement: all of it, or a compound statement's header only."""
+        r = self.range(stmt)
+        if whole or not isinstance(stmt, cst.BaseCompoundStatement):
+            return r.start.line, r.end.line
+        body = stmt.body
+        if isinstance(body, cst.IndentedBlock) and body.body:
+            first = body.body[0]
+            return r.start.line, self.range(first).start.line - 1 - len(getattr(first, "leading_lines", ()))
+        return r.start.line, r.start.line
+
+    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        out = []
+        cur = self.parent.get(node)
+        while cur is not None:
+            out.append(cur)
+            cur = self.parent.get(cur)
+        return out
+
+
+def _torch_alias(module: cst.Module) -> str | None:
+    """The name module-level code reaches torch by (``import torch`` / ``import torch as th``)."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if code_of(alias.name) == "torch":
+                        return alias.asname.name.value if alias.asname is not None else "torch"  # type: ignore[union-attr]
+    return None
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _import_anchor(module: cst.Module) -> int:
+    """The index of the last statement of the module's leading block of imports (its docstring
+    when it has no import at the top; -1 for neither)."""
+    last = -1
+    for i, stmt in enumerate(module.body):
+        if _is_import(stmt) or (i == 0 and _is_docstring(stmt)):
+            last = i
+            continue
+        break
+    return last
+
+
+# --------------------------------------------------------------------------- locating and checking
+
+
+@dataclass(slots=True)
+class _Plan:
+    calls: dict[cst.Call, list[Edit]] = field(default_factory=lambda: defaultdict(list))
+    assigns: dict[cst.Assign, Edit] = field(default_factory=dict)
+    wraps: dict[cst.CSTNode, Edit] = field(default_factory=dict)
+    inserts: list[str] = field(default_factory=list)  # statements to add after the leading imports
+    needs_torch: bool = False
+
+
+def _locate_call(ix: _Index, e: Edit) -> cst.Call:
+    found = []
+    for c in ix.calls:
+        if _callee(c.func) != e.target:
+            continue
+        r = ix.range(c)
+        if r.start.line <= e.line <= r.end.line:
+            found.append((c, r))
+    if e.col is not None:
+        exact = [c for c, r in found if r.start.line == e.line and r.start.column == e.col - 1]
+        if len(exact) == 1:
+            return exact[0]
+    starting = [c for c, r in found if r.start.line == e.line]
+    pool = starting or [c for c, _ in found]
+    if not pool:
+        raise RewriteError(f"no call of {e.target}() at line {e.line} (has the file changed?)")
+    if len(pool) > 1:
+        inner = [c for c in pool if not any(o is not c and c in ix.ancestors(o) for o in pool)]
+        # nested calls of the same name (``x.to(d).to(t)``) or two on one line: which is meant is a guess
+        raise RewriteError(f"{len(pool)} calls of {e.target}() at line {e.line}: which one is meant is not clear"
+                           if len(inner) != 1 else f"nested calls of {e.target}() at line {e.line}")
+    return pool[0]
+
+
+def _keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == name:
+            return a
+    return None
+
+
+def _check_call(ix: _Index, call: cst.Call, e: Edit) -> None:
+    """Refuse what could break the call (see the module's documentation)."""
+    positions = dict(e.positions)
+    positional = [a for a in call.args if a.keyword is None and a.star == ""]
+    star_at = next((i for i, a in enumerate(call.args) if a.star == "*"), None)
+    double = next((a for a in call.args if a.star == "**"), None)
+    for name, value in e.args:
+        if _keyword(call, name) is not None:
+            continue
+        pos = positions.get(name)
+        if pos is not None and pos < len(positional) and (star_at is None or star_at > pos):
+            continue
+        if value is None:
+            continue  # nothing to remove
+        if double is not None:
+            raise RewriteError(f"the call passes **{code_of(double.value)}, which may hold {name} already")
+        if pos is not None and star_at is not None:
+            raise RewriteError(f"the call passes *{code_of(call.args[star_at].value)}, which may hold {name}")
+    for name in e.unless:
+        a = _keyword(call, name)
+        if a is not None and code_of(a.value) not in _FALSY:
+            raise RewriteError(f"the call passes {name}={code_of(a.value)}, which "
+                               f"{'/'.join(k for k, _ in e.args)} cannot be combined with")
+    if "main-guard" in e.requires:
+        outer = ix.ancestors(call)
+        if not any(isinstance(n, (cst.FunctionDef, cst.Lambda)) or _is_main_guard(n) for n in outer):
+            raise RewriteError(
+                "it runs at import time, outside any function and without an `if __name__ == \"__main__\":` guard: "
+                "worker processes started by spawn or forkserver (macOS, Windows; Linux from Python 3.14) import the "
+                "script again")
+
+
+def _same_args(call: cst.Call, e: Edit) -> bool:
+    """Whether the call already passes every keyword as the edit would set it."""
+    positions = dict(e.positions)
+    positional = [a for a in call.args if a.keyword is None and a.star == ""]
+    for name, value in e.args:
+        a = _keyword(call, name)
+        if a is None and positions.get(name, 1 << 30) < len(positional):
+            a = positional[positions[name]]
+        if value is None:
+            if a is not None:
+                return False
+        elif a is None or code_of(a.value) != value:
+            return False
+    return True
+
+
+def _locate_statement(ix: _Index, e: Edit) -> cst.CSTNode:
+    loops = (cst.For, cst.While)
+    if e.target == "loop":
+        found = [s for s in ix.statements if isinstance(s, loops)
+                 and ix.range(s).start.line <= e.line <= ix.range(s).end.line]
+        if not found:
+            raise RewriteError(f"no loop around line {e.line} (has the file changed?)")
+        return max(found, key=lambda s: (ix.range(s).start.line, ix.range(s).start.column))
+    starting = [s for s in ix.statements if ix.range(s).start.line == e.line]
+    if not starting:
+        raise RewriteError(f"no statement starts at line {e.line} (has the file changed?)")
+    return min(starting, key=lambda s: ix.range(s).start.column)
+
+
+def _under_same_with(ix: _Index, stmt: cst.CSTNode, code: str) -> bool:
+    want = re.sub(r"\s+", "", code).split("(", 1)[0].rsplit(".", 1)[-1]  # "no_grad"
+    for node in ix.ancestors(stmt):
+        if isinstance(node, cst.With) and any(want in code_of(item.item) for item in node.items):
+            return True
+        if isinstance(node, cst.FunctionDef):
+            if any(want in code_of(d.decorator) for d in node.decorators):
+                return True
+            break
+    return False
+
+
+def _plan_one(ix: _Index, plan: _Plan, e: Edit) -> tuple[int, int]:
+    """Locate and check one edit, add it to the plan; the lines of the statement it changes."""
+    if e.kind == "call_args":
+        if not e.target or not e.args:
+            raise RewriteError("a call_args edit names no call or no argument")
+        call = _locate_call(ix, e)
+        _check_call(ix, call, e)
+        if _same_args(call, e):
+            raise RewriteError(f"already so: {', '.join(f'{k}={v}' for k, v in e.args if v is not None)}")
+        for value in (v for _, v in e.args if v is not None):
+            _expression(value)
+        plan.calls[call].append(e)
+        return ix.span(ix.statement_of(call), whole=False)
+    if e.kind == "wrap":
+        stmt = _locate_statement(ix, e)
+        holder = ix.parent.get(stmt)
+        if not isinstance(holder, (cst.IndentedBlock, cst.Module)):
+            raise RewriteError(f"the statement at line {e.line} shares its line with its block's header")
+        if _under_same_with(ix, stmt, e.code):
+            raise RewriteError(f"already under {e.code}")
+        if stmt in plan.wraps:
+            raise RewriteError(f"the statement at line {e.line} is already wrapped by another edit")
+        _expression(e.code)
+        plan.wraps[stmt] = e
+        plan.needs_torch |= _names_torch(e.code)
+        return ix.span(stmt)
+    if e.kind == "insert":
+        statements = _statements(e.code)
+        present = {re.sub(r"\s+", "", code_of(s)) for s in ix.module.body}
+        if all(re.sub(r"\s+", "", code_of(s)) in present for s in statements):
+            raise RewriteError(f"already there: {e.code}")
+        if e.code not in plan.inserts:
+            plan.inserts.append(e.code)
+        plan.needs_torch |= _names_torch(e.code)
+        anchor = _import_anchor(ix.module)
+        if anchor < 0:
+            return 1, 0
+        return ix.span(ix.module.body[anchor])
+    if e.kind == "assign":
+        for stmt in ix.statements:
+            if not isinstance(stmt, cst.SimpleStatementLine) or ix.range(stmt).start.line != e.line:
+                continue
+            for small in stmt.body:
+                if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and code_of(small.targets[0].target).replace(" ", "").endswith(e.target)):
+                    if code_of(small.value) == e.code:
+                        raise RewriteError(f"already so: {e.target} = {e.code}")
+                    _expression(e.code)
+                    plan.assigns[small] = e
+                    return ix.span(stmt)
+        raise RewriteError(f"no assignment to {e.target} at line {e.line} (has the file changed?)")
+    raise RewriteError(f"unknown edit kind {e.kind!r} (one of {', '.join(KINDS)})")
+
+
+def _expression(text: str) -> cst.BaseExpression:
+    try:
+        return cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        raise RewriteError(f"not an expression: {text!r}") from None
+
+
+def _statements(text: str) -> list[cst.BaseStatement]:
+    try:
+        return list(cst.parse_module(text.rstrip("\n") + "\n").body)
+    except cst.ParserSyntaxError:
+        raise RewriteError(f"not a statement: {text!r}") from None
+
+
+def _names_torch(code: str) -> bool:
+    return re.match(r"\s*torch\.", code) is not None or "\ntorch." in code
+
+
+def _with_torch(code: str, alias: str | None) -> str:
+    if alias is None or alias == "torch":
+        return code
+    return re.sub(r"(?m)^(\s*)torch\.", rf"\g<1>{alias}.", re.sub(r"(?<![\w.])torch\.", f"{alias}.", code))
+
+
+# --------------------------------------------------------------------------- the changes
+
+
+def _set_args(call: cst.Call, e: Edit) -> cst.Call:
+    positions = dict(e.positions)
+    for name, value in e.args:
+        args = list(call.args)
+        idx = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == name), None)
+        if idx is None and name in positions:
+            positional = [i for i, a in enumerate(args) if a.keyword is None and a.star == ""]
+            if positions[name] < len(positional):
+                idx = positional[positions[name]]
+        if value is None:
+            if idx is not None:
+                call = _remove_arg(call, idx)
+            continue
+        expr = cst.parse_expression(value)
+        if idx is not None:
+            args[idx] = args[idx].with_changes(value=expr)
+            call = call.with_changes(args=args)
+        else:
+            call = _append_arg(call, name, expr)
+    return call
+
+
+def _separator(call: cst.Call) -> cst.Comma:
+    """The comma and whitespace that separate the call's arguments (a comment on the line not copied)."""
+    args = call.args
+    sep = args[-2].comma if len(args) >= 2 else None
+    if isinstance(sep, cst.Comma):
+        ws = sep.whitespace_after
+        if isinstance(ws, cst.ParenthesizedWhitespace):
+            ws = cst.ParenthesizedWhitespace(indent=ws.indent, last_line=ws.last_line)
+        return cst.Comma(whitespace_before=sep.whitespace_before, whitespace_after=ws)
+    first = call.whitespace_before_args
+    if isinstance(first, cst.ParenthesizedWhitespace):  # f(\n    a,\n): one argument, on its own line
+        return cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(indent=first.indent, last_line=first.last_line))
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def _append_arg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    new = cst.Arg(value=value, keyword=cst.Name(name),
+                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new argument takes it over
+        sep = _separator(call)
+        if isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace) and not isinstance(
+                sep.whitespace_after, cst.ParenthesizedWhitespace):
+            # a closing parenthesis on its own line after arguments that share lines: the new one joins the last line
+            sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=sep)
+        args.append(new.with_changes(comma=last.comma))
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                                     whitespace_after_arg=cst.SimpleWhitespace(""))
+        args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg))
+    return call.with_changes(args=args)
+
+
+def _remove_arg(call: cst.Call, idx: int) -> cst.Call:
+    args = list(call.args)
+    gone = args.pop(idx)
+    if idx == len(args) and args:  # it was the last: the one before takes over its comma (or none)
+        args[-1] = args[-1].with_changes(comma=gone.comma, whitespace_after_arg=gone.whitespace_after_arg)
+    return call.with_changes(args=args)
+
+
+class _Transformer(cst.CSTTransformer):
+    def __init__(self, plan: _Plan, torch: str | None, newline: str, on_path: set[int]) -> None:
+        super().__init__()
+        self.plan = plan
+        self.torch = torch or "torch"
+        self.newline = newline
+        self.on_path = on_path  # ids of the nodes that hold an edit's node (and those nodes): the rest is kept as is
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # a subtree with no edit in it is left whole (not walked): a transform costs the depth of its
+        # edits, not the size of the file (a check of a large file makes one per finding)
+        return id(node) in self.on_path and super().on_visit(node)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        for e in self.plan.calls.get(original_node, ()):
+            updated_node = _set_args(updated_node, e)
+        return updated_node
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        e = self.plan.assigns.get(original_node)
+        return updated_node.with_changes(value=cst.parse_expression(e.code)) if e is not None else updated_node
+
+    def _body(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode]) -> list:
+        out = []
+        for o, u in zip(original, updated, strict=True):
+            e = self.plan.wraps.get(o)
+            if e is not None:
+                item = cst.WithItem(item=cst.parse_expression(_with_torch(e.code, self.torch)))
+                u = cst.With(items=[item], body=cst.IndentedBlock(body=[u.with_changes(leading_lines=())]),
+                             leading_lines=u.leading_lines)
+            out.append(u)
+        return out
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        if not any(s in self.plan.wraps for s in original_node.body):
+            return updated_node
+        return updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body = self._body(original_node.body, updated_node.body)
+        added: list[cst.BaseStatement] = []
+        if self.plan.needs_torch and _torch_alias(original_node) is None:
+            added += _statements("import torch")
+        for n, code in enumerate(self.plan.inserts):
+            stmts = _statements(_with_torch(code, self.torch))
+            if n == 0 and stmts:  # a blank line between the imports and what runs at start-up
+                stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine()])
+            added += stmts
+        if added:
+            at = _import_anchor(original_node) + 1
+            body[at:at] = added
+        return updated_node.with_changes(body=body)
+
+
+def _on_path(ix: _Index, plan: _Plan) -> set[int]:
+    """The ids of the plan's nodes and of every node above them, up to the module."""
+    out = {id(ix.module)}
+    for node in (*plan.calls, *plan.assigns, *plan.wraps):
+        while node is not None and id(node) not in out:
+            out.add(id(node))
+            node = ix.parent.get(node)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _index(text: str) -> _Index:
+    """One parse per text: ``check`` cuts a snippet per finding from the same file (read-only use)."""
+    return _Index(text)
+
+
+def apply(text: str, edits: Sequence[Edit]) -> Applied:
+    """``text`` with every edit that can be made safely; RewriteError when the file itself cannot be
+    rewritten (LibCST cannot parse it, or the result would not compile: then nothing is changed)."""
+    ix = _index(text)
+    plan = _Plan()
+    done: list[Edit] = []
+    skipped: list[tuple[Edit, str]] = []
+    spans: list[tuple[Edit, int, int]] = []
+    for e in edits:
+        try:
+            first, last = _plan_one(ix, plan, e)
+        except RewriteError as err:
+            skipped.append((e, str(err)))
+            continue
+        done.append(e)
+        spans.append((e, first, last))
+    if not done:
+        return Applied(text, (), tuple(skipped), ())
+    try:
+        new = ix.module.visit(_Transformer(plan, ix.torch, ix.module.default_newline, _on_path(ix, plan))).code
+    except (cst.CSTValidationError, cst.ParserSyntaxError, ValueError) as err:
+        raise RewriteError(f"the rewrite failed ({type(err).__name__}: {err}); nothing was changed") from None
+    try:
+        compile(ast.parse(new), "<rewritten>", "exec")
+    except (SyntaxError, ValueError) as err:
+        raise RewriteError(f"the rewritten file would not compile ({err}); nothing was changed") from None
+    return Applied(new, tuple(done), tuple(skipped), tuple(spans))

@@ -1,0 +1,82 @@
+"""gpudoctor.rewrite on its own: text in, text out; the rest of the file byte for byte; refusals with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.rewrite import RewriteError, apply, decode_source, encode_like, snippet
+from gpudoctor.rules import edits
+
+LOADER = '''import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    # a comment that stays
+    loader = DataLoader(ds, batch_size=4,   shuffle=True, collate_fn=pad)  # trailing comment
+    return loader
+'''
+
+
+def test_call_args_keep_the_scripts_own_arguments_and_layout():
+    e = edits.dataloader_args("t.py", 7, {"num_workers": 4, "persistent_workers": True})
+    out = apply(LOADER, [e])
+    assert out.done == (e,) and out.skipped == ()
+    assert out.text == LOADER.replace("collate_fn=pad)", "collate_fn=pad, num_workers=4, persistent_workers=True)")
+
+
+def test_positional_argument_is_changed_in_place():
+    text = "def f():\n    return DataLoader(ds, 4, True, None, None, 0)\n"
+    out = apply(text, [edits.dataloader_args("t.py", 2, {"num_workers": 2})])
+    assert out.text == "def f():\n    return DataLoader(ds, 4, True, None, None, 2)\n"
+
+
+def test_kwargs_may_hold_the_keyword_so_the_edit_is_refused():
+    text = "def f(**kw):\n    return DataLoader(ds, **kw)\n"
+    out = apply(text, [edits.dataloader_args("t.py", 2, {"pin_memory": True})])
+    assert out.text == text and out.done == ()
+    assert "**kw" in out.skipped[0][1]
+
+
+def test_workers_need_a_main_guard_at_module_level():
+    text = "loader = DataLoader(ds, batch_size=4)\n"
+    out = apply(text, [edits.dataloader_args("t.py", 1, {"num_workers": 2})])
+    assert out.text == text and "import time" in out.skipped[0][1]
+    guarded = 'if __name__ == "__main__":\n    loader = DataLoader(ds, batch_size=4)\n'
+    assert "num_workers=2" in apply(guarded, [edits.dataloader_args("t.py", 2, {"num_workers": 2})]).text
+
+
+def test_fused_is_refused_beside_foreach():
+    text = "opt = torch.optim.Adam(p, lr=1e-3, foreach=True)\n"
+    out = apply(text, [edits.optimizer_args("t.py", 1, "torch.optim.Adam", {"fused": True})])
+    assert out.text == text and "foreach=True" in out.skipped[0][1]
+
+
+def test_no_grad_wrap_uses_the_modules_alias_of_torch():
+    text = "import torch as th\n\n\ndef ev(m, xs):\n    for x in xs:\n        m(x)\n"
+    out = apply(text, [edits.wrap("t.py", 6, "torch.no_grad()")])
+    assert out.text == "import torch as th\n\n\ndef ev(m, xs):\n    with th.no_grad():\n        for x in xs:\n            m(x)\n"
+    again = apply(out.text, [edits.wrap("t.py", 7, "torch.no_grad()")])
+    assert again.done == () and "already under" in again.skipped[0][1]
+
+
+def test_crlf_line_endings_and_encoding_are_kept():
+    data = "# -*- coding: latin-1 -*-\r\nimport torch\r\n# caf\xe9\r\nopt = torch.optim.SGD(p, lr=0.1)\r\n".encode("latin-1")
+    dec = decode_source(data)
+    assert dec.encoding == "iso-8859-1"  # tokenize names latin-1 so
+    out = apply(dec.text, [edits.optimizer_args("t.py", 4, "torch.optim.SGD", {"fused": True})])
+    assert encode_like(out.text, dec) == data.replace(b"lr=0.1)", b"lr=0.1, fused=True)")
+
+
+def test_an_unparseable_text_raises_and_a_file_that_changed_is_refused():
+    with pytest.raises(RewriteError, match="cannot parse"):
+        apply("for x in :\n", [edits.wrap("t.py", 1, "torch.no_grad()")])
+    out = apply("x = 1\n", [edits.optimizer_args("t.py", 1, "torch.optim.SGD", {"fused": True})])
+    assert out.done == () and "has the file changed" in out.skipped[0][1]
+
+
+def test_snippet_is_the_statement_before_and_after():
+    cut = snippet(LOADER, [edits.dataloader_args("t.py", 7, {"pin_memory": True})])
+    assert cut.line == 7
+    assert cut.before == "loader = DataLoader(ds, batch_size=4,   shuffle=True, collate_fn=pad)  # trailing comment"
+    assert cut.after == "loader = DataLoader(ds, batch_size=4,   shuffle=True, collate_fn=pad, pin_memory=True)  # trailing comment"

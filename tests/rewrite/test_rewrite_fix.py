@@ -1,0 +1,191 @@
+"""`gpudoctor check --fix` / `--diff` on pytorch/examples-style scripts: one golden diff per kind of fix.
+
+The scripts are under tests/rewrite/scripts/, the diffs under tests/rewrite/golden/. Each
+case runs `--diff` (nothing written) and `--fix` (the file rewritten) on a copy in a
+temporary folder and checks that both make exactly the golden diff, that the fixed file
+compiles, and that checking it again raises none of the codes fixed. After a deliberate
+change of a fix, regenerate the diffs and review them:
+
+    GPUDOCTOR_UPDATE_SNAPSHOTS=1 python -m pytest tests/rewrite -q
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.cli import main
+from gpudoctor.config import Config
+from gpudoctor.static import check_paths
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = HERE / "scripts"
+GOLDEN = HERE / "golden"
+UPDATE = os.environ.get("GPUDOCTOR_UPDATE_SNAPSHOTS") == "1"
+
+# (golden diff, script, the codes selected, what the diff must contain)
+CASES = [
+    ("dataloader", "mnist_loader.py", "GD201,GD301",
+     ("+        num_workers=4,", "+        persistent_workers=True,", "+        pin_memory=True,")),
+    ("persistent_workers", "epochs.py", "GD202", ("persistent_workers=True)",)),
+    ("no_grad", "eval_loop.py", "GD701", ("+    with torch.no_grad():",)),
+    ("cudnn_benchmark_insert", "convnet_cudnn.py", "GD403", ("+torch.backends.cudnn.benchmark = True",)),
+    ("cudnn_benchmark_assign", "cudnn_off.py", "GD403", ("+    cudnn.benchmark = True  # was True",)),
+    ("non_blocking", "pinned_copies.py", "GD302",
+     ("+        x = x.to(device, non_blocking=True)  # the input", "+        y = y.cuda(non_blocking=True)")),
+    ("fused_optimizer", "optimizers.py", "GD404", ("betas=(0.5, 0.999), fused=True)",)),
+    # every fix at once: pin_memory in the first pass makes the copies' non_blocking=True a fix in the next
+    ("mnist_all", "mnist_loader.py", "", ("non_blocking=True", "fused=True", "num_workers=4")),
+]
+
+
+def gpudoctor(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["gpudoctor", *map(str, args)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copyfile(SCRIPTS / name, target)
+    return target
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.diff"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.is_file(), f"missing golden diff {path}; create it with GPUDOCTOR_UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{name}: the diff differs from {path}; if deliberate, regenerate with GPUDOCTOR_UPDATE_SNAPSHOTS=1")
+
+
+def _unified(before: str, after: str, name: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
+
+
+@pytest.mark.parametrize(("golden", "script", "select", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_fix_makes_the_golden_diff_and_only_it(golden, script, select, expected, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = _copy(tmp_path, script)
+    original = path.read_bytes()
+    sel = ["--select", select] if select else []
+    code, diff, err = gpudoctor(monkeypatch, capsys, "check", "--diff", "--workers", "4", *sel, script)
+    assert code == 1, err  # a change to show
+    assert path.read_bytes() == original
+    _golden(golden, diff)
+    for line in expected:
+        assert line in diff, (line, diff)
+    assert "autocast" not in diff  # AMP is never automatic
+
+    code, out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "--workers", "4", *sel, script)
+    assert code == 0, err  # no --fail-on: findings that remain do not fail
+    fixed = path.read_text(encoding="utf-8")
+    assert _unified(original.decode("utf-8"), fixed, script) == diff  # --fix writes what --diff shows
+    compile(fixed, script, "exec")
+    assert f"{script}: fixed " in err
+    fixed_codes = set(select.split(",")) if select else {"GD201", "GD301", "GD302", "GD404"}
+    again = check_paths([path], Config(select=tuple(select.split(",")) if select else ()))
+    assert not fixed_codes & {f.code for f in again.findings}, [f.code for f in again.findings]
+    # a second --fix has nothing left to do
+    code, diff2, _ = gpudoctor(monkeypatch, capsys, "check", "--diff", "--workers", "4", *sel, script)
+    assert (code, diff2) == (0, "")
+
+
+def test_diff_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = _copy(tmp_path, "mnist_loader.py")
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    before = path.read_bytes(), path.stat().st_mtime_ns, sorted(os.listdir(tmp_path))
+    code, out, _err = gpudoctor(monkeypatch, capsys, "check", "--diff", "--workers", "4", "mnist_loader.py")
+    assert code == 1 and out.startswith("--- a/mnist_loader.py\n+++ b/mnist_loader.py\n")
+    assert (path.read_bytes(), path.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == before
+
+
+def test_fix_keeps_the_file_mode_and_writes_atomically(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = _copy(tmp_path, "optimizers.py")
+    path.chmod(0o751)
+    inode = path.stat().st_ino
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "optimizers.py")
+    assert code == 0, err
+    assert "fused=True" in path.read_text(encoding="utf-8")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o751
+    assert path.stat().st_ino != inode  # replaced by a rename, not rewritten in place
+    assert sorted(os.listdir(tmp_path)) == ["optimizers.py"]  # no temporary file left
+
+
+def test_an_unparseable_file_is_reported_and_left_untouched(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    good = _copy(tmp_path, "optimizers.py")
+    bad = tmp_path / "broken.py"
+    bad.write_bytes(b"import torch\nfor x in :\n    pass\n")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", ".")
+    assert code == 0, err
+    assert bad.read_bytes() == b"import torch\nfor x in :\n    pass\n"
+    assert "broken.py" in err and "fused=True" in good.read_text(encoding="utf-8")
+
+
+def test_fix_on_a_folder_reports_per_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for name in ("optimizers.py", "eval_loop.py", "epochs.py", "import_time_loader.py"):
+        _copy(tmp_path, name)
+    untouched = (tmp_path / "import_time_loader.py").read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "--workers", "2", ".")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert any(x.startswith("gpudoctor: optimizers.py: fixed 1 (GD404 line 12)") for x in lines), err
+    assert any(x.startswith("gpudoctor: eval_loop.py: fixed 1 (GD701 line 14)") for x in lines), err
+    assert any(x.startswith("gpudoctor: epochs.py: fixed 1 (GD202 line 18)") for x in lines), err
+    assert "gpudoctor: fixed 3 findings in 3 files;" in err
+    # workers are not added to a DataLoader built at import time (spawn would import the script again)
+    assert (tmp_path / "import_time_loader.py").read_bytes() == untouched
+
+
+def test_amp_is_never_automatic(tmp_path):
+    path = _copy(tmp_path, "mnist_loader.py")
+    amp = [f for f in check_paths([path], Config()).findings if f.code == "GD401"]
+    assert amp and not any(f.fix.automatic for f in amp)
+    from gpudoctor.rules.registry import get
+
+    assert not get("GD401").autofix and "numerics" in get("GD401").not_autofix
+
+
+def test_a_refused_fix_says_why(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _copy(tmp_path, "import_time_loader.py")
+    rep = check_paths([Path("import_time_loader.py")], Config(select=("GD201",)))
+    (f,) = rep.findings
+    assert not f.fix.automatic
+    assert "not changed by `gpudoctor check --fix`: it runs at import time" in str(f.evidence.to_dict())
+
+
+def test_exit_codes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _copy(tmp_path, "optimizers.py")
+    # --diff: 1 with a change to show, 0 without
+    assert gpudoctor(monkeypatch, capsys, "check", "--diff", "optimizers.py")[0] == 1
+    # --fix: 0 by default, 1 with --exit-non-zero-on-fix when a file changed
+    snapshot = (tmp_path / "optimizers.py").read_bytes()
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--exit-non-zero-on-fix", "optimizers.py")[0] == 1
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--exit-non-zero-on-fix", "optimizers.py")[0] == 0
+    assert gpudoctor(monkeypatch, capsys, "check", "--diff", "optimizers.py")[0] == 0
+    (tmp_path / "optimizers.py").write_bytes(snapshot)
+    # --fail-on decides on what remains: GD401 (info) stays after --fix
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--fail-on", "info", "optimizers.py")[0] == 1
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--fail-on", "warning", "optimizers.py")[0] == 0
+    # usage errors: 2
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--diff", "optimizers.py")[0] == 2
+    assert gpudoctor(monkeypatch, capsys, "check", "--workers", "3", "optimizers.py")[0] == 2
+    assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--from", str(tmp_path / "nothing"), "optimizers.py")[0] == 2

@@ -1,0 +1,187 @@
+"""`gpudoctor check` on the code people write (issue 28): Lightning, Hugging Face, accelerate, accumulation.
+
+A corpus of realistic scripts, one planted and one tuned per style, under ``scripts/frameworks``, and
+two in the style of pytorch/examples under ``scripts/examples_style``. For each planted script the exact
+set of findings at warning or above is pinned by (code, line), the line found by the text on it so that
+an edit of a script moves its expectation with it; the info findings that carry the framework's own
+advice (its precision knob) are pinned too. The false-alarm budget: no finding at warning or above on
+any ``*_tuned.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.config import Config
+from gpudoctor.model.findings import Finding, Report, Severity
+from gpudoctor.static import check_paths
+
+SCRIPTS = Path(__file__).parent / "scripts"
+FRAMEWORKS = SCRIPTS / "frameworks"
+EXAMPLES = SCRIPTS / "examples_style"
+
+
+def _line(path: Path, needle: str) -> int:
+    """The 1-based line of the only line of ``path`` containing ``needle``."""
+    hits = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if needle in line]
+    assert len(hits) == 1, (path.name, needle, hits)
+    return hits[0]
+
+
+def _check(path: Path) -> Report:
+    report = check_paths([path], Config())
+    assert report.errors == (), report.errors
+    return report
+
+
+def _serious(report: Report) -> set[tuple[str, int]]:
+    return {(f.code, f.location.line) for f in report.findings
+            if f.severity.rank <= Severity.WARNING.rank and f.location is not None}
+
+
+def _info(report: Report) -> set[tuple[str, int]]:
+    return {(f.code, f.location.line) for f in report.findings
+            if f.severity == Severity.INFO and f.location is not None}
+
+
+def _one(report: Report, code: str, line: int) -> Finding:
+    (f,) = [f for f in report.findings if f.code == code and f.location is not None and f.location.line == line]
+    return f
+
+
+# (script, {(code, needle of its line)} at warning or above, {(code, needle)} info findings that must be there)
+PLANTED = {
+    "lit_mnist.py": (
+        {
+            ("GD102", 'self.log("train_loss", loss.item())'),  # a sync in every training_step
+            ("GD201", "return DataLoader(self.train_set"),  # train_dataloader() without workers
+        },
+        {("GD401", "L.Trainer(accelerator=\"gpu\"")},  # Trainer(precision=32) on a GPU
+    ),
+    "hf_accumulate.py": (
+        {
+            ("GD201", 'eval_dataloader = DataLoader(tokenized["test"]'),
+            # pageable batches: at the copies, in the loop over each loader
+            ("GD301", "batch = {k: v.to(device) for k, v in batch.items()}\n@45"),
+            ("GD301", "batch = {k: v.to(device) for k, v in batch.items()}\n@57"),
+            # model.eval(), then an evaluation loop without torch.no_grad()
+            ("GD701", "for batch in eval_dataloader:"),
+        },
+        {("GD202", 'train_dataloader = DataLoader(tokenized["train"]'),
+         ("GD401", "for step, batch in enumerate(train_dataloader):")},
+    ),
+    "accumulate_nan.py": (
+        {
+            ("GD102", "if torch.isnan(loss):"),  # a tensor as a Python bool on every micro-step
+            ("GD102", "if loss > 10:"),
+            ("GD701", "for images, labels in val_loader:"),
+        },
+        set(),
+    ),
+    "hf_trainer.py": (
+        {("GD201", "args = TrainingArguments(")},  # dataloader_num_workers=0
+        {("GD401", "args = TrainingArguments(")},  # neither fp16 nor bf16 on a GPU
+    ),
+    "accelerate_loop.py": (
+        set(),  # the evaluation loop guards each forward pass with its own torch.no_grad()
+        {("GD401", 'accelerator = Accelerator(mixed_precision="no"')},
+    ),
+}
+
+
+def _where(path: Path, needle: str) -> int:
+    """``needle``'s line; ``text\\n@N``: the first line containing ``text`` after line N (a repeated line)."""
+    if "\n@" not in needle:
+        return _line(path, needle)
+    text, after = needle.split("\n@")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if i > int(after) and text in line)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_script_is_reviewed_at_its_lines(name):
+    path = FRAMEWORKS / name
+    serious, infos = PLANTED[name]
+    report = _check(path)
+    assert _serious(report) == {(code, _where(path, needle)) for code, needle in serious}
+    assert {(code, _where(path, needle)) for code, needle in infos} <= _info(report)
+    summary = {s.key: s.value for s in report.summary}
+    assert summary["training_loops"] >= 1  # a framework's step method (or the HF Trainer's) counts as one
+
+
+TUNED = sorted(p.name for p in FRAMEWORKS.glob("*_tuned.py"))
+
+
+def test_every_planted_script_has_a_tuned_one():
+    assert {n.replace("_tuned", "") for n in TUNED} == set(PLANTED)
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_no_false_alarm_on_a_tuned_script(name):
+    report = _check(FRAMEWORKS / name)
+    assert _serious(report) == set(), [f.message for f in report.findings]
+
+
+def test_lightning_advice_is_in_lightnings_terms():
+    path = FRAMEWORKS / "lit_mnist.py"
+    report = _check(path)
+    sync = _one(report, "GD102", _line(path, "loss.item()"))
+    assert "self.log(" in sync.fix.instruction and "step %" not in sync.fix.instruction
+    assert sync.fix.after.strip() == 'self.log("train_loss", loss)'
+    amp = _one(report, "GD401", _line(path, "L.Trainer("))
+    assert 'precision="bf16-mixed"' in amp.fix.after and "autocast" not in amp.fix.after
+
+
+def test_hugging_face_and_accelerate_advice_is_in_their_terms():
+    path = FRAMEWORKS / "hf_trainer.py"
+    report = _check(path)
+    line = _line(path, "args = TrainingArguments(")
+    assert "bf16=True" in _one(report, "GD401", line).fix.after
+    workers = _one(report, "GD201", line)
+    assert "dataloader_num_workers=" in workers.fix.after and "dataloader_num_workers=0" not in workers.fix.after
+    path = FRAMEWORKS / "accelerate_loop.py"
+    amp = _one(_check(path), "GD401", _line(path, "Accelerator(mixed_precision"))
+    assert 'mixed_precision="bf16"' in amp.fix.after
+
+
+def test_worker_advice_is_a_rule_shared_with_profile():
+    """No fixed "e.g. 4": the number is the cores less one for the training process, and `profile`
+    sizes it from measurement."""
+    path = FRAMEWORKS / "lit_mnist.py"
+    f = _one(_check(path), "GD201", _line(path, "return DataLoader(self.train_set"))
+    assert "e.g. 4" not in f.fix.instruction
+    assert "less 1 for the training process" in f.fix.instruction and "gpudoctor profile" in f.fix.instruction
+
+
+def test_pageable_copy_points_at_the_copy_and_fixes_the_dataloader():
+    path = FRAMEWORKS / "hf_accumulate.py"
+    report = _check(path)
+    copy = _where(path, "batch = {k: v.to(device) for k, v in batch.items()}\n@45")
+    f = _one(report, "GD301", copy)
+    loader = _line(path, 'train_dataloader = DataLoader(tokenized["train"]')
+    assert f.fix.source is not None and f.fix.source.line == loader
+    assert f"DataLoader at {f.location.file}:{loader}" in f.fix.instruction
+    assert "pin_memory=True" in f.fix.after and f.fix.edits[0].line == loader
+
+
+# --------------------------------------------------------------------------- pytorch/examples' shapes
+
+
+def test_dcgan_multi_gpu_code_is_judged_under_its_guard():
+    """``nn.parallel.data_parallel`` and ``nn.DataParallel`` run only when ``--ngpu > 1`` (default 1)."""
+    path = EXAMPLES / "dcgan.py"
+    report = _check(path)
+    assert _serious(report) == set()
+    assert not [f for f in report.findings if f.code == "GD601"]
+    # workers=2 from --workers: applied, not "recommended" (GD202 says to keep them alive)
+    assert {(f.code, f.location.line) for f in report.findings} == {("GD202", _line(path, "dataloader = torch.utils"))}
+    workers = next(c for c in report.checklist if c.key == "dataloader-workers")
+    assert workers.status.value == "applied"
+
+
+def test_word_language_model_runs_on_the_cpu_by_default():
+    """``--accel`` defaults to off: the script trains on the CPU, so nothing about GPU costs."""
+    report = _check(EXAMPLES / "word_language_model.py")
+    assert not report.findings, [f.message for f in report.findings]
