@@ -59,9 +59,10 @@ TRACE_MAX_BYTES = 3 * 2**20  # a fixture keeps one trace, at most this large
 VERIFY = ("pageable_copies", "cudnn_benchmark_off")  # fixes gpudoctor injects, that show on a GPU
 ALARMS = ("error", "warning")
 MIN_EVENT_STEPS_PCT = 50.0  # steps that must carry a CUDA-event time
-# The probes' GEMMs (8192-wide linears, forward and backward): cuBLAS reaches 60-80% of an H100's
-# dense peak at this size in BF16 (798 TFLOP/s measured on the lent H100, docs/gpu-acceptance.md),
-# and most of the FP32 peak without Tensor Cores; below this share the FLOP accounting or the
+# The probes' GEMMs (8192-wide linears, forward and backward): large square GEMMs are where cuBLAS
+# comes nearest its datasheet peak (NVIDIA's published H100 GEMM results reach well over half the
+# dense BF16 peak at this size; not yet measured here: no device has been lent to this project), and
+# most of the FP32 peak without Tensor Cores; below this share the FLOP accounting or the
 # ops → kernels attribution is wrong
 PROBE_MIN_PEAK_PCT = 20.0
 PROBE_MAX_PEAK_PCT = 100.0
