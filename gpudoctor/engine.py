@@ -182,7 +182,9 @@ def sort_key(f: Finding) -> tuple:
 
 def _stat(key: str, label: str, value, unit: str = "", window: str = "") -> SummaryStat:
     if isinstance(value, float):
-        value = round(value, 3)
+        # a share to 2 decimals, as the rules' metrics keep theirs: one value in every place it
+        # is shown (37.748% would print 37.7 here and 37.8 from a metric's 37.75)
+        value = round(value, 2 if unit == "%" else 3)
     return SummaryStat(key, label, value, unit, window)
 
 

@@ -37,7 +37,7 @@ from rule_builders import (  # noqa: E402
     utilization,
 )
 
-from gpudoctor.collect.summary import summarize_steps, summary_lines  # noqa: E402
+from gpudoctor.collect.summary import StepSummary, summarize_steps, summary_lines  # noqa: E402
 from gpudoctor.config import Config  # noqa: E402
 from gpudoctor.engine import diagnose  # noqa: E402
 from gpudoctor.model import DispatchStats, GapCause, ProcessSample, StepRecord, WindowKind  # noqa: E402
@@ -183,3 +183,18 @@ def test_a_profiled_run_prints_one_value_per_quantity(tmp_path):
         assert {w for w, _, _ in found.get(quantity, [])} >= {"terminal", "md", "html", "json", "stderr"}, quantity
     assert "training process CPU" in found
     assert conflicts(named) == []
+
+
+def test_a_share_is_rounded_once_so_every_place_shows_the_same_digit():
+    # 37.748%: a metric keeps 37.75 (rules round shares to 2 decimals) and prints 37.8; the summary
+    # and the stderr line must print the same, not 37.7 from the unrounded value (a flake CI saw)
+    from gpudoctor.engine import _stat
+    from gpudoctor.model.findings import Metric
+    from gpudoctor.report._fmt import metric_text
+
+    stat = _stat("data_wait_share", "waiting for data", 37.748, "%")
+    assert stat.value == 37.75
+    shown = metric_text(Metric("data_wait_share_pct", round(37.748, 2), "%"))
+    assert "37.8" in shown
+    line = summary_lines(StepSummary(10, 20.0, 25.0, 37.748), "optimizer", "ok", "", 0, "runs/x", [])[0]
+    assert "waiting for data 37.8% of step time" in line
