@@ -162,10 +162,10 @@ def session(run: Any, change: Injection, opts: VerifyOptions, hog: bool) -> dict
 
 
 def lopsided(run: Any, opts: VerifyOptions) -> dict[str, Any]:
-    """An A/A session with the hog beside the fix's runs only (``verify._trial`` wrapped)."""
-    from gpudoctor import verify  # noqa: PLC0415
+    """An A/A session with the hog beside the fix's runs only (``verify.trials._trial`` wrapped)."""
+    from gpudoctor.verify import trials  # noqa: PLC0415
 
-    plain = verify._trial
+    plain = trials._trial
 
     def trial(manifest, run_dir, rel, changes, *a, **kw):  # noqa: ANN001, ANN002, ANN003
         if not changes:
@@ -173,11 +173,11 @@ def lopsided(run: Any, opts: VerifyOptions) -> dict[str, Any]:
         with Hog():
             return plain(manifest, run_dir, rel, changes, *a, **kw)
 
-    verify._trial = trial
+    trials._trial = trial
     try:
         return session(run, MARK, opts, False)
     finally:
-        verify._trial = plain
+        trials._trial = plain
 
 
 def calibrate(run: Any, opts: VerifyOptions, pairs: int) -> list[tuple[float, float]]:

@@ -35,7 +35,7 @@ def test_a_budget_that_is_not_a_finite_positive_number_is_refused(budget: float)
 def test_a_script_outside_the_recorded_working_directory_is_refused_without_yes(tmp_path, monkeypatch) -> None:
     """verify runs whatever script the manifest names: a hostile run directory could name any file."""
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "evil.py").write_text("pass\n")
@@ -50,7 +50,7 @@ def test_a_script_outside_the_recorded_working_directory_is_refused_without_yes(
 
 def test_a_script_that_changed_since_it_was_profiled_is_refused_without_allow_changed(tmp_path, monkeypatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     data = _data(tmp_path)
     script = Path(data.manifest.script)
     data = _with(data, script_sha256=hashlib.sha256(script.read_bytes()).hexdigest())
@@ -66,7 +66,7 @@ def test_a_script_that_changed_since_it_was_profiled_is_refused_without_allow_ch
 
 def test_the_trials_go_to_out_and_are_named_there(tmp_path, monkeypatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     out_dir = tmp_path / "trials"
     out, _ = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(),
                      dataclasses.replace(OPTS, out_dir=out_dir))
@@ -116,7 +116,7 @@ def test_a_sigterm_passed_on_to_a_trial_stops_verify_at_once(tmp_path, monkeypat
                                        error=f"{rel}: killed: terminated by signal 15 (SIGTERM)")
         return r
 
-    monkeypatch.setattr(verify, "_trial", stopped)
+    monkeypatch.setattr(verify.trials, "_trial", stopped)
     out, session = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), OPTS)
     assert len(calls) == 2 and session.interrupted and session.signum == signal.SIGTERM
     assert all(isinstance(r, _Run) for r in session.baseline.runs)

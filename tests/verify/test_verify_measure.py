@@ -1,7 +1,7 @@
 """``verify.measure`` and ``verify_report`` with the trial runs stood in for: the rounds, the second
 look, the ladder, the budget, and nothing to try.
 
-``verify._trial`` is replaced by a function that makes the runs a script would give for the
+``verify.trials._trial`` is replaced by a function that makes the runs a script would give for the
 change it is asked for (step times from a table, each run with its own level drawn from a seeded
 generator), so that the orchestration is tested without starting processes; the real runs are
 ``test_verify_e2e.py``'s.
@@ -51,7 +51,7 @@ def _data(tmp_path: Path, cores: int = 2):
 
 
 def _fake(step_ms: Callable[[tuple[Injection, ...]], float | None], run_sd: float = 0.01, seed: int = 0):
-    """A stand-in for ``verify._trial``: 30 steps of ``step_ms(changes)`` ms at a level of the run's own
+    """A stand-in for ``verify.trials._trial``: 30 steps of ``step_ms(changes)`` ms at a level of the run's own
     (lognormal, ``run_sd``); None: the run fails, out of memory."""
     rng = np.random.default_rng(seed)
     calls: list[tuple[str, tuple[Injection, ...]]] = []
@@ -81,7 +81,7 @@ def _value(changes: tuple[Injection, ...], key: str = "num_workers") -> int | No
 
 def test_a_clear_fix_is_decided_at_the_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     arm = _Arm("GD201", (_workers(1),))
     out, session = measure(_data(tmp_path), [arm], Config(), OPTS)
     v = out["GD201"]
@@ -95,7 +95,7 @@ def test_a_clear_fix_is_decided_at_the_first_look(tmp_path: Path, monkeypatch: p
 def test_an_undecided_fix_gets_more_rounds_and_a_second_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 1.12× with runs that differ by 5%: the first look straddles 1.05×
     trial, calls = _fake(lambda ch: 25.0 if ch else 28.0, run_sd=0.05, seed=3)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     lines: list[str] = []
     opts = dataclasses.replace(OPTS, progress=lines.append, ladder=False)
     out, session = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), opts)
@@ -107,7 +107,7 @@ def test_an_undecided_fix_gets_more_rounds_and_a_second_look(tmp_path: Path, mon
 
 def test_max_trials_equal_to_trials_means_one_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, calls = _fake(lambda ch: 25.0 if ch else 28.0, run_sd=0.05, seed=3)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     opts = dataclasses.replace(OPTS, max_trials=3, ladder=False)
     v = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), opts)[0]["GD201"]
     assert v.max_looks == 1 and v.look_confidence_pct == 95.0 and len(calls) == 6
@@ -122,7 +122,7 @@ def _loader(ch: tuple[Injection, ...]) -> float:
 
 def test_the_ladder_climbs_to_the_best_measured_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, calls = _fake(_loader)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     arm = _Arm("GD201", (_workers(1), Injection("dataloader", "persistent_workers", True, SITE)))
     v = measure(_data(tmp_path, cores=2), [arm], Config(), OPTS)[0]["GD201"]
     assert v.status == VerifyStatus.CONFIRMED and v.measured_best == "num_workers=4", v.reason
@@ -139,7 +139,7 @@ def test_the_ladder_climbs_to_the_best_measured_setting(tmp_path: Path, monkeypa
 
 def test_the_ladder_stops_at_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, _ = _fake(lambda ch: 40.0)  # nothing helps
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     v = measure(_data(tmp_path, cores=1), [_Arm("GD201", (_workers(1),))], Config(), OPTS)[0]["GD201"]
     assert v.status != VerifyStatus.CONFIRMED and not v.measured_best
     assert [r.value for r in v.ladder] == [1, 2]  # 4 workers per core on 1 core; 2 no better: stop
@@ -148,7 +148,7 @@ def test_the_ladder_stops_at_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_a_fix_that_lowers_a_knob_is_not_climbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, calls = _fake(lambda ch: 40.0)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     data = _data(tmp_path)
     data = dataclasses.replace(data, settings=settings(device_type="cpu", dataloaders=(dataloader(num_workers=6),)))
     v = measure(data, [_Arm("GD204", (_workers(2),))], Config(), OPTS)[0]["GD204"]  # GD204: 6 workers -> 2
@@ -162,7 +162,7 @@ def test_a_batch_size_ladder_stops_at_the_first_failing_run(tmp_path: Path, monk
         return {None: 30.0, 128: 60.0, 256: 80.0, 512: None}[b]
 
     trial, calls = _fake(per_batch)
-    monkeypatch.setattr(verify, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
     arm = _Arm("GD104", (Injection("dataloader", "batch_size", 128, SITE, text=f"batch_size=128 at {SITE}"),))
     v = measure(_data(tmp_path), [arm], Config(), OPTS)[0]["GD104"]
     assert [r.value for r in v.ladder] == [128, 256, 512]
@@ -173,8 +173,8 @@ def test_a_batch_size_ladder_stops_at_the_first_failing_run(tmp_path: Path, monk
 
 def test_the_budget_stops_the_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
-    monkeypatch.setattr(verify, "_trial", trial)
-    monkeypatch.setattr(verify, "_estimate_s", lambda run, steps: 1000.0)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
+    monkeypatch.setattr(verify.trials, "_estimate_s", lambda run, steps: 1000.0)
     out, session = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), OPTS)
     assert out == {} and session.out_of_budget and not calls
 

@@ -1,0 +1,350 @@
+"""Trial runs: where they go (and the lock on it), one run of the script, and the rounds of a
+session against the untouched script, with the looks at each fix's interval."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import statistics
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudoctor.config import Config
+from gpudoctor.errors import GpudoctorError, UsageError
+from gpudoctor.model import (
+    Injection,
+    Manifest,
+    RunData,
+    RunStatus,
+    Verification,
+    VerifyStatus,
+    layout,
+)
+from gpudoctor.safe import terminal_line as safe_line
+from gpudoctor.signals import signum_of
+from gpudoctor.verify.judging import _cores, _ms, _steady, judge, profiled_step_ns, undecided
+from gpudoctor.verify.ladder import _climb
+from gpudoctor.verify.plan import (
+    MARKER,
+    SAMPLE_INTERVAL_MS,
+    VerifyOptions,
+    _Arm,
+    _changes_text,
+    _Run,
+    _say,
+)
+
+
+def trials_dir(run_dir: Path, opts: VerifyOptions) -> Path:
+    """Where the trial runs go: ``--out DIR``, else ``RUN/verify``."""
+    return Path(opts.out_dir) if opts.out_dir is not None else run_dir / layout.VERIFY_DIR
+
+
+def _verify_dir(d: Path) -> Path:
+    """The trial runs' folder, emptied when an earlier ``verify`` made it; refused when it is not ours
+    (an existing folder with files gpudoctor did not write), and a one-line error with what to do when
+    it cannot be written (a read-only run directory: ``--out DIR``)."""
+    try:
+        if d.exists():
+            if not d.is_dir():
+                raise UsageError(f"{d} is not a folder: pass --out with a folder for the trial runs")
+            if not (d / MARKER).is_file() and any(d.iterdir()):
+                raise UsageError(f"{d} exists and was not made by gpudoctor: move it away, or pass --out with "
+                                 "another folder for the trial runs")
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        (d / MARKER).write_text("trial runs of `gpudoctor verify`; replaced by the next one\n", encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot write the trial runs into {d}: {err.strerror or err}; pass --out DIR "
+                         "(a writable folder) to verify a read-only run") from None
+    return d
+
+
+@contextmanager
+def _verify_lock(d: Path):
+    """One ``verify`` at a time per trial folder: a second one fails at once with what to do, instead
+    of emptying the first one's runs. The lock (``.NAME.lock`` beside the folder) is released when the
+    process ends, however it ends."""
+    lock = d.parent / layout.lock_name(d.name)
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as err:
+        raise UsageError(f"cannot write the trial runs beside {d}: {err.strerror or err}; pass --out DIR "
+                         "(a writable folder) to verify a read-only run") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UsageError(f"another `gpudoctor verify` is running trials in {d}; wait for it to finish, or "
+                             "pass --out with another folder") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _estimate_s(run: RunData, steps: int) -> float:
+    """How long one trial run should take, from the profiled run: start-up + steps × median step."""
+    mf = run.manifest
+    recs = sorted(run.steps, key=lambda s: s.index)
+    if recs:
+        walls = sorted(s.wall_ns for s in recs)
+        return (recs[0].start_ns + steps * walls[len(walls) // 2]) / 1e9
+    return float(mf.duration_s or 0.0) if mf is not None else 0.0
+
+
+def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection, ...],
+           opts: VerifyOptions, timeout_s: float, rnd: int = 0) -> _Run:
+    """One trial run of the script as ``manifest`` recorded it, into ``run_dir / rel``."""
+    from gpudoctor.analysis.load import host_load  # noqa: PLC0415
+    from gpudoctor.collect import ProfileOptions, profile_run  # noqa: PLC0415
+    from gpudoctor.parse.rundir import read_samples, read_settings, read_steps  # noqa: PLC0415
+
+    if manifest.module:
+        script, module, args = None, manifest.module, tuple(manifest.argv[1:])
+    else:
+        script, module, args = manifest.argv[0] if manifest.argv else manifest.script, None, tuple(manifest.argv[1:])
+    target = run_dir / rel
+    t0 = time.monotonic()
+    result = profile_run(
+        ProfileOptions(
+            script=script,
+            module=module,
+            args=args,
+            cwd=manifest.cwd,
+            run_dir=target,
+            max_steps=opts.steps,
+            torch_profiler=False,
+            cprofile=False,
+            summary=False,
+            output_log=True,
+            injections=changes,
+            command=manifest.command,
+            timeout_s=max(1.0, timeout_s),
+            sample_interval_ms=SAMPLE_INTERVAL_MS,
+        )
+    )
+    duration = time.monotonic() - t0
+    notes: list[str] = []
+    steps = list(read_steps(target, notes))
+    settings = read_settings(target, notes)
+    judged = [s for s in steps if s.index >= opts.warmup_steps] or steps
+    load = None
+    if judged:
+        span = (min(s.start_ns for s in judged), max(s.start_ns + s.wall_ns for s in judged))
+        load = host_load(read_samples(target, notes), *span)
+    m = result.manifest
+    got = tuple(getattr(result, "signals", ()) or ())
+    if m.status in (RunStatus.COMPLETED, RunStatus.STOPPED) and m.exit_code == 0 and not got:
+        return _Run(rel, True, steps, settings, duration, status=m.status.value, round=rnd, load=load)
+    what = m.status_detail or m.status.value
+    if m.exception is not None:
+        what = f"{m.exception.type}: {m.exception.message.splitlines()[0] if m.exception.message else ''}"
+        if m.exception.call_site is not None:
+            what += f" at {m.exception.call_site}"
+    return _Run(rel, False, steps, settings, duration, error=f"{rel}: {m.status.value}: {what} (see {rel}/{layout.OUTPUT_LOG})",
+                status=m.status.value, round=rnd, load=load, signals=got)
+
+
+
+@dataclass(slots=True)
+class _Session:
+    """The trial runs of one verify: where they go, the budget, what stopped them."""
+
+    manifest: Manifest
+    run_dir: Path
+    rdir: Path
+    opts: VerifyOptions
+    estimate_s: float
+    t0: float = field(default_factory=time.monotonic)
+    rounds: int = 0  # rounds started
+    started: int = 0  # runs started
+    interrupted: bool = False
+    signum: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)
+    out_of_budget: bool = False
+    baseline: _Arm | None = None  # the untouched script's runs, every round
+
+    def left_s(self) -> float:
+        return self.opts.budget_s - (time.monotonic() - self.t0)
+
+    def round(self, baseline: _Arm, arms: Sequence[_Arm], what: str = "") -> bool:
+        """One round: a baseline run and a run of each arm, in an order that rotates every round.
+        False when the budget or Ctrl-C stopped it (the runs made are kept)."""
+        opts = self.opts
+        self.rounds += 1
+        rnd = self.rounds
+        units = [baseline, *arms]
+        k = (rnd - 1) % len(units)
+        order = units[k:] + units[:k]
+        for arm in order:
+            left = self.left_s()
+            if left < self.estimate_s:
+                self.out_of_budget = True
+                return False
+            rel = _rel(self.run_dir, self.rdir / arm.label / str(rnd))
+            desc = "baseline (no change)" if not arm.changes else f"{arm.label} fix ({_changes_text(arm.changes)})"
+            _say(opts, f"gpudoctor: verify [{time.monotonic() - self.t0:.0f}/{opts.budget_s:g} s] "
+                       f"round {rnd}{what}: {desc}")
+            self.started += 1
+            try:
+                r = _trial(self.manifest, self.run_dir, rel, arm.changes, opts, left, rnd)
+            except GpudoctorError as err:
+                r = _Run(rel, False, [], None, 0.0, error=f"{rel}: could not start: {err}", round=rnd)
+            except KeyboardInterrupt as exc:
+                self.interrupted = True
+                self.signum = signum_of(exc)
+                return False
+            arm.runs.append(r)
+            self.estimate_s = max(self.estimate_s, r.duration_s)
+            steady = _steady(r, opts.warmup_steps)
+            per = sum(s.wall_ns for s in steady) / len(steady) if steady else None
+            med = statistics.median(s.wall_ns for s in steady) if steady else None
+            busy = ""
+            if r.load is not None and r.load.others_cpu_pct is not None:
+                busy = f", other processes {_cores(r.load.others_cpu_pct)} cores"
+            _say(opts, "gpudoctor: verify   " + (
+                f"{len(r.steps)} steps in {r.duration_s:.1f} s, {_ms(per)} per steady step (median {_ms(med)}){busy}"
+                if r.ok else r.error
+            ))
+            if r.status == RunStatus.INTERRUPTED.value or r.signals:
+                # Ctrl-C, or SIGTERM/SIGHUP passed on to the trial (a CI cancel, `timeout`): stop at the first
+                self.interrupted = True
+                self.signum = r.signals[0] if r.signals else int(signal.SIGINT)
+                arm.runs.pop()  # an interrupted run is neither side's evidence
+                return False
+        return True
+
+    def fits_round(self, arms: int) -> bool:
+        """A whole round of ``arms`` fix runs and a baseline run fits in what is left of the budget."""
+        return self.left_s() >= self.estimate_s * (arms + 1)
+
+
+def measure(
+    run: RunData,
+    arms: Sequence[_Arm],
+    config: Config | None = None,
+    opts: VerifyOptions | None = None,
+) -> tuple[dict[str, Verification], _Session | None]:
+    """Interleaved rounds of ``arms`` against the untouched script, looked at after ``trials`` rounds
+    and, for the arms still undecided, after up to ``rounds_max`` rounds; then the ladder of the sized
+    knobs not confirmed. Returns each arm's verdict by label (a ladder's best rung replaces its first
+    setting's), and the session (None when nothing ran)."""
+    opts = opts or VerifyOptions()
+    config = config or Config()
+    if not arms:
+        return {}, None
+    assert run.manifest is not None
+    _check_target(run.manifest, opts)
+    run_dir = Path(run.source)
+    d = trials_dir(run_dir, opts)
+    with _verify_lock(d):
+        return _measure(run, arms, config, opts, run_dir, _verify_dir(d))
+
+
+def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOptions, run_dir: Path,
+             rdir: Path) -> tuple[dict[str, Verification], _Session | None]:
+    t = config.thresholds
+    assert run.manifest is not None
+    _say(opts, f"gpudoctor: verify: each trial runs, in {run.manifest.cwd}: {trial_command(run.manifest)}")
+    session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
+    baseline = session.baseline = _Arm("baseline", ())
+    profiled = profiled_step_ns(run, opts.warmup_steps)
+    looks = opts.max_looks
+    more = f" (up to {opts.rounds_max} for a fix still undecided)" if looks > 1 else ""
+    _say(opts, f"gpudoctor: verify: {len(arms)} fix(es) to try ({', '.join(a.label for a in arms)}), "
+               f"{opts.trials} round(s){more} of {len(arms) + 1} runs of {opts.steps} steps, budget "
+               f"{opts.budget_s:g} s; trial runs in {rdir}")
+    out: dict[str, Verification] = {}
+    try:
+        for _ in range(opts.trials):
+            if not session.round(baseline, arms, f"/{opts.trials}"):
+                break
+        open_arms = []
+        for arm in arms:
+            if not arm.runs:
+                continue
+            v = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks, profiled_ns=profiled)
+            out[arm.label] = v
+            if undecided(v) and looks > 1:
+                open_arms.append(arm)
+        if open_arms and not (session.interrupted or session.out_of_budget):
+            _say(opts, f"gpudoctor: verify: {', '.join(a.label for a in open_arms)} undecided after "
+                       f"{opts.trials} round(s): more rounds, up to {opts.rounds_max}")
+            extra = 0
+            while extra < opts.rounds_max - opts.trials:
+                if not session.fits_round(len(open_arms)):
+                    session.out_of_budget = True  # the verdict stays the first look's
+                    break
+                if not session.round(baseline, open_arms, " (more rounds)"):
+                    break
+                extra += 1
+            if extra:
+                for arm in open_arms:
+                    out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=2, max_looks=looks,
+                                           profiled_ns=profiled)
+        if opts.ladder:
+            for arm in arms:
+                v = out.get(arm.label)
+                if v is not None and v.status in (VerifyStatus.REFUTED, VerifyStatus.INCONCLUSIVE) and not v.errors:
+                    out[arm.label] = _climb(session, arm, v, baseline, t, profiled, run.settings)
+    except KeyboardInterrupt as exc:
+        session.interrupted = True
+        session.signum = signum_of(exc)
+    for arm in arms:  # what an interruption left unjudged
+        if arm.label not in out and arm.runs:
+            out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks,
+                                   profiled_ns=profiled)
+    if session.interrupted:
+        _say(opts, "gpudoctor: verify: interrupted; judging what was measured")
+    elif session.out_of_budget:
+        _say(opts, f"gpudoctor: verify: the budget of {opts.budget_s:g} s is spent; judging what was measured")
+    return out, session
+
+
+
+def _rel(run_dir: Path, path: Path) -> str:
+    """A trial run's folder as ``Verification.runs`` names it: relative to the run directory when inside
+    it (``verify/GD201/1``), else absolute (``--out`` elsewhere)."""
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def trial_command(m: Manifest) -> str:
+    """The command each trial runs, as a shell would show it (the script and its arguments as recorded)."""
+    import shlex  # noqa: PLC0415
+
+    head = ["python", "-m", m.module] if m.module else ["python"]
+    return " ".join(shlex.quote(a) for a in (*head, *(m.argv[1:] if m.module else m.argv)))
+
+
+def _check_target(m: Manifest, opts: VerifyOptions | None = None) -> None:
+    """What a run directory's manifest names is untrusted: the script (or module) and its folder must
+    still be there, the script inside the recorded working directory (``--yes`` overrides), and the
+    same bytes as when it was profiled (``--allow-changed`` overrides)."""
+    opts = opts or VerifyOptions()
+    if not Path(m.cwd).is_dir():
+        raise UsageError(f"the run's working directory {m.cwd} no longer exists: trials run the script from there")
+    if m.module is None:
+        script = m.script or ""
+        if not Path(script).is_file():
+            raise UsageError(f"{script or 'the script'}: no such file any more; trials run the script the run recorded")
+        cwd = Path(m.cwd).resolve()
+        where = Path(script).resolve()
+        if not opts.allow_outside and cwd not in where.parents:
+            raise UsageError(f"the run names a script outside its working directory ({safe_line(script)}, not under "
+                             f"{safe_line(m.cwd)}): verify would run it; check the run directory and pass --yes to "
+                             "run it anyway")
+        if m.script_sha256 and not opts.allow_changed:
+            from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
+
+            if file_sha256(script) != m.script_sha256:
+                raise UsageError(f"{safe_line(script)} changed since it was profiled: the trials would not measure "
+                                 "the profiled script; profile it again, or pass --allow-changed to verify it as "
+                                 "it is now")
