@@ -92,7 +92,6 @@ from __future__ import annotations
 import ast
 
 from gpudoctor.model.findings import (
-    ChecklistStatus,
     Confidence,
     Evidence,
     Fix,
@@ -112,11 +111,12 @@ from gpudoctor.rules.static_api import (
     StaticCheck,
     StaticContext,
     Watch,
+    absent_from_step_loops,
     examples,
     root_name,
 )
 from gpudoctor.rules.static_api.names import LIGHTNING
-from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of, sync_after
+from gpudoctor.rules.static_api.text import sync_after
 
 _BEFORE = """for x, y in loader:
     loss = step(x, y)
@@ -400,17 +400,9 @@ def static_check(src: StaticContext) -> None:
             )
 
 
-def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
-    loops = src.step_loops()
-    if not loops:
-        return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
-    if not src.cuda_anywhere:
-        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
-    where = first_of([src.location(fn, loop.site) for fn, loop in loops])
-    return ChecklistStatus.APPLIED, f"no per-step .item() / print(tensor) / float(tensor) in the training loop at {where}"
-
-
-STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"host-sync": _judge_in_source})
+STATIC = StaticCheck(
+    check=static_check, watch=WATCH, judges={"host-sync": absent_from_step_loops("per-step .item() / print(tensor) / float(tensor)")}
+)
 
 
 EXAMPLES = examples(

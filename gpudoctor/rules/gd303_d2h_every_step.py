@@ -71,14 +71,21 @@ from __future__ import annotations
 
 import ast
 
-from gpudoctor.model.findings import ChecklistStatus, Confidence, Evidence, Fix, Metric, Severity
+from gpudoctor.model.findings import Confidence, Evidence, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import READ_EVERY_STEPS
-from gpudoctor.rules.static_api import Scan, StaticCheck, StaticContext, Watch, examples
-from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of, sync_after
+from gpudoctor.rules.static_api import (
+    Scan,
+    StaticCheck,
+    StaticContext,
+    Watch,
+    absent_from_step_loops,
+    examples,
+)
+from gpudoctor.rules.static_api.text import sync_after
 
 _BEFORE = """for x, y in loader:
     out = model(x)
@@ -218,17 +225,9 @@ def static_check(src: StaticContext) -> None:
             )
 
 
-def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
-    loops = src.step_loops()
-    if not loops:
-        return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
-    if not src.cuda_anywhere:
-        return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
-    where = first_of([src.location(fn, loop.site) for fn, loop in loops])
-    return ChecklistStatus.APPLIED, f"no per-step .cpu() / .numpy() / .tolist() in the training loop at {where}"
-
-
-STATIC = StaticCheck(check=static_check, watch=WATCH, judges={"d2h-every-step": _judge_in_source})
+STATIC = StaticCheck(
+    check=static_check, watch=WATCH, judges={"d2h-every-step": absent_from_step_loops("per-step .cpu() / .numpy() / .tolist()")}
+)
 
 
 EXAMPLES = examples(

@@ -230,6 +230,15 @@ def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
     ddp = [src.location(fn, f.site) for fn, f in src.facts("ddp") if src.active(fn, f.ctx)]
     if ddp:
         return ChecklistStatus.APPLIED, f"DistributedDataParallel / FSDP at {first_of(ddp)}"
+    off = [(fn, f) for fn, f in src.facts("data_parallel") if not src.active(fn, f.ctx)]
+    if off:
+        fn, f = off[0]
+        flags = src.active_why(fn, f.ctx)[1]
+        by = f"; {', '.join(dict.fromkeys(flags))} decides it" if flags else ""
+        return ChecklistStatus.NOT_APPLICABLE, (
+            f"nn.DataParallel at {first_of([src.location(g, h.site) for g, h in off])} is off with the argparse "
+            f"defaults{by}: where it is switched on, DistributedDataParallel replaces it"
+        )
     return ChecklistStatus.NOT_APPLICABLE, "no nn.DataParallel in the checked source"
 
 

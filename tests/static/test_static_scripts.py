@@ -186,3 +186,33 @@ def test_fix_snippets_parse_when_the_loader_is_built_in_the_loop_header(tmp_path
         ast.parse(textwrap.dedent(snippet))  # raises on a broken snippet
         if f.code == "GD301":
             assert "DataLoader(ds, batch_size=8, pin_memory=True)" in after and "(x, y)" in after
+
+
+def test_a_data_parallel_guarded_off_by_the_defaults_is_named_not_denied(tmp_path):
+    # DCGAN's shape: nn.DataParallel under `if args.ngpu > 1`, default 1. The checklist item is not
+    # applicable with the defaults, and says the wrapper is there and what switches it on.
+    script = tmp_path / "dcgan_like.py"
+    script.write_text(
+        "import argparse\nimport torch\nfrom torch import nn\n"
+        "p = argparse.ArgumentParser()\np.add_argument('--ngpu', type=int, default=1)\nargs = p.parse_args()\n"
+        "model = nn.Linear(10, 10).cuda()\n"
+        "if args.ngpu > 1:\n    model = nn.DataParallel(model, list(range(args.ngpu)))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = torch.utils.data.DataLoader(list(range(10)), batch_size=2)\n"
+        "for x in loader:\n    loss = model(x.cuda()).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    report = check_paths([script], Config())
+    assert not [f for f in report.findings if f.code == "GD601"]
+    item = next(c for c in report.checklist if c.key == "data-parallel")
+    assert item.status.value == "not_applicable"
+    assert f"nn.DataParallel at {script}:{_line(script, 'nn.DataParallel(')}" in item.reason
+    assert "--ngpu" in item.reason and "no nn.DataParallel" not in item.reason
+
+
+def test_a_loop_without_per_step_copies_applies_the_two_sync_items_at_the_loop():
+    path = SCRIPTS / "messy" / "clean_train.py"
+    report = check_paths([path], Config())
+    items = {c.key: c for c in report.checklist}
+    assert items["host-sync"].reason.startswith("no per-step .item() / print(tensor) / float(tensor) in the training loop at ")
+    assert items["d2h-every-step"].reason.startswith("no per-step .cpu() / .numpy() / .tolist() in the training loop at ")
+    assert str(path.name) in items["host-sync"].reason

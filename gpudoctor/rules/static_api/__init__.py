@@ -26,6 +26,7 @@ from gpudoctor.rules.static_api.context import (
     StaticCheck,
     StaticContext,
     StaticJudge,
+    absent_from_step_loops,
     examples,
 )
 from gpudoctor.rules.static_api.facts import (
@@ -71,6 +72,7 @@ __all__ = [
     "Sym",
     "Transfer",
     "Watch",
+    "absent_from_step_loops",
     "const",
     "const_value",
     "dotted",

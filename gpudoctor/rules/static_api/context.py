@@ -259,6 +259,25 @@ class Sized:
 StaticJudge = Callable[[StaticContext], tuple[ChecklistStatus, str]]
 
 
+def absent_from_step_loops(what: str) -> StaticJudge:
+    """A judge for a checklist item the script applies by *not* doing ``what`` in its training loops
+    ("per-step .item() / print(tensor)"): called when the rule's check found none of it, it marks the
+    item applied at the loops it looked at; not applicable without a training loop or a CUDA device."""
+
+    def judge(src: StaticContext) -> tuple[ChecklistStatus, str]:
+        from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of  # noqa: PLC0415
+
+        loops = src.step_loops()
+        if not loops:
+            return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
+        if not src.cuda_anywhere:
+            return ChecklistStatus.NOT_APPLICABLE, NO_CUDA
+        where = first_of([src.location(fn, loop.site) for fn, loop in loops])
+        return ChecklistStatus.APPLIED, f"no {what} in the training loop at {where}"
+
+    return judge
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class StaticCheck:
     """A rule's part of ``gpudoctor check`` (see the module documentation)."""
