@@ -354,6 +354,7 @@ class Result:
     runs: int = 1  # runs of each variant
     top_every_run: bool = True  # the expected code on top in every planted run
     machine_busy: int = 0  # runs that raised an ENVIRONMENT finding (another process loaded the cores)
+    unjudged: str = ""  # a speed-up not judged, and why (the timed runs were on a busy machine)
     verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
     expected_speedup: float | None = None  # the expected finding's expected speed-up (its rule's model)
     speedup_bound: float | None = None  # and its bound
@@ -423,7 +424,12 @@ def judge(scenario: Scenario, planted: list[Variant], fixed: list[Variant] | Non
             r.speedup = a / b
         if r.speedup_measurable and (r.speedup is None or r.speedup <= 1.0):
             shown = f"{r.speedup:.2f}x" if r.speedup else "not measured"
-            r.problems.append(f"the fix is not faster: {shown}")
+            busy = [tag(v) for v in (r.planted, r.fixed) if v is not None and v.environment]
+            if busy:  # GD205 measured the other load in a timed run: what a fix wins there is not the fix's
+                r.unjudged = (f"the fix's speed-up {shown} is not judged: the machine was busy with other "
+                              f"processes in the timed runs ({', '.join(busy)}: GD205)")
+            else:
+                r.problems.append(f"the fix is not faster: {shown}")
     return r
 
 
@@ -501,7 +507,7 @@ def table(results: list[Result]) -> str:
         row = (r.name, expected, top, rank, alarms, _fmt_speedup(r))
         if verified:
             row = (*row, r.verified.text() if r.verified else "-")
-        rows.append((*row, "ok" if not r.problems else "MISS"))
+        rows.append((*row, "MISS" if r.problems else "ok (speed-up not judged: busy)" if r.unjudged else "ok"))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -591,6 +597,7 @@ def to_json(results: list[Result], s: dict, gpus: int, wall_s: float, malloc: st
                 "speedup": r.speedup,
                 "speedup_measurable": r.speedup_measurable,
                 "problems": r.problems,
+                "unjudged": r.unjudged,
                 "verified": asdict(r.verified) if r.verified else None,
                 "expected_speedup": r.expected_speedup,
                 "speedup_bound": r.speedup_bound,
@@ -661,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         for problem in r.problems:
             print(f"  {r.name}: {problem}")
+        if r.unjudged:
+            print(f"  {r.name}: {r.unjudged}")
     print(f"({wall:.0f} s)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(to_json(results, s, gpus, wall, "native" if args.native_malloc else "pinned"), indent=2) + "\n", encoding="utf-8")
