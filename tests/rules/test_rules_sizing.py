@@ -275,12 +275,12 @@ def test_gd104_headroom_leaves_out_what_does_not_grow_with_the_batch():
 
 
 def test_gd204_puts_the_oversubscription_in_step_time_from_the_cpu_while_computing():
-    # 2 cores, training process with 2 threads, 2 workers with thread pools, the loop waiting 30 of 100 ms;
-    # getrusage: 35 ms of CPU in the 70 ms of compute, half a core
+    # 2 cores, training process with 2 threads, 2 one-thread workers wanting 1.2 cores each, the loop
+    # waiting 30 of 100 ms; getrusage: 35 ms of CPU in the 70 ms of compute, half a core
     d = dataclasses.replace(dataloader(num_workers=2, prefetch_factor=2), has_worker_init_fn=True)
     procs = proc_samples(50.0, runq_wait_pct=150.0)
-    procs += proc_samples(40.0, role="worker", pid=201, threads=4, runq_wait_pct=150.0)
-    procs += proc_samples(40.0, role="worker", pid=202, threads=4, runq_wait_pct=150.0)
+    procs += proc_samples(40.0, role="worker", pid=201, runq_wait_pct=80.0)
+    procs += proc_samples(40.0, role="worker", pid=202, runq_wait_pct=80.0)
     data = run(manifest=cpu_manifest(cpu_count=2),
                settings=settings(device_type="cpu", num_threads=2, cpu_count=2, dataloaders=(d,)),
                steps=steps(20, 100.0, 30.0, user_ms=35.0, sys_ms=0.0), samples=Samples(process=procs))
@@ -293,6 +293,23 @@ def test_gd204_puts_the_oversubscription_in_step_time_from_the_cpu_while_computi
     # the step after is never longer than the step now, nor shorter than the compute can go
     after = _metric(f, "expected_step_ns")
     assert 0 < after <= 100 * MS
+
+
+def test_gd204_expects_nothing_it_cannot_model_when_the_workers_pools_spin():
+    # the same run with workers running thread pools (1.9 cores wanted each): their CPU is spinning at
+    # OpenMP barriers, no measure of the work one thread each will do; the bound stays, no expected gain
+    d = dataclasses.replace(dataloader(num_workers=2, prefetch_factor=2), has_worker_init_fn=True)
+    procs = proc_samples(50.0, runq_wait_pct=150.0)
+    procs += proc_samples(40.0, role="worker", pid=201, threads=4, runq_wait_pct=150.0)
+    procs += proc_samples(40.0, role="worker", pid=202, threads=4, runq_wait_pct=150.0)
+    data = run(manifest=cpu_manifest(cpu_count=2),
+               settings=settings(device_type="cpu", num_threads=2, cpu_count=2, dataloaders=(d,)),
+               steps=steps(20, 100.0, 30.0, user_ms=35.0, sys_ms=0.0), samples=Samples(process=procs))
+    (f,) = judge("GD204", data).findings
+    assert f.gain.share_pct > 30.0 and f.gain.speedup_bound > 1.0
+    assert f.gain.expected_fraction is None and f.gain.expected_speedup is None
+    assert "no expected gain: the workers' thread pools spin" in f.gain.note
+    assert not [m for m in f.evidence.metrics if m.name == "expected_step_ns"]
 
 
 def test_gd204_without_per_step_records_keeps_the_demand_as_its_figure():
