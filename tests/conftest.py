@@ -9,6 +9,7 @@ project alone. The traces are never copied into the repository.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,19 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _signals_not_ignored():
+    """The suite run under ``nohup`` (or ``cmd &`` in a script) ignores SIGHUP/SIGINT, and every
+    process started here would inherit that: gpudoctor rightly keeps an ignored signal ignored.
+    The tests that send them (the fault suite, Ctrl-C in profile, view and verify) and check what a
+    worker inherits need the defaults, so every test starts with the default dispositions."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGINT)}
+    for s, h in saved.items():
+        if h == signal.SIG_IGN:
+            signal.signal(s, signal.SIG_DFL)
+    yield
+    for s, h in saved.items():
+        if h == signal.SIG_IGN:
+            signal.signal(s, h)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,3 @@ def run_copy(profiled_run: Path, tmp_path: Path) -> Path:
     shutil.copytree(profiled_run, dest)
     return dest
 
-
-@pytest.fixture(autouse=True)
-def _signals_not_ignored():
-    """The suite run under ``nohup`` (or ``cmd &`` in a script) ignores SIGHUP/SIGINT, and every
-    process started here would inherit that: gpudoctor rightly keeps an ignored signal ignored.
-    The signal tests send them (and check what a worker inherits), so every test here starts with the default
-    dispositions."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGINT)}
-    for s, h in saved.items():
-        if h == signal.SIG_IGN:
-            signal.signal(s, signal.SIG_DFL)
-    yield
-    for s, h in saved.items():
-        if h == signal.SIG_IGN:
-            signal.signal(s, h)
