@@ -34,6 +34,7 @@ from gpudoctor.rules.static_api.facts import (
     Sym,
 )
 from gpudoctor.rules.static_api.scan import Watch
+from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of
 
 T = TypeVar("T")
 
@@ -265,8 +266,6 @@ def absent_from_step_loops(what: str) -> StaticJudge:
     item applied at the loops it looked at; not applicable without a training loop or a CUDA device."""
 
     def judge(src: StaticContext) -> tuple[ChecklistStatus, str]:
-        from gpudoctor.rules.static_api.text import NO_CUDA, NO_TRAINING_LOOP, first_of  # noqa: PLC0415
-
         loops = src.step_loops()
         if not loops:
             return ChecklistStatus.NOT_APPLICABLE, NO_TRAINING_LOOP
