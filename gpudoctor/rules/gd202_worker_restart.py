@@ -34,14 +34,35 @@ for epoch in range(epochs):
     for x, y in loader: ...
 ```
 
+Expected gain
+-------------
+The stall is paid once an epoch, so its gain is a share of an epoch's time: of
+the time per step averaged over an epoch, its first step included (the
+statistic `--verify` measures this rule's fix on). With `L` the steps of a whole
+epoch (the most any epoch but the last had), `step` the mean steady step that
+ran without an instrument and `stall` the median extra wait of the first step of
+epochs 2, 3, …:
+
+    bound    = stall ÷ (L × step + stall)          (share of an epoch's time)
+    expected = (stall − first_batch) ÷ stall        (fraction of the bound)
+    first_batch = workers' CPU per batch + hand-over
+
+Persistent workers still load an epoch's first batch after `iter(loader)`
+resets them (PyTorch's `_MultiProcessingDataLoaderIter._reset` hands out the new
+epoch's first indices then), so that batch's load stays: one batch in one live
+worker, taken as the CPU the workers used per batch (psutil samples: their cores
+× the time per batch; a load that waits on storage takes longer than its CPU,
+and the expected gain is then high by that wait) plus the hand-over
+(`dataloader_handover_ms`). Without the workers' samples there is no expected
+gain, only the bound. The share is outside the steady steps the account of the
+step covers (docs/account.md): the finding claims no part of the ledger and is
+not in the projection.
+
 Evidence used
 -------------
 Per-step records with their epoch (`steps.jsonl`: `data_wait_ns`, `epoch`),
 the DataLoader's settings (`num_workers`, `persistent_workers`,
-`iterations_started`) with their `file:line`. The stalls are a share of the
-run's step time outside the steady steps the account of the step covers
-(docs/account.md): the finding puts no share of *step* time on them and is
-not in the projection; the share sets its severity.
+`iterations_started`) with their `file:line`, the workers' CPU (psutil samples).
 
 Thresholds
 ----------
@@ -64,6 +85,8 @@ References
 """
 
 from __future__ import annotations
+
+import statistics
 
 from gpudoctor.model.findings import (
     Confidence,
@@ -90,6 +113,7 @@ from gpudoctor.rules.helpers import (
     dataloader_of,
     dataloader_settings,
     no_dataloader_reason,
+    worker_use,
 )
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
@@ -143,8 +167,11 @@ def check(ctx: RuleContext) -> RuleResult:
     later = [firsts[e] for e in order[1:]]  # the first epoch's start-up is paid with or without persistence
     excess = [max(0, st.data_wait_ns - base_wait) for st in later]
     excess_med = median_int(excess) or 0
-    total_wall = sum(st.wall_ns for st in steps)
-    share = 100.0 * sum(excess) / total_wall if total_wall else 0.0
+    epoch_steps = max(len(epochs[e]) for e in order[:-1])  # the last epoch may be cut short (--steps)
+    bare = [st for st in others if not st.window] or others  # the steps the trial runs resemble
+    step_mean = sum(st.wall_ns for st in bare) / len(bare) if bare else 0.0
+    epoch_ns = epoch_steps * step_mean + excess_med
+    share = 100.0 * excess_med / epoch_ns if epoch_ns > 0 else 0.0
     if step_med == 0 or excess_med < t.worker_startup_stall_steps * step_med:
         return RuleResult.fine(
             f"the first step of epochs 2..{len(order)} waits {fmt_ns(excess_med)} longer for data than other steps "
@@ -152,31 +179,50 @@ def check(ctx: RuleContext) -> RuleResult:
         )
     message = (
         f"DataLoader workers restart every epoch: the first step of epochs 2..{len(order)} waits "
-        f"{fmt_ns(excess_med)} longer for data than other steps ({fmt_pct(share)} of step time); "
+        f"{fmt_ns(excess_med)} longer for data than other steps ({fmt_pct(share)} of an epoch's time); "
         f"persistent_workers=False, num_workers={dl.num_workers} at {loc or 'the DataLoader'}"
     )
+    expected, expected_note, first_batch = _expected(ctx, bare, excess_med)
     instruction = f"Set persistent_workers=True on the DataLoader{' at ' + str(loc) if loc else ''}."
     metrics = [
         Metric("epochs", len(order), "count"),
         Metric("startup_stall_median_ns", excess_med, "ns"),
         Metric("startup_stall_total_ns", sum(excess), "ns"),
-        Metric("startup_stall_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
+        Metric("startup_stall_share_pct", round(share, 2), "%",
+               f"of an epoch: {epoch_steps} steps of {fmt_ns(step_mean)} and the stall"),
+        Metric("epoch_steps", epoch_steps, "count"),
         Metric("step_median_ns", step_med, "ns"),
         Metric("iterations_started", dl.iterations_started, "count"),
     ]
+    if first_batch is not None:
+        metrics.append(Metric("first_batch_ns", int(first_batch), "ns", "what persistent workers still wait for"))
     finding = ctx.finding(
         message,
         dataloader_fix(instruction, dl, {"persistent_workers": True}),
-        share_pct=None,
-        severity_pct=share,
+        share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
         settings=dataloader_settings(dl),
         location=loc,
-        gain_note=f"the start-up stalls of epochs after the first: {fmt_pct(share)} of the run's step time, outside "
-        "the steady steps the account covers",
+        gain_note="of an epoch's time per step, its start included; outside the steady steps the account covers",
+        expected=expected,
+        expected_note=expected_note,
     )
     return RuleResult.fired(finding)
+
+
+def _expected(ctx: RuleContext, bare: list[StepRecord], stall_ns: int) -> tuple[float | None, str, float | None]:
+    """The fraction of the stall persistent workers win, its model in words, and the wait they keep
+    (the epoch's first batch in a live worker); None without the workers' CPU samples."""
+    use = worker_use(ctx)
+    if use is None or not use.workers or stall_ns <= 0 or not bare:
+        return None, "", None
+    per_batch = statistics.fmean(st.wall_ns / max(1, st.batches or 1) for st in bare)
+    first_batch = use.cpu_cores * per_batch + ctx.thresholds.dataloader_handover_ms * 1e6
+    fraction = max(0.0, stall_ns - first_batch) / stall_ns
+    note = (f"the {fmt_ns(stall_ns)} stall less the epoch's first batch, which live workers still load: "
+            f"{fmt_ns(first_batch)} ({use.cpu_cores:.2f} worker cores × {fmt_ns(per_batch)} per batch + hand-over)")
+    return fraction, note, first_batch
 
 
 def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:

@@ -158,10 +158,24 @@ def test_gd202_fires_on_start_up_stalls():
     assert "epochs 2..4" in f.message and "persistent_workers=False" in f.message
     assert "persistent_workers=True" in f.fix.after
     assert str(f.location) == "train.py:31"
-    # 3 × 399 ms of ~5.2 s: a share of the run, outside the steady steps the account covers, so not a
-    # claim on step time; it still sets the severity
-    assert f.gain.share_pct is None and not f.gain.claims and "of the run's step time" in f.gain.note
+    # 399 ms once an epoch of 10 steps of 100 ms: 399 / 1399 of an epoch's time, outside the steady steps
+    # the account covers, so no claim on its ledger
+    assert round(f.gain.share_pct, 2) == 28.52 and not f.gain.claims and "of an epoch's time" in f.gain.note
+    assert f.gain.speedup_bound == round(1399 / 1000, 3)
     assert f.severity == Severity.ERROR
+    assert f.gain.expected_speedup is None  # no samples of the workers: what they still load is unknown
+
+
+def test_gd202_expects_the_stall_less_the_first_batch_live_workers_still_load():
+    procs = proc_samples(100.0) + sum((proc_samples(25.0, role="worker", pid=200 + k) for k in range(4)), ())
+    data = dataclasses.replace(_restart_run(400.0), samples=Samples(process=procs))
+    (f,) = judge("GD202", data).findings
+    # the workers use 1.00 core: 100 ms of CPU per 100 ms batch, + 1 ms hand-over, is what persistent
+    # workers still wait for at an epoch's start: (399 - 101) / 399 of the stall is won
+    assert f.gain.expected_fraction == round(298 / 399, 4)
+    assert f.gain.expected_speedup == round(1 / (1 - 0.2852 * 298 / 399), 3)
+    assert "first batch" in f.gain.expected_note and "1.00 worker cores" in f.gain.expected_note
+    assert any(m.name == "first_batch_ns" and m.value == 101 * MS for m in f.evidence.metrics)
 
 
 def test_gd202_quiet_with_persistent_workers():
