@@ -106,6 +106,22 @@ def test_gd203_leaves_a_process_busy_inside_the_model_to_gd103():
     assert res.verdict == Verdict.FINE and "inside the model's calls" in res.reason and "GD103" in res.reason
 
 
+def test_gd203_a_few_steps_stalled_for_a_core_do_not_hide_the_loop_own_work():
+    """Beside another busy process, a few steps of a loop that tokenizes on one thread stretched 40×
+    in the model's two-threaded ops (each op's barrier waited for a core): 8% of all steps' time is
+    the loop's own work, 70% of the median step. The typical step says where the work is."""
+    quick = _phased(16, wall_ms=24.0, fwd_ms=4.0, bwd_ms=3.0)
+    stalled = _phased(4, wall_ms=1000.0, fwd_ms=300.0, bwd_ms=680.0, start_index=16)
+    stalled = tuple(dataclasses.replace(s, start_ns=s.start_ns + 16 * 24 * MS) for s in stalled)
+    data = run(manifest=cpu_manifest(), settings=settings(device_type="cpu", num_threads=2, cpu_count=2),
+               steps=quick + stalled, samples=Samples(process=proc_samples(100.0, runq_wait_pct=0.0)))
+    assert RuleContext(data, Thresholds()).phase_shares_pct()["other"] < 10.0
+    (f,) = judge("GD203", data).findings
+    metrics = {m.name: m.value for m in f.evidence.metrics}
+    assert metrics["loop_other_typical_pct"] == 70.8
+    assert any("70.8% of the median step" in n for n in f.evidence.notes)
+
+
 def _dispatch_trace() -> object:
     d = DispatchStats(window=WindowKind.STEPS, steps=5, ops_per_step=900.0, op_ns=40 * MS, short_op_ns=30 * MS,
                       short_op_time_pct=75.0, glue_ns=60 * MS, typical_step_ns=100 * MS, dispatch_ns=90 * MS,
