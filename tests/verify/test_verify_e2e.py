@@ -194,9 +194,11 @@ def test_ctrl_c_stops_the_trials_and_reports_what_was_measured(
 
 
 def test_a_compute_bound_loop_confirms_nothing(tmp_path: Path) -> None:
-    # thresholds lowered so that GD201 fires at warning on a loop that barely waits for data
+    # thresholds lowered so that GD201 fires at warning on a loop that barely waits for data; the budget
+    # holds the first look's rounds (~27 s quiet), not the further rounds and ladder rungs an undecided fix
+    # gets (80 s): nothing may be confirmed at any look, and the ladder has tests of its own (test_verify_measure)
     shutil.copy(SCRIPTS / "compute_bound.py", tmp_path)
-    res = _gpudoctor("profile", *PROFILE, "--verify", *TRIALS, "--set", "dataloader_wait_share_pct=0",
+    res = _gpudoctor("profile", *PROFILE, "--verify", *TRIALS, "--verify-budget", "35", "--set", "dataloader_wait_share_pct=0",
                      "--set", "dataloader_handover_ms=0", "--set", "warning_share_pct=0", "--out", "runs", "--format", "json", "compute_bound.py",
                      cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
