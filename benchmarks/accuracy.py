@@ -355,6 +355,7 @@ class Result:
     top_every_run: bool = True  # the expected code on top in every planted run
     machine_busy: int = 0  # runs that raised an ENVIRONMENT finding (another process loaded the cores)
     unjudged: str = ""  # a speed-up not judged, and why (the timed runs were on a busy machine)
+    diagnosis_unjudged: str = ""  # a planted run on a busy machine that reported nothing but GD205, and why
     verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
     expected_speedup: float | None = None  # the expected finding's expected speed-up (its rule's model)
     speedup_bound: float | None = None  # and its bound
@@ -410,6 +411,10 @@ def judge(scenario: Scenario, planted: list[Variant], fixed: list[Variant] | Non
         top = v.findings[0]["code"] if v.findings else None
         if top not in scenario.expected:
             r.top_every_run = False
+            if top is None and v.environment:  # GD205 alone: the rules held back on a machine busy with other load
+                r.diagnosis_unjudged = (f"the diagnosis of {tag(v)} is not judged: the machine was busy with other "
+                                        f"processes (GD205) and no other rule fired")
+                continue
             got = f"top finding {top}" if top else "no finding"
             r.problems.append(f"expected {'/'.join(scenario.expected)} on top, got {got}" + (f" ({tag(v)})" if many else ""))
     for v in fixed:
@@ -507,7 +512,8 @@ def table(results: list[Result]) -> str:
         row = (r.name, expected, top, rank, alarms, _fmt_speedup(r))
         if verified:
             row = (*row, r.verified.text() if r.verified else "-")
-        rows.append((*row, "MISS" if r.problems else "ok (speed-up not judged: busy)" if r.unjudged else "ok"))
+        rows.append((*row, "MISS" if r.problems else "not judged: busy" if r.diagnosis_unjudged
+                     else "ok (speed-up not judged: busy)" if r.unjudged else "ok"))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -598,6 +604,7 @@ def to_json(results: list[Result], s: dict, gpus: int, wall_s: float, malloc: st
                 "speedup_measurable": r.speedup_measurable,
                 "problems": r.problems,
                 "unjudged": r.unjudged,
+                "diagnosis_unjudged": r.diagnosis_unjudged,
                 "verified": asdict(r.verified) if r.verified else None,
                 "expected_speedup": r.expected_speedup,
                 "speedup_bound": r.speedup_bound,
@@ -670,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r.name}: {problem}")
         if r.unjudged:
             print(f"  {r.name}: {r.unjudged}")
+        if r.diagnosis_unjudged:
+            print(f"  {r.name}: {r.diagnosis_unjudged}")
     print(f"({wall:.0f} s)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(to_json(results, s, gpus, wall, "native" if args.native_malloc else "pinned"), indent=2) + "\n", encoding="utf-8")

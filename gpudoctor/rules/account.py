@@ -95,7 +95,7 @@ def assign_gains(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
         out.append(
             replace(
                 f,
-                severity=ctx.severity(share),
+                severity=ctx.severity_of(share, gain),
                 gain=replace(gain, claims=claims, included_in=included),
             )
         )

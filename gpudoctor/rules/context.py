@@ -463,6 +463,15 @@ class RuleContext:
             return Severity.WARNING
         return Severity.INFO
 
+    def severity_of(self, share_pct: float | None, gain: Gain) -> Severity:
+        """The severity of a finding with this gain: by its share at stake, and at most info where its
+        rule's own model expects the fix to win nothing (``expected_fraction`` 0): the time is at
+        stake, and the finding says so, but what it recommends is not expected to pay."""
+        sev = self.severity(share_pct)
+        if gain.expected_fraction is not None and gain.expected_fraction <= 0.0 and sev != Severity.INFO:
+            return Severity.INFO
+        return sev
+
     @staticmethod
     def gain(share_pct: float | None, note: str = "", expected: float | None = None,
              expected_note: str = "") -> Gain:
@@ -522,7 +531,7 @@ class RuleContext:
         return Finding(
             code=self.code,
             name=self.name,
-            severity=self.severity(share_pct if share_pct is not None else severity_pct),
+            severity=self.severity_of(share_pct if share_pct is not None else severity_pct, gain),
             confidence=confidence,
             message=message,
             fix=fix,

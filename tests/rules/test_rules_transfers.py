@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rule_builders import (
     MS,
     GapCause,
@@ -32,7 +34,12 @@ def test_gd301_fires_with_volume_time_and_the_dataloader():
     assert metrics["pageable_h2d_ns"].value == 630 * MS // 20
     assert "pin_memory=True" in f.fix.after and "non_blocking=True" in f.fix.after
     assert str(f.location) == "train.py:31"
-    assert f.severity == Severity.ERROR
+    # 2.3 GB in 31.5 ms is 73 GB/s, beyond a PCIe 4.0 link's pinned 24 GB/s: pinning is expected to win
+    # nothing, so the 63% at stake is reported at info, not as an error to fix
+    assert f.gain.share_pct == 63.0 and f.gain.expected_fraction == 0.0 and f.severity == Severity.INFO
+    slow = trace(transfers=(transfer("HtoD", "pageable", count=61, nbytes=2_300_000_000, dur_ns=630 * MS),))
+    (f,) = judge("GD301", dataclasses.replace(data, metrics=(slow,))).findings  # 3.7 GB/s: pinning pays
+    assert f.gain.expected_fraction > 0.8 and f.severity == Severity.ERROR
 
 
 def test_gd301_fires_on_large_single_copies_even_if_cheap():
