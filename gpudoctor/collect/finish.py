@@ -53,11 +53,10 @@ def _lower_this_threads_priority() -> None:
     one from the training's intra-op threads, whose ops then stalled at their barriers (steps of
     10-15 ms took 95-250 ms right after a window on 2 cores). At nice 19 it runs in the cores'
     idle time and still finishes (the run's end compresses whatever is left, at normal priority)."""
-    native = getattr(threading, "get_native_id", None)
-    if native is None or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, native(), COMPRESS_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPRESS_NICE)
     except OSError:
         pass
 

@@ -467,10 +467,9 @@ class RuleContext:
         """The severity of a finding with this gain: by its share at stake, and at most info where its
         rule's own model expects the fix to win nothing (``expected_fraction`` 0): the time is at
         stake, and the finding says so, but what it recommends is not expected to pay."""
-        sev = self.severity(share_pct)
-        if gain.expected_fraction is not None and gain.expected_fraction <= 0.0 and sev != Severity.INFO:
+        if gain.expected_fraction is not None and gain.expected_fraction <= 0.0:
             return Severity.INFO
-        return sev
+        return self.severity(share_pct)
 
     @staticmethod
     def gain(share_pct: float | None, note: str = "", expected: float | None = None,

@@ -182,7 +182,7 @@ def check(ctx: RuleContext) -> RuleResult:
             f"not in the loop's own work ({fmt_pct(loop_pct)} of step time; threshold {t.loop_other_share_pct:g}%): "
             "per-op overhead there is GD103's"
         )
-    location, hot_notes, user_share = _hot_user_code(ctx)
+    location, notes, user_share = _hot_user_code(ctx)
     metrics = [Metric("main_cpu_pct", round(cpu, 1), "%", f"one core (median of {n} samples)")]
     if wait is not None:
         metrics.append(Metric("data_wait_share_pct", round(wait, 2), "%", "steps"))
@@ -191,12 +191,9 @@ def check(ctx: RuleContext) -> RuleResult:
                               "host time outside the DataLoader, forward, backward and optimizer.step() (steps)"))
     if typical is not None and loop_pct is not None and loop_pct < t.loop_other_share_pct:
         metrics.append(Metric("loop_other_typical_pct", round(typical, 1), "%", "median step"))
-        notes = [f"the loop's own work is {fmt_pct(typical)} of the median step but {fmt_pct(loop_pct)} of all "
-                 "steps' time: a few steps much longer than the rest (threads that waited for a core stall the "
-                 "model's multi-threaded ops) weigh on the sum, not on where a step's work is"]
-    else:
-        notes = []
-    notes = hot_notes + notes
+        notes.append(f"the loop's own work is {fmt_pct(typical)} of the median step but {fmt_pct(loop_pct)} of all "
+                     "steps' time: a few steps much longer than the rest (threads that waited for a core stall the "
+                     "model's multi-threaded ops) weigh on the sum, not on where a step's work is")
     if ctx.has_gpu():
         return _gpu_case(ctx, cpu, metrics, notes, location, loop_pct)
     return _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct)
