@@ -8,13 +8,15 @@ with the codes its docstring lists (ruff's conventions); a user's mistake is a
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 
 import click
 
 from gpudoctor.cli_options import fail_on_exit_code, report_options, rule_config, rule_options
-from gpudoctor.console import emit_report, print_stdout, say
+from gpudoctor.console import check_output_writable, emit_report, print_stdout, say
 from gpudoctor.errors import EXIT_FINDINGS, UsageError
 
 
@@ -58,6 +60,13 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color, fix, 
     targets = [Path(p) for p in paths]
     if fix and diff:
         raise UsageError("--fix and --diff cannot be combined: --diff shows what --fix would write")
+    if output:  # -o is judged before anything is written: its format, that it can be written, not a source
+        from gpudoctor.report import format_from_path
+
+        if not fmt:
+            format_from_path(output)
+        guard_output(output, targets)
+        check_output_writable(output)
     if not (fix or diff):
         if workers is not None or from_run is not None or exit_non_zero_on_fix:
             raise UsageError("--workers, --from and --exit-non-zero-on-fix go with --fix or --diff")
@@ -89,3 +98,28 @@ def _check_fix(targets, config, fail_on, fmt, output, quiet, color, diff, worker
     if exit_on_fix and result.changed:
         return EXIT_FINDINGS
     return fail_on_exit_code(result.report, fail_on)
+
+
+def guard_output(output: str, paths: list[Path]) -> None:
+    """``-o`` may never name a script given or found in a folder given, nor anything that resolves to one
+    (a symlink, a hard link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written.
+
+    Files are compared by device and inode, so every spelling of one file is caught; a path that does
+    not exist yet cannot be an input."""
+    from gpudoctor.static.sources import discover
+
+    try:
+        out = os.stat(output)
+    except (OSError, ValueError):
+        return  # a new file (or one -o's own check refuses with its reason)
+    if not stat.S_ISREG(out.st_mode):
+        return  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
+    found, _errors, _roots = discover(paths)
+    for candidate in [*paths, *(t.path for t in found)]:
+        try:
+            st = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            raise UsageError(f"-o {output}: that is the script {candidate}, an input of check; the report would "
+                             "replace it. Name another file for the report (e.g. -o review.md)")

@@ -189,3 +189,52 @@ def test_exit_codes(tmp_path, monkeypatch, capsys):
     assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--diff", "optimizers.py")[0] == 2
     assert gpudoctor(monkeypatch, capsys, "check", "--workers", "3", "optimizers.py")[0] == 2
     assert gpudoctor(monkeypatch, capsys, "check", "--fix", "--from", str(tmp_path / "nothing"), "optimizers.py")[0] == 2
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted", "symlink", "hardlink"])
+@pytest.mark.parametrize("extra", [("--fix", "--format", "md"), ("--fix",), (), ("--diff",)])
+def test_output_onto_an_input_is_refused_and_the_script_is_intact(spelling, extra, tmp_path, monkeypatch, capsys):
+    """`check --fix train.py -o train.py --format md` replaced the script with the report (issue 38, item 1):
+    -o naming an input, by any spelling, is exit 2 before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "mnist_loader.py")
+    before = script.read_bytes()
+    (tmp_path / "sub").mkdir()
+    out = {"same": "mnist_loader.py", "dotted": "sub/../mnist_loader.py", "symlink": "link.md",
+           "hardlink": "hard.md"}[spelling]
+    if spelling == "symlink":
+        (tmp_path / "link.md").symlink_to(script)
+    if spelling == "hardlink":
+        os.link(script, tmp_path / "hard.md")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", *extra, "mnist_loader.py", "-o", out)
+    assert code == 2, err
+    assert script.read_bytes() == before
+    assert "Traceback" not in err and "mnist_loader.py" in err
+
+
+def test_output_onto_a_file_found_in_a_folder_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "proj").mkdir()
+    script = _copy(tmp_path / "proj", "mnist_loader.py")
+    before = script.read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj", "--format", "md",
+                                "-o", "proj/mnist_loader.py")
+    assert code == 2 and script.read_bytes() == before, err
+
+
+def test_output_without_a_format_is_refused_before_the_fix(tmp_path, monkeypatch, capsys):
+    """`-o notes.py` says no format: exit 2 and the script not fixed (the fix was written before)."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "mnist_loader.py")
+    before = script.read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "-o", "notes.py")
+    assert code == 2 and "format" in err
+    assert script.read_bytes() == before and not (tmp_path / "notes.py").exists()
+
+
+def test_output_to_another_file_still_writes_the_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _copy(tmp_path, "mnist_loader.py")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "-o", "review.md")
+    assert code == 0, err
+    assert (tmp_path / "review.md").read_text().startswith("#")
