@@ -150,6 +150,7 @@ class Child:
         self.schedule = ProfilerSchedule(**sch) if sch else None
         self.script_started_ns: int | None = None
         self.settings_write_error = ""  # the last write of settings.json failed: why
+        self._crash_file: Any = None  # faulthandler's file (kept open: it writes there at a fatal signal)
 
     # ------------------------------------------------------------------ state file
 
@@ -211,8 +212,25 @@ class Child:
 
     # ------------------------------------------------------------------ set-up
 
+    def _arm_crash_log(self) -> None:
+        """``faulthandler`` into the run directory (``crash.txt``): a crash in native code (a SIGSEGV
+        in a compiler, a driver, an extension) leaves the Python stack of every thread where the
+        parent can read it. Nothing runs until a fatal signal comes. Left alone when the user's
+        environment already enabled it (``PYTHONFAULTHANDLER``, ``-X faulthandler``: it writes to
+        their stderr, which passes through)."""
+        import faulthandler  # noqa: PLC0415
+
+        if faulthandler.is_enabled():
+            return
+        try:
+            self._crash_file = open(self.run_dir / layout.rank_tagged(layout.CRASH, self.rank), "w")  # noqa: SIM115
+            faulthandler.enable(file=self._crash_file, all_threads=True)
+        except (OSError, ValueError, RuntimeError):
+            self._crash_file = None
+
     def setup(self) -> None:
         pause_point("child-setup")
+        self._arm_crash_log()
         # under torchrun the parent is torchrun's agent (which gpudoctor started), not gpudoctor
         launched = self.cfg.get("launcher") == "torchrun"
         _die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))

@@ -32,6 +32,71 @@ _SIGNAL_NOTES = {
 }
 
 
+def crash_note(run_dir: Path) -> str:
+    """What ``crash.txt`` (faulthandler in the training process, one per rank) holds: "" when no fatal
+    signal came (the empty files are removed), else where the crashing thread was in Python, e.g.
+    "the Python stack at the crash is in crash.txt (innermost: torch/_dynamo/eval_frame.py:632 in
+    _fn)". A native crash under the profilers is the place to look first (docs/run-directory.md)."""
+    notes: list[str] = []
+    for path in [run_dir / layout.CRASH, *sorted(run_dir.glob(layout.rank_glob(layout.CRASH)))]:
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if not text.strip():
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            continue
+        where = innermost_frame(text)
+        notes.append(f"the Python stack at the crash is in {path.name}" + (f" (innermost: {where})" if where else ""))
+    return "; ".join(notes)
+
+
+def _frames(text: str) -> list[tuple[str, str, str]]:
+    """(file, line, function) of the crashing thread in faulthandler's dump ("Current thread …", most recent
+    call first; the first thread listed when none is marked current)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(("Current thread", "Stack (most recent"))),
+                 next((i for i, line in enumerate(lines) if line.startswith("Thread ")), None))
+    if start is None:
+        return []
+    out = []
+    for line in lines[start + 1:]:
+        line = line.strip()
+        if not line.startswith("File "):
+            break
+        head, _, name = line.partition(" in ")  # File "/x/y.py", line 12 in fn
+        path, _, lineno = head[len("File "):].partition(", line ")
+        out.append((path.strip('"'), lineno.strip(), name.strip()))
+    return out
+
+
+def _library(path: str) -> bool:
+    p = path.replace("\\", "/")
+    return "/site-packages/" in p or "/dist-packages/" in p or "/lib/python3" in p or "/gpudoctor/" in p
+
+
+def innermost_frame(text: str) -> str:
+    """Where the crashing thread was: its innermost frame (``FILE:LINE in NAME``, the path's last three
+    parts), and the innermost frame of the user's own code beneath it when that is another one."""
+    frames = _frames(text)
+    if not frames:
+        return ""
+
+    def show(f: tuple[str, str, str]) -> str:
+        return f"{'/'.join(Path(f[0]).parts[-3:])}:{f[1]} in {f[2]}"
+
+    text_ = show(frames[0])
+    own = next((f for f in frames if not _library(f[0])), None)
+    if own is not None and own is not frames[0]:
+        text_ += f"; in your code: {show(own)}"
+    return text_
+
+
 def iso_time(unix_ns: int) -> str:
     return datetime.fromtimestamp(unix_ns / 1e9).astimezone().isoformat(timespec="milliseconds")
 
@@ -230,6 +295,9 @@ def finish_manifest(
         status = RunStatus.INTERRUPTED
         who = "Ctrl-C" if sig == signal.SIGINT else signal_name(sig)
         detail = f"{who} received; the script handled it and ended with exit code {rc}"
+    crash = crash_note(run_dir)
+    if crash:
+        detail = "; ".join(d for d in (detail, crash) if d)
     if signals.late and sig is None:
         late = signals.late[0]
         detail = "; ".join(d for d in (detail, f"{signal_name(late)} reached gpudoctor after the script had ended "

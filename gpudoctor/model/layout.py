@@ -33,6 +33,9 @@ VERIFY_MARKER = ".gpudoctor-verify"  # in RUN/verify: a folder gpudoctor made (a
 # manifest by the parent and then removed. Hidden so that nothing else lists it; left in place
 # when gpudoctor's own process died, and read then.
 CHILD_STATE = ".child-state.json"
+# The Python stack of every thread at a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), written
+# by ``faulthandler`` in the training process; removed when empty (no crash), kept beside the manifest else.
+CRASH = "crash.txt"
 TRACE_SUFFIX = ".pt.trace.json.gz"  # a Kineto trace as the run keeps it
 PLAIN_TRACE_SUFFIX = ".pt.trace.json"  # as the training process exports it (kept when its gzip failed)
 TRACE_GLOBS = ("*" + TRACE_SUFFIX, "*" + PLAIN_TRACE_SUFFIX)

@@ -129,6 +129,39 @@ def test_killed_child_still_leaves_a_manifest_and_samples(tmp_path):
     assert m["ended_at"] and not any(p.name.startswith(".") for p in run_dir.iterdir())
 
 
+def test_a_native_crash_leaves_the_python_stack_and_says_where(tmp_path):
+    """A SIGSEGV in native code (a compiler, a driver, an extension; compiled_tiny_batch on the H200) is
+    killed by the kernel before Python can report: faulthandler writes every thread's stack to crash.txt,
+    and the manifest's detail names where the crashing thread was, in the library and in the script."""
+    (tmp_path / "segv.py").write_text(
+        "import ctypes, torch\n"
+        "m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "def deep_native_crash():\n"
+        "    ctypes.string_at(0)\n"
+        "for i in range(20):\n"
+        "    m(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "    if i == 12:\n"
+        "        deep_native_crash()\n"
+    )
+    proc = run_profile("--no-report", "--out", "runs", "segv.py", cwd=tmp_path)
+    assert proc.returncode == 139, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert m["status"] == "killed" and m["signal"] == 11
+    crash = (run_dir / "crash.txt").read_text()
+    assert "Segmentation fault" in crash and "deep_native_crash" in crash
+    assert "crash.txt" in m["status_detail"] and "in string_at" in m["status_detail"]
+    assert "segv.py:4 in deep_native_crash" in m["status_detail"]
+    assert "crash.txt" in proc.stderr
+
+
+def test_a_run_without_a_crash_leaves_no_crash_file(tmp_path):
+    copy_script("train_small.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "train_small.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (only_run_dir(tmp_path / "runs") / "crash.txt").exists()
+
+
 # --------------------------------------------------------------------------- NVML refusals, in-process API
 
 

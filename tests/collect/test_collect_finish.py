@@ -52,3 +52,34 @@ def test_the_compressor_still_compresses_what_the_training_process_lists(tmp_pat
     finally:
         comp.stop()
     assert (tmp_path / name).is_file() and not (tmp_path / name.removesuffix(".gz")).exists()
+
+
+DUMP = """Fatal Python error: Segmentation fault
+
+Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.12/threading.py", line 331 in wait
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", line 632 in _fn
+  File "/home/me/proj/train.py", line 41 in step
+  File "/home/me/proj/train.py", line 60 in <module>
+
+Extension modules: torch._C (total: 1)
+"""
+
+
+def test_the_crashing_threads_innermost_frame_and_the_users_own(tmp_path: Path):
+    assert finish.innermost_frame(DUMP) == ("torch/_dynamo/eval_frame.py:632 in _fn; "
+                                            "in your code: me/proj/train.py:41 in step")
+    assert finish.innermost_frame("Fatal Python error: Aborted\n\n") == ""
+    (tmp_path / layout.CRASH).write_text(DUMP)
+    (tmp_path / layout.rank_tagged(layout.CRASH, 1)).write_text("")  # a rank that did not crash
+    note = finish.crash_note(tmp_path)
+    assert note.startswith("the Python stack at the crash is in crash.txt (innermost: torch/_dynamo/")
+    assert not (tmp_path / layout.rank_tagged(layout.CRASH, 1)).exists()  # the empty one is removed
+    assert (tmp_path / layout.CRASH).exists()
+
+
+def test_no_crash_no_note_and_no_file(tmp_path: Path):
+    (tmp_path / layout.CRASH).write_text("")
+    assert finish.crash_note(tmp_path) == "" and not (tmp_path / layout.CRASH).exists()
