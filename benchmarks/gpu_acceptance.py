@@ -58,6 +58,13 @@ BUNDLE_MAX_BYTES = 15 * 2**20  # the device tool returns files of at most 16 MiB
 TRACE_MAX_BYTES = 3 * 2**20  # a fixture keeps one trace, at most this large
 VERIFY = ("pageable_copies", "cudnn_benchmark_off")  # fixes gpudoctor injects, that show on a GPU
 ALARMS = ("error", "warning")
+# Every package `gpudoctor profile` and `analyze` import on a report with findings: pyproject.toml's
+# dependencies (as (distribution, module)); a test keeps the two lists in step. libcst is imported by
+# every report whose findings show a before/after (the first acceptance run on the H200 lost all its
+# reports to its absence, exit 4). The device image (KINDS.md) has all but msgspec and libcst.
+REQUIRED = (("psutil", "psutil"), ("nvidia-ml-py", "pynvml"), ("click", "click"), ("numpy", "numpy"),
+            ("msgspec", "msgspec"), ("scipy", "scipy"), ("libcst", "libcst"))
+OPTIONAL = (("isal", "isal"),)  # ISA-L's gzip: zlib stands in when it is absent
 MIN_EVENT_STEPS_PCT = 50.0  # steps that must carry a CUDA-event time
 # The probes' GEMMs (8192-wide linears, forward and backward): large square GEMMs are where cuBLAS
 # comes nearest its datasheet peak (NVIDIA's published H100 GEMM results reach well over half the
@@ -120,38 +127,116 @@ class Task:
     probe: bool = False
     verify: bool = False
     absent: tuple[str, ...] = ()  # codes that must not appear
+    overhead: bool = False  # the GPU overhead case (benchmarks/overhead.py --gpu), not a profile run
+    script_args: tuple[str, ...] = ()  # after the script (shorter runs of scripts slow on purpose)
+    profile_args: tuple[str, ...] = ()  # gpudoctor profile options for this run
+    est_s: float = 0.0  # estimated seconds, verify included (EST_S)
 
     @property
     def is_baseline(self) -> bool:
-        return not self.expected and not self.absent
+        return not self.expected and not self.absent and not self.overhead
 
 
-def plan(scenarios: list[Scenario], probes_dir: Path | None) -> list[Task]:
-    """The runs in order: the probes, the scenarios that need a GPU, the two to verify, the rest,
-    so that what only a GPU can show is checked first if the budget runs out."""
-    tasks = [Task(name, (probes_dir or Path("<temp>")) / f"{name}.py",
-                  () if spec["expected"] == "none" else (spec["expected"],), probe=True,
-                  absent=(spec["absent"],) if spec["absent"] else ())
-             for name, spec in PROBES.items()]
-    ordered = sorted(scenarios, key=lambda s: (not s.needs_gpu, s.name not in VERIFY, s.name))
-    tasks += [Task(s.name, s.path, s.expected, verify=s.name in VERIFY) for s in ordered]
+# Estimated seconds per task on an H200 (16 cores): each profile run's own time on 2026-11-28
+# (manifest duration_s, tests/fixtures/gpu and ../shared/gpu-runs/h200-2026-11-28) plus about 6 s of
+# gpudoctor's start-up and analysis; the runs without a recorded time (the CPU scenarios that did not
+# fit then) at 25 s. ``--steps 30`` was not honoured on that day (Python 3.12 lost step tracking at step
+# 16): the scripts ran whole, so these are upper estimates.
+EST_S: dict[str, float] = {
+    "probe_fp32_matmul": 18, "probe_bf16_matmul": 16, "cudnn_benchmark_off": 24, "pageable_copies": 24,
+    "fp32_convnet": 22, "host_sync_every_step": 23, "empty_cache_every_step": 20, "tuned_baseline": 25,
+    "compiled_tiny_batch": 40, "tiny_batch_launch_bound": 25, "starved_dataloader": 22, "data_parallel": 22,
+    "grad_accumulation_slow_collate": 23, "eval_without_no_grad": 24, "inference_over_tensors": 14,
+    "recompiles_every_step": 29, "worker_restart": 30, "rnn_manual_updates": 25, "cpu_preprocessing_in_loop": 30,
+    "oversubscribed_threads": 35,
+}
+EST_DEFAULT_S = 25.0
+EST_VERIFY_S = 15.0  # a verify's start-up and analysis beyond its --verify-budget-s
+EST_OVERHEAD_S = 110.0  # overhead.py --gpu: 2 pairs of ResNet-50 (300 steps) and of the MLP (1500), warm-ups
+OVERHEAD = "gpu_overhead"
+# The order of value after what only a GPU shows: the crash seen on the H200, the launch-bound loop on a
+# real GPU (GD103/GD104 must fire where the device waits), the DataLoader on a GPU, then the scenarios
+# whose diagnosis the CPU suite already covers
+VALUE_ORDER = ("compiled_tiny_batch", "tiny_batch_launch_bound", "starved_dataloader", "data_parallel",
+               "grad_accumulation_slow_collate", "eval_without_no_grad", "inference_over_tensors",
+               "recompiles_every_step", "worker_restart", "rnn_manual_updates", "cpu_preprocessing_in_loop",
+               "oversubscribed_threads")
+# Scripts slow on purpose, shortened: oversubscribed_threads' oversubscribed workers took 54.5 s for its
+# 20 steps on the H200's 16 cores; 10 steps with the window after 3 keep its diagnosis (a window of the
+# stalled loop) at half the time
+SHORTER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "oversubscribed_threads": (("--samples", "1280"), ("--skip-first", "3")),
+}
+
+
+def plan(scenarios: list[Scenario], probes_dir: Path | None, verify_budget_s: float = 40.0) -> list[Task]:
+    """Every task in order of value: the GPU overhead case, the probes, the two scenarios to verify, the
+    negative control, the other scenarios that need a GPU, then the rest (VALUE_ORDER), so that what only
+    a GPU can show comes first when the budget runs out."""
+    tasks = [Task(OVERHEAD, ROOT / "benchmarks" / "overhead.py", (), overhead=True, est_s=EST_OVERHEAD_S)]
+    tasks += [Task(name, (probes_dir or Path("<temp>")) / f"{name}.py",
+                   () if spec["expected"] == "none" else (spec["expected"],), probe=True,
+                   absent=(spec["absent"],) if spec["absent"] else (), est_s=EST_S.get(name, EST_DEFAULT_S))
+              for name, spec in PROBES.items()]
+
+    def rank(s: Scenario) -> tuple:
+        if s.name in VERIFY:
+            return (0, s.name)
+        if not s.expected:  # the negative control, in the plan's first half
+            return (1, s.name)
+        if s.needs_gpu:
+            return (2, s.name)
+        return (3, VALUE_ORDER.index(s.name) if s.name in VALUE_ORDER else len(VALUE_ORDER), s.name)
+
+    for s in sorted(scenarios, key=rank):
+        script_args, profile_args = SHORTER.get(s.name, ((), ()))
+        est = EST_S.get(s.name, EST_DEFAULT_S) + (verify_budget_s + EST_VERIFY_S if s.name in VERIFY else 0)
+        tasks.append(Task(s.name, s.path, s.expected, verify=s.name in VERIFY, script_args=script_args,
+                          profile_args=profile_args, est_s=est))
     return tasks
 
 
-def plan_text(tasks: list[Task], args: argparse.Namespace) -> str:
+def fit(tasks: list[Task], budget_s: float) -> tuple[list[Task], list[Task]]:
+    """(the tasks that fit ``budget_s`` by their estimates, in order; the ones left for another call)."""
+    kept: list[Task] = []
+    left: list[Task] = []
+    total = 0.0
+    for t in tasks:
+        if total + t.est_s <= budget_s:
+            kept.append(t)
+            total += t.est_s
+        else:
+            left.append(t)
+    return kept, left
+
+
+def plan_text(tasks: list[Task], args: argparse.Namespace, left: list[Task] | None = None) -> str:
+    total = sum(t.est_s for t in tasks)
     lines = [
         "gpudoctor GPU acceptance run: the plan",
-        f"  {len(tasks)} runs of `gpudoctor profile --steps {args.steps}`, one at a time, each stopped after "
-        f"{args.run_timeout_s:g} s; all of it within {args.budget_s:g} s:",
+        f"  needs the Python packages {', '.join(f'{m} ({d})' for d, m in REQUIRED)} "
+        f"(optional: {', '.join(m for _d, m in OPTIONAL)}); on the device, carry the wheels of those its image lacks "
+        "(docs/gpu-acceptance.md)",
+        f"  {len(tasks)} tasks, estimated {total:.0f} s of the {args.budget_s:g} s budget; each `gpudoctor profile "
+        f"--steps {args.steps}` run stopped after {args.run_timeout_s:g} s:",
     ]
     for t in tasks:
+        if t.overhead:
+            lines.append(f"    {t.name:<32} ~{t.est_s:3.0f} s  benchmarks/overhead.py --gpu: ResNet-50 and a small MLP "
+                         f"bare vs profiled, per step and whole run <= 1.03")
+            continue
         what = ", ".join(t.expected) if t.expected else "no finding at warning or above" if t.is_baseline else ""
         what += f"{', ' if what else ''}no {', '.join(t.absent)}" if t.absent else ""
         extra = " + gpudoctor verify" if t.verify else ""
-        lines.append(f"    {t.name:<32} expects {what}{extra}")
+        short = f" (shortened: {' '.join((*t.profile_args, '--', *t.script_args))})" if t.script_args else ""
+        lines.append(f"    {t.name:<32} ~{t.est_s:3.0f} s  expects {what}{extra}{short}")
+    if left:
+        lines.append(f"  left for another call (they would not fit the budget): "
+                     f"{', '.join(t.name for t in left)}; run them with --only NAME")
     lines += [
         "  each run is checked for:",
-        "    run         the profile ends and writes report.json",
+        "    run         the profile ends and writes report.json (a crash: the script is run alone too, to tell "
+        "whose crash it is)",
         "    expected    every planted finding appears (the baseline: none at warning or above)",
         "    nvml        real NVML samples: utilization and memory read, 2 or more",
         f"    cuda events step times from CUDA events in at least {MIN_EVENT_STEPS_PCT:g}% of the steps",
@@ -301,7 +386,8 @@ def profile(task: Task, runs_dir: Path, steps: int, timeout_s: float) -> tuple[P
     out = runs_dir / task.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out), "--steps", str(steps), str(task.script)]
+    cmd = [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out), "--steps", str(steps), *task.profile_args,
+           str(task.script), *(("--", *task.script_args) if task.script_args else ())]
     log = out.with_suffix(".log")
     start = time.perf_counter()
     try:
@@ -319,6 +405,37 @@ def profile(task: Task, runs_dir: Path, steps: int, timeout_s: float) -> tuple[P
     if not report_path.is_file():
         return dirs[0], None, error or "no report.json", wall
     return dirs[0], json.loads(report_path.read_text(encoding="utf-8")), error, wall
+
+
+def alone(task: Task, timeout_s: float) -> Check:
+    """After a crash under ``gpudoctor profile``: the script run alone (plain ``python``, the same arguments),
+    to tell whether the crash is the script's own or the instruments'."""
+    cmd = [sys.executable, str(task.script), *task.script_args]
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Check("alone", None, f"the script alone ran past {timeout_s:g} s without crashing (stopped)")
+    code = proc.returncode
+    if code < 0 or code >= 128:
+        return Check("alone", None, f"the script alone crashes too (exit {code}): the crash is the script's")
+    return Check("alone", None, f"the script alone ends with exit {code}: the crash comes with gpudoctor's "
+                 "instruments; read crash.txt in the run directory")
+
+
+def overhead_case(work: Path, timeout_s: float, out: Path | None) -> Check:
+    """benchmarks/overhead.py --gpu: bare vs profiled GPU loops, per step and whole run <= 1.03."""
+    json_path = (out or work) / "overhead-gpu.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--gpu", "--gpu-json", str(json_path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        return Check("overhead", False, f"timed out after {timeout_s:g} s: {(err.stdout or '')[-300:]}")
+    (work / "overhead-gpu.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("overhead (GPU): ") and "target" in line]
+    if proc.returncode not in (0, 1) or not lines:
+        return Check("overhead", False, f"overhead.py --gpu exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return Check("overhead", proc.returncode == 0, " | ".join(line.split(": ", 1)[1] for line in lines))
 
 
 def verify(task: Task, run_dir: Path, budget_s: float, timeout_s: float) -> Check:
@@ -418,18 +535,20 @@ def table(outcomes: list[Outcome]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     for o in outcomes:
         for c in [*o.checks, *([o.verify] if o.verify else [])]:
-            if c.detail and (c.ok is False or c.name in ("roofline", "verify")):
+            if c.detail and (c.ok is False or c.name in ("roofline", "verify", "overhead", "alone")):
                 lines.append(f"  {o.name}: {c.name}: {'FAIL ' if c.ok is False else ''}{c.detail}")
     return "\n".join(lines)
 
 
-def _missing_dependency() -> str:
-    for module in ("msgspec", "numpy", "scipy", "psutil", "click", "pynvml"):
+def missing_packages() -> list[str]:
+    """The required packages (REQUIRED) that do not import here, as ``module (distribution)``."""
+    missing = []
+    for dist, module in REQUIRED:
         try:
             __import__(module)
         except ImportError:
-            return module
-    return ""
+            missing.append(f"{module} ({dist})")
+    return missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -440,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-timeout-s", type=float, default=90.0, help="the most one profile run may take (default 90)")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="the most the whole run may take; what does not fit is reported (default 480)")
-    p.add_argument("--verify-budget-s", type=float, default=45.0, help="trial time of each verify (default 45)")
+    p.add_argument("--verify-budget-s", type=float, default=40.0, help="trial time of each verify (default 40)")
     p.add_argument("--fixtures", default=str(FIXTURES), help="where the run directories go (default tests/fixtures/gpu)")
     p.add_argument("--out", default=os.environ.get("OUT") or None,
                    help="write acceptance.json, acceptance.txt and the fixtures' bundle here (default: $OUT when set)")
@@ -452,20 +571,22 @@ def main(argv: list[str] | None = None) -> int:
     known = {t.name for t in plan(scenarios, None)}
     if only - known:
         p.error(f"no scenario or probe named {', '.join(sorted(only - known))} (have: {', '.join(sorted(known))})")
-    tasks = [t for t in plan(scenarios, None) if not only or t.name in only]
+    every = [t for t in plan(scenarios, None, args.verify_budget_s) if not only or t.name in only]
+    tasks, left = fit(every, args.budget_s) if not only else (every, [])
     if args.dry_run:
-        print(plan_text(tasks, args))
+        print(plan_text(tasks, args, left))
         return 0
-    missing = _missing_dependency()
+    missing = missing_packages()
     if missing:
-        print(f"gpu_acceptance: gpudoctor needs the Python package {missing!r}, which is not installed here; "
-              "install it (on the device machine: carry its wheel, docs/gpu-acceptance.md)", file=sys.stderr)
+        print(f"gpu_acceptance: gpudoctor needs the Python packages {', '.join(missing)}, which are not installed "
+              "here; install them (on the device machine: carry their wheels, docs/gpu-acceptance.md)",
+              file=sys.stderr)
         return 2
     gpus = gpu_count()
     if gpus == 0:
         print("gpu_acceptance: skipped: no CUDA device here (torch.cuda.is_available() is False, or torch is "
               "missing or a CPU build). On a CUDA machine this run would do the following.\n")
-        print(plan_text(tasks, args))
+        print(plan_text(tasks, args, left))
         return 0
 
     start = time.perf_counter()
@@ -476,30 +597,46 @@ def main(argv: list[str] | None = None) -> int:
     probes_dir.mkdir(exist_ok=True)
     for name, spec in PROBES.items():
         (probes_dir / f"{name}.py").write_text(PROBE.format(**spec), encoding="utf-8")
-    tasks = [t for t in plan(scenarios, probes_dir) if not only or t.name in only]
+    chosen = {t.name for t in tasks}
+    tasks = [t for t in plan(scenarios, probes_dir, args.verify_budget_s) if t.name in chosen]
     fixtures = Path(args.fixtures).resolve()
     fixtures.mkdir(parents=True, exist_ok=True)
-    print(f"gpu_acceptance: {gpus} CUDA device(s); {len(tasks)} runs, budget {args.budget_s:g} s; runs under {work}",
-          file=sys.stderr)
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"gpu_acceptance: {gpus} CUDA device(s); {len(tasks)} tasks, estimated {sum(t.est_s for t in tasks):.0f} s, "
+          f"budget {args.budget_s:g} s; runs under {work}", file=sys.stderr)
     outcomes: list[Outcome] = []
     not_run: list[str] = []
     for task in tasks:
-        left = deadline - time.perf_counter()
-        if left < 20:
+        left_s = deadline - time.perf_counter()
+        if left_s < 20:
             not_run.append(task.name)
             continue
         outcome = Outcome(task.name, list(task.expected))
-        run_dir, report, error, outcome.wall_s = profile(task, work / "runs", args.steps, min(args.run_timeout_s, left))
+        if task.overhead:
+            t0 = time.perf_counter()
+            outcome.checks.append(overhead_case(work, left_s - 5, out_dir))
+            outcome.wall_s = time.perf_counter() - t0
+            outcomes.append(outcome)
+            print(f"  {task.name:<32} {'ok' if outcome.ok else 'FAIL'}  {outcome.wall_s:5.1f} s", file=sys.stderr)
+            continue
+        run_dir, report, error, outcome.wall_s = profile(task, work / "runs", args.steps,
+                                                         min(args.run_timeout_s, left_s))
         if run_dir is not None:
             outcome.run_dir = str(run_dir)
         if error or report is None or run_dir is None:
             outcome.checks.append(Check("run", False, error or "no report"))
+            crashed = any(f"exited {c}" in (error or "") for c in (134, 135, 136, 139))
+            left_s = deadline - time.perf_counter()
+            if crashed and left_s > 30:
+                outcome.checks.append(alone(task, min(60.0, left_s - 20)))
         else:
             outcome.found = [f["code"] for f in report.get("findings", [])]
             outcome.checks += check_run(task, run_dir, report)
-            left = deadline - time.perf_counter()
-            if task.verify and left > 30:
-                outcome.verify = verify(task, run_dir, min(args.verify_budget_s, left - 20), left - 5)
+            left_s = deadline - time.perf_counter()
+            if task.verify and left_s > 30:
+                outcome.verify = verify(task, run_dir, min(args.verify_budget_s, left_s - 20), left_s - 5)
             elif task.verify:
                 outcome.verify = Check("verify", False, "did not fit the budget")
         if run_dir is not None:
@@ -511,13 +648,14 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(o.ok for o in outcomes)
     summary = (f"gpu_acceptance: {passed}/{len(outcomes)} runs passed every check"
                + (f"; {len(not_run)} did not fit the {args.budget_s:g} s budget: {', '.join(not_run)}" if not_run else "")
+               + (f"; left for another call by the plan: {', '.join(t.name for t in left)}" if left else "")
                + f" ({wall:.0f} s)")
     print(text + "\n\n" + summary)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         left_out = bundle(fixtures, out / BUNDLE_NAME) if any(fixtures.iterdir()) else []
-        result = {"gpus": gpus, "wall_s": round(wall, 1), "not_run": not_run, "bundle_left_out": left_out,
+        result = {"gpus": gpus, "wall_s": round(wall, 1), "not_run": not_run, "left_by_plan": [t.name for t in left],
+                  "bundle_left_out": left_out,
                   "outcomes": [asdict(o) for o in outcomes]}
         (out / "acceptance.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (out / "acceptance.txt").write_text(text + "\n\n" + summary + "\n", encoding="utf-8")

@@ -63,6 +63,22 @@ torch class, hooked on the instance: ``nn.Module``'s slow path), and the ``amp``
 ``optimizer`` loop under ``torch.autocast`` at every step (whose bfloat16 work leaves each hook
 colder, and whose autocast gpudoctor also watches), are printed as comparisons.
 Target: <= 15 µs per step on every judged loop shape, in one process.
+
+GPU case (issue 37; ``--gpu``, run by ``benchmarks/gpu_acceptance.py`` on a CUDA machine):
+``benchmarks/gpu_train_loop.py`` runs two loops, ResNet-50 under BF16 autocast (the GPU limits it) and
+a small MLP (the host limits it), bare and under ``gpudoctor profile --no-report`` in turn. Each loop
+times its own steps with one CUDA event per step (the rate the loop sustains; no synchronization in
+the loop). Printed per loop, the median over pairs:
+
+- per step outside the windows: the median CUDA-event step of the profiled run over the bare run's, on
+  the same step indices, leaving out the first 10 steps (cuDNN's and the allocator's warm-up), every
+  step in a torch.profiler or cProfile window and the steps on either side of one (a window starts in
+  the step before it; its trace is exported in the step after it);
+- in each profiled window: its active steps' median over the bare median (the profiler's own weight
+  on the steps it records: the first window records shapes and stacks, the second timings only);
+- whole run: wall time of the profiled run over the bare run's.
+
+Targets (issue 37): per step outside the windows and whole run <= 1.03.
 """
 
 from __future__ import annotations
@@ -80,6 +96,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "cpu_train_loop.py"
+GPU_SCRIPT = HERE / "gpu_train_loop.py"
+GPU_LOOPS = (("resnet", 300), ("mlp", 1500))  # (model, steps): about 9 s and 3 s of steps on an H200
+TARGET_GPU = 1.03
+GPU_WARMUP_STEPS = 10
 HOOK_LOOP = HERE / "hook_loop.py"
 TARGET_WHOLE = 1.03
 TARGET_STEP = 1.01
@@ -246,6 +266,72 @@ def hook_costs(work: str, pairs: int, steps: int, shapes: tuple[str, ...] = HOOK
             print(f"{'':>10} | one no-op global module forward pre-hook would cost {g_cost:.1f} µs per step here")
 
 
+def _windows(run_dir: Path) -> tuple[set[int], list[list[int]]]:
+    """(steps to leave out of the steady state, the active steps of each torch.profiler window in order)."""
+    out: set[int] = set(range(GPU_WARMUP_STEPS))
+    windows: list[list[int]] = []
+    last_active = None
+    with open(run_dir / "steps.jsonl", encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            i = rec["index"]
+            if rec.get("window"):
+                out.update((i - 1, i, i + 1))
+            if rec.get("window") == "active":
+                if last_active != i - 1:
+                    windows.append([])
+                windows[-1].append(i)
+                last_active = i
+    return out, windows
+
+
+def gpu_case(work: str, pairs: int, loops: tuple[tuple[str, int], ...], gpudoctor_args: list[str],
+             json_out: str | None = None) -> bool:
+    """Bare vs profiled GPU loops (see the module docstring); True when both ratios meet the target."""
+    out_dir = os.path.join(work, "gpu-runs")
+    print(f"overhead (GPU): {pairs} pairs per loop; gpudoctor options: {' '.join(gpudoctor_args) or '(defaults)'}")
+    print(f"{'loop':>7} {'pair':>4} | {'bare ms':>8} {'prof ms':>8} {'step':>6} | {'bare s':>6} {'prof s':>6} "
+          f"{'whole':>6} | windows (active steps' median over the bare median)")
+    ok = True
+    results: dict[str, dict] = {}
+    for model, steps in loops:
+        loop_args = ["--model", model, "--steps", str(steps)]
+        _run([sys.executable, str(GPU_SCRIPT), "--model", model, "--steps", "20"], work)  # warm caches, untimed
+        step_ratios, whole_ratios, window_ratios = [], [], []
+        for i in range(pairs):
+            bare_t = os.path.join(work, f"gpu-{model}-bare{i}.json")
+            prof_t = os.path.join(work, f"gpu-{model}-prof{i}.json")
+            wb, _ = _run([sys.executable, str(GPU_SCRIPT), *loop_args, "--step-times", bare_t], work)
+            before = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
+            wp, _ = _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir,
+                          *gpudoctor_args, str(GPU_SCRIPT), "--", *loop_args, "--step-times", prof_t], work)
+            (new,) = set(os.listdir(out_dir)) - before
+            skip, windows = _windows(Path(out_dir) / new)
+            with open(bare_t, encoding="utf-8") as f:
+                b = json.load(f)["gpu"]
+            with open(prof_t, encoding="utf-8") as f:
+                p = json.load(f)["gpu"]
+            keep = [k for k in range(min(len(b), len(p))) if k not in skip]
+            mb = statistics.median(b[k] for k in keep) * 1e3
+            mp = statistics.median(p[k] for k in keep) * 1e3
+            win = [statistics.median(p[k] for k in w if k < len(p)) * 1e3 / mb for w in windows if w]
+            step_ratios.append(mp / mb)
+            whole_ratios.append(wp / wb)
+            window_ratios.append(win)
+            print(f"{model:>7} {i + 1:>4} | {mb:8.3f} {mp:8.3f} {mp / mb:6.3f} | {wb:6.2f} {wp:6.2f} {wp / wb:6.3f} | "
+                  + " ".join(f"{r:.2f}x" for r in win))
+        step, whole = statistics.median(step_ratios), statistics.median(whole_ratios)
+        ok &= step <= TARGET_GPU and whole <= TARGET_GPU
+        results[model] = {"step_ratio": round(step, 4), "whole_ratio": round(whole, 4),
+                          "windows": window_ratios, "pairs": pairs, "steps": steps}
+        print(f"overhead (GPU): {model}: per step outside the windows {step:.3f} ({_verdict(step, TARGET_GPU)}), "
+              f"whole run {whole:.3f} ({_verdict(whole, TARGET_GPU)}); target <= {TARGET_GPU}")
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump({"target": TARGET_GPU, "ok": ok, "loops": results}, f, indent=1)
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
@@ -261,8 +347,16 @@ def main() -> None:
     ap.add_argument("--hooks-only", action="store_true", help="measure the hook cost per step only")
     ap.add_argument("--hook-shapes", default=",".join(HOOK_SHAPES),
                     help=f"comma-separated loop shapes for the hook cost (default: all of {','.join(HOOK_SHAPES)})")
+    ap.add_argument("--gpu", action="store_true", help="the GPU case only (needs CUDA; see the module docstring)")
+    ap.add_argument("--gpu-pairs", type=int, default=2, help="pairs per GPU loop (default 2)")
+    ap.add_argument("--gpu-json", default=None, help="also write the GPU case's figures to this JSON file")
     ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
     args = ap.parse_args()
+    if args.gpu:
+        work = tempfile.mkdtemp(prefix="gpudoctor-overhead-gpu-")
+        ok = gpu_case(work, args.gpu_pairs, GPU_LOOPS, args.gpudoctor_args, args.gpu_json)
+        print(f"overhead (GPU): runs kept in {work}")
+        sys.exit(0 if ok else 1)
     if args.pairs < 5:
         sys.exit("overhead: at least 5 pairs")
 

@@ -49,16 +49,48 @@ def test_dry_run_lists_every_sample_script_the_probes_and_what_is_checked():
     res = _cli("--dry-run")
     assert res.returncode == 0, res.stderr
     names = [s.name for s in ga.discover()]
-    for name in (*names, *ga.PROBES):
-        assert f"    {name} " in res.stdout, name
+    planned, _, later = res.stdout.partition("left for another call")
+    for name in (*names, *ga.PROBES, ga.OVERHEAD):
+        assert f"    {name} " in planned or name in later.split("\n", 1)[0], name
     for check in ("expected", "nvml", "cuda events", "trace", "roofline", "gpudoctor verify"):
         assert check in res.stdout
     assert "pageable_copies" in res.stdout.split("gpudoctor verify", 1)[1]
-    # what only a GPU shows first: the probes, then the scenarios that need a GPU, the verified ones first
+    # what only a GPU shows first: the overhead case, the probes, the verified scenarios, the negative
+    # control, then the other scenarios that need a GPU
     tasks = ga.plan(ga.discover(), None)
-    assert [t.name for t in tasks[:2]] == list(ga.PROBES)
-    gpu = [t.name for t in tasks[2:] if next(s for s in ga.discover() if s.name == t.name).needs_gpu]
-    assert [t.name for t in tasks[2:2 + len(gpu)]] == gpu and set(gpu[:2]) == set(ga.VERIFY)
+    assert tasks[0].overhead and [t.name for t in tasks[1:3]] == list(ga.PROBES)
+    assert {t.name for t in tasks[3:5]} == set(ga.VERIFY) and tasks[5].name == "tuned_baseline"
+    gpu = [t.name for t in tasks[6:] if next(s for s in ga.discover() if s.name == t.name).needs_gpu]
+    assert [t.name for t in tasks[6:6 + len(gpu)]] == gpu
+
+
+def test_the_default_plan_fits_one_call_of_nine_minutes():
+    """Issue 37: the device tool gives one call of at most 10 minutes; the plan's estimate fits 9, with the
+    overhead case and the negative control in its first half, and says what it leaves for another call."""
+    res = _cli("--dry-run")
+    kept, left = ga.fit(ga.plan(ga.discover(), None), 480.0)
+    total = sum(t.est_s for t in kept)
+    assert total <= 9 * 60 and f"estimated {total:.0f} s" in res.stdout
+    half = [t.name for t in kept[: (len(kept) + 1) // 2]]
+    assert ga.OVERHEAD in half and "tuned_baseline" in half
+    assert {"probe_fp32_matmul", "probe_bf16_matmul", *ga.VERIFY} <= {t.name for t in kept}
+    if left:
+        assert "left for another call" in res.stdout and left[0].name in res.stdout
+
+
+def test_the_packages_it_checks_are_pyprojects_dependencies():
+    """Every package gpudoctor imports on a report with findings is checked before the run starts (the first
+    H200 run lost every report to a missing libcst): the list is pyproject.toml's, and the dry run names it."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    dists = {d.split(">")[0].split("=")[0].split("<")[0].split(";")[0].strip().lower() for d in deps}
+    assert dists == {d for d, _m in ga.REQUIRED} | {d for d, _m in ga.OPTIONAL}
+    assert ga.missing_packages() == []  # all installed here
+    res = _cli("--dry-run")
+    assert "libcst (libcst)" in res.stdout and "msgspec (msgspec)" in res.stdout
 
 
 def test_an_unknown_name_is_a_usage_error():
