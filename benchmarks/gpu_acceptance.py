@@ -22,7 +22,7 @@ checks each run:
   flags the FP32 one, not the BF16 one.
 
 Then ``gpudoctor verify`` measures the fixes of two planted runs whose fixes gpudoctor injects
-(pinned copies, cudnn.benchmark), and each run's directory, trimmed to one trace, is written under
+(pinned copies, cudnn.benchmark), and each run's directory, trimmed to two traces, is written under
 ``tests/fixtures/gpu/<scenario>/`` for later tests (``index.json`` says what each holds), bundled
 as ``gpu_fixtures.tar.gz`` in ``--out``. Everything stops at ``--budget-s`` so that the command
 fits the device tool's 10-minute limit; what did not fit is reported and fails the run.
@@ -55,7 +55,8 @@ from accuracy import MALLOC_ENV, Scenario, discover, gpu_count  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
 BUNDLE_NAME = "gpu_fixtures.tar.gz"
 BUNDLE_MAX_BYTES = 15 * 2**20  # the device tool returns files of at most 16 MiB
-TRACE_MAX_BYTES = 3 * 2**20  # a fixture keeps one trace, at most this large
+TRACE_MAX_BYTES = 3 * 2**20  # a fixture keeps traces at most this large
+TRACES_KEPT = 2  # … and at most this many: the first window (shapes, stacks) and the second (timings only)
 VERIFY = ("pageable_copies", "cudnn_benchmark_off")  # fixes gpudoctor injects, that show on a GPU
 ALARMS = ("error", "warning")
 # Every package `gpudoctor profile` and `analyze` import on a report with findings: pyproject.toml's
@@ -245,7 +246,7 @@ def plan_text(tasks: list[Task], args: argparse.Namespace, left: list[Task] | No
         f"the GEMMs reach {PROBE_MIN_PEAK_PCT:g}-{PROBE_MAX_PEAK_PCT:g}% of their precision's peak",
         f"  gpudoctor verify (budget {args.verify_budget_s:g} s each) on: {', '.join(VERIFY)}: the fix is "
         "tried and not refuted",
-        f"  fixtures: each run directory, one trace of at most {TRACE_MAX_BYTES >> 20} MiB, under "
+        f"  fixtures: each run directory, its first {TRACES_KEPT} traces of at most {TRACE_MAX_BYTES >> 20} MiB, under "
         f"{_rel(Path(args.fixtures))}/<run>/ with index.json",
     ]
     if args.out:
@@ -471,27 +472,29 @@ def verification_check(task: Task, report: dict) -> Check:
 
 
 def save_fixture(name: str, run_dir: Path, fixtures: Path, outcome: Outcome) -> str:
-    """The run directory trimmed to what later tests read: its records and its first trace of at most
-    ``TRACE_MAX_BYTES`` (no cProfile, no report: ``gpudoctor analyze`` makes that again); ``index.json``
-    beside them says what was expected and found."""
+    """The run directory trimmed to what later tests read: its records, ``crash.txt`` after a crash, and
+    up to ``TRACES_KEPT`` traces of at most ``TRACE_MAX_BYTES`` each, in step order (the first window records
+    shapes and stacks, the second timings only: the account's window; no cProfile, no report: ``gpudoctor
+    analyze`` makes that again); ``index.json`` beside them says what was expected and found."""
     dest = fixtures / name
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    for fname in ("manifest.json", "settings.json", "steps.jsonl", "samples.jsonl"):
+    for fname in ("manifest.json", "settings.json", "steps.jsonl", "samples.jsonl", "crash.txt"):
         if (run_dir / fname).is_file():
             shutil.copy2(run_dir / fname, dest / fname)
-    traces = sorted(run_dir.rglob("*.pt.trace.json.gz"))
-    kept = next((t for t in traces if t.stat().st_size <= TRACE_MAX_BYTES), None)
-    if kept is not None:
-        shutil.copy2(kept, dest / kept.name)
+    traces = sorted(run_dir.rglob("*.pt.trace.json.gz"), key=lambda t: (len(t.name), t.name))  # by window
+    kept = [t for t in traces if t.stat().st_size <= TRACE_MAX_BYTES][:TRACES_KEPT]
+    for t in kept:
+        shutil.copy2(t, dest / t.name)
     index_path = fixtures / "index.json"
     index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else {}
     index[name] = {
         "expected": outcome.expected,
         "found": outcome.found,
         "checks": {c.name: c.ok for c in outcome.checks},
-        "trace": kept.name if kept is not None else None,
-        "traces_left_out": len(traces) - (kept is not None),
+        "trace": kept[0].name if kept else None,
+        "traces": [t.name for t in kept],
+        "traces_left_out": len(traces) - len(kept),
     }
     index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return _rel(dest)
