@@ -295,6 +295,13 @@ class Child:
             self._inject(torch, frames, cfg["injections"])
         if self.driver is not None:
             self.driver.install()
+        # Python's one profiler slot: the script's own profiler wins, gpudoctor's instruments give way (profslot)
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        for part in (self.cprof, self.driver, self.timewindow):
+            if part is not None:
+                profslot.on_script_profiler(part.yield_to_script)
+        profslot.watch_script()
 
     def _inject(self, torch: Any, frames: FrameClassifier, raw: list[dict[str, Any]]) -> None:
         from gpudoctor.collect.inject import Injector  # noqa: PLC0415
@@ -356,6 +363,9 @@ class Child:
         for part in (self.tracker, self.driver, self.cprof, self.writer, self.timewindow):
             if part is not None:
                 part.in_child_after_fork()
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        profslot.forget()
         if self.capture is not None:
             self.capture.active = False
 
@@ -618,6 +628,8 @@ class Child:
                     which = "every window" if not s.detail_windows or n == len(d.traces) else f"the first {n} window(s)"
                     parts.append(f"{', '.join(extras)} in {which}")
             detail = f"{len(d.traces)} window(s) recorded ({'; '.join(parts)})"
+            if d.slot_notes:  # where its stacks or its probe gave way to another profiler (profslot)
+                detail += "; " + "; ".join(d.slot_notes)
             if d.error:
                 detail += f"; then: {d.error}"
             lost = d.write_errors
@@ -629,7 +641,8 @@ class Child:
         elif s is not None and steps <= s.skip_first:
             out.append(Collected("torch.profiler", False, f"the run ended after {steps} steps, before the first profiled window (step {s.skip_first}); lower --skip-first"))
         else:
-            out.append(Collected("torch.profiler", False, "no trace was written"))
+            why = f": {'; '.join(d.slot_notes)}" if d.slot_notes else ""
+            out.append(Collected("torch.profiler", False, f"no trace was written{why}"))
         # CUDA
         out.append(self._collected_cuda())
         # cProfile
@@ -641,7 +654,10 @@ class Child:
         elif c.write_error:
             out.append(Collected("cprofile", False, f"{c.path.name} could not be written: {c.write_error}", detail=c.detail()))
         elif timed and tw.pstats_written:
-            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure)"))
+            note = f"; its cProfile {tw.cprofile_note}" if tw.cprofile_note else ""
+            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure){note}"))
+        elif timed and tw.cprofile_note:
+            out.append(Collected("cprofile", False, f"the time-based window's cProfile {tw.cprofile_note}"))
         elif c.error and c.first is None:
             out.append(Collected("cprofile", False, c.error))
         elif c.first is not None:
@@ -649,6 +665,8 @@ class Child:
             if c.error:
                 detail += f"; {c.error}"
             out.append(Collected("cprofile", True, detail=detail))
+        elif c.gave_way:
+            out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
         elif steps == 0:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
         else:

@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.collect import profslot
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.rundir import os_reason, settle_trace_export
 from gpudoctor.model import ProfilerSchedule
@@ -161,6 +162,8 @@ class ProfilerDriver:
         self._time_prof: Any = None  # the time window's profiler while it records
         self._time_done: Any = None  # … and once it stopped, until the run ends
         self.time_trace = ""  # the time window's trace, exported and listed only if the run has no steps
+        # where the stacks or the Python-call probe gave way to another profiler (profslot), in words
+        self.slot_notes: list[str] = []
 
     # ------------------------------------------------------------------ patches
 
@@ -180,13 +183,13 @@ class ProfilerDriver:
 
         def profile_init(self: Any, *args: Any, **kwargs: Any) -> None:
             if driver._own_depth == 0:
-                driver.user_profiler_seen()
+                driver.user_profiler_seen(bool(kwargs.get("with_stack")))
             orig_profile_init(self, *args, **kwargs)
 
         def legacy_init(self: Any, *args: Any, **kwargs: Any) -> None:
             internal = _made_by_torch_profiler()
             if driver._own_depth == 0 and not internal:
-                driver.user_profiler_seen()
+                driver.user_profiler_seen(bool(kwargs.get("with_stack")))
             orig_legacy_init(self, *args, **kwargs)
             if internal:
                 try:
@@ -328,16 +331,12 @@ class ProfilerDriver:
 
     def _start_probe(self, step: int) -> None:
         """Count the Python calls of the last warm-up step (cProfile, this thread), so that a
-        window of Python-heavy steps records fewer of them with stacks. Skipped when another
-        profiler (the script's cProfile, a coverage tool) holds ``sys.setprofile``."""
-        if sys.getprofile() is not None:
-            return
-        import cProfile  # noqa: PLC0415
-
-        probe = cProfile.Profile()
-        try:
-            probe.enable(subcalls=False, builtins=True)
-        except (RuntimeError, ValueError):  # another profiler is active (Python 3.12+: sys.monitoring)
+        window of Python-heavy steps records fewer of them with stacks. Skipped, and said, when
+        another profiler (the script's own) holds Python's profiler slot (``profslot``)."""
+        probe = profslot.OwnProfile()
+        why = profslot.enable_own(probe, subcalls=False, builtins=True)
+        if why:
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step {step + 1}: {why}")
             return
         self._probe, self._probe_step = probe, step
 
@@ -345,13 +344,16 @@ class ProfilerDriver:
         probe, self._probe = self._probe, None
         if probe is not None:
             try:
-                probe.disable()
+                profslot.disable_own(probe)
             except Exception:
                 pass
 
     def _finish_probe(self, step: int) -> None:
         probe, self._probe = self._probe, None
-        probe.disable()
+        if profslot.disable_own(probe):  # up to 3.11: another profiler replaced it during the step
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step {step + 1}: "
+                                   "another profiler replaced its probe during the step (sys.setprofile)")
+            return
         if step != self._probe_step:
             return
         calls = sum(int(entry.callcount) for entry in probe.getstats())
@@ -407,6 +409,14 @@ class ProfilerDriver:
         if detail and not plain:
             self.detail_windows_recorded += 1
         self._stacks_on = bool(s.with_stack and detail and not plain)
+        if self._stacks_on and not profslot.NEW_SLOT:
+            # up to 3.11 the Python tracer would displace a profiler set on this thread, and clear it when it
+            # stops (from 3.12 it records beside one, through sys.setprofile)
+            who = profslot.holder()
+            if who:
+                self._stacks_on = False
+                self.slot_notes.append(f"the window from step {self._window_start(step)} recorded no Python stacks: "
+                                       f"{profslot.held_by(who)}")
         self._trace_first = step + 1 if plain else self._window_start(step)
         self._cut_at = None
         self._bound = None
@@ -532,14 +542,50 @@ class ProfilerDriver:
 
     # ------------------------------------------------------------------ the script's own profiler
 
-    def user_profiler_seen(self) -> None:
+    def user_profiler_seen(self, with_stack: bool = False) -> None:
+        """The script creates a profiler of its own (``with_stack``: it records Python stacks)."""
         if not self.active:
             return
         self.user_profilers += 1
+        if with_stack and not profslot.NEW_SLOT:  # its Python tracer would displace a cProfile (see profslot)
+            profslot.script_takes_slot("the script started torch.profiler with Python stacks")
         if self.owner == "user":
             return
         self.owner = "user"
         self.finish()  # ours gives way: export a window in progress (and stop a time window)
+        self.on_change()
+
+    def yield_to_script(self, what: str) -> None:
+        """The script starts a profiler of its own (``what``) while gpudoctor's may hold Python's
+        profiler slot: the probe is dropped, and a window recording stacks stops here (what it
+        recorded is exported; its other steps run unprofiled); see :mod:`gpudoctor.collect.profslot`."""
+        if not self.active or self.owner != "gpudoctor":
+            return
+        if self._probe is not None:
+            self._drop_probe()
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step "
+                                   f"{self._probe_step + 1}: {what}")
+        if self._prof is None or not self._stacks_on:
+            return
+        if profslot.NEW_SLOT and not profslot.holder():
+            return  # the tracer did not take tool 2 (3.13): the script's cProfile starts beside it
+        first = self._window_first_active
+        step = self.current_step()
+        ann, self._annotation = self._annotation, None
+        prof, self._prof = self._prof, None
+        self._own_depth += 1
+        try:
+            if ann is not None:
+                ann.__exit__(None, None, None)
+            prof.stop()  # a recording window exports what it has (torch calls on_trace_ready)
+        except Exception as err:
+            self.error = f"torch.profiler failed as it gave way: {type(err).__name__}: {err}"
+        finally:
+            self._own_depth -= 1
+        self._cut_at = self._rest_warm = None
+        self._quiet_until = first + self.schedule.active  # the rest of the window runs unprofiled
+        self.slot_notes.append(f"the window from step {first} stopped at step {step}: {what}; Python runs one "
+                               "profiler at a time, so gpudoctor's (recording stacks) gave way")
         self.on_change()
 
     def user_trace_exported(self, path: str) -> None:

@@ -168,6 +168,7 @@ def test_cprofile_that_cannot_be_written_leaves_no_file(tmp_path: Path, monkeypa
     monkeypatch.setattr(cprofile_window, "write_bytes_atomic", full)
     window = cprofile_window.CprofileWindow(True, 0, 5, sched.CprofileBudget(), tmp_path / "profile.pstats")
     window.on_step_start(0, [])
+    assert window.resume_after_bookkeeping(0)  # the boundary's last act: the window records step 0
     sum(range(1000))
     window.stop()
     assert window.write_error == "File too large (EFBIG)"

@@ -82,7 +82,7 @@ class StepTracker:
         on_boundary: Callable[[int], None] | None = None,
         rank: int | None = None,
     ) -> None:
-        # what the hooks use at every step (indices WAIT … ROOT_CALLS, see "Cost" above): changed in
+        # what the hooks use at every step (indices WAIT … ROOT_CALLS, see "Cost" in the package's docstring): changed in
         # place, the hooks hold the list
         # the loop's thread while the tracker is active and the established marker is ``optimizer``
         # (acc[OPT_THREAD]), ``optimizer`` or ``backward`` (TRAIN_THREAD), any but ``dataloader``
@@ -268,7 +268,8 @@ class StepTracker:
             cprofile.on_step_start(self.index, self.walls_plain)
         if cprofile.running:
             self._window = torch_phase or sched.CPROFILE
-            cprofile.resume_after_bookkeeping()
+            if not cprofile.resume_after_bookkeeping(self.index):  # enabled once; it gave way (the slot is held)
+                self._window = torch_phase
         else:
             self._window = torch_phase
 
@@ -465,7 +466,7 @@ class StepTracker:
         no lines to write (``acc[DUE]``). Else False, and nothing is done.
 
         The hot path of every step: the row is ``acc`` itself (its end filled in) copied onto a list of
-        ints (see "Cost" above). The optimizer's and ``backward()``'s hooks do the same inline
+        ints (see "Cost" in the package's docstring). The optimizer's and ``backward()``'s hooks do the same inline
         (tests/collect/test_collect_loops_e2e.py checks the rows they write)."""
         acc = self.acc
         if acc[INDEX] < acc[FAST_LAST] and end_ns < acc[DUE]:
