@@ -578,12 +578,11 @@ class Child:
         elif steps:
             _, why, _ = tracker.describe()
             w = self.writer
+            lost = [self._tracking_stopped()] if tracker.error else []
             if w is not None and w.error:
-                out.append(Collected("steps", w.lines_written > 0, f"{w.path.name}: {w.error}; {w.lines_written:,} of "
-                                     f"{steps:,} step records written", detail=f"{steps} steps: {why}",
-                                     partial=w.lines_written > 0))
-            else:
-                out.append(Collected("steps", True, detail=f"{steps} steps: {why}"))
+                lost.append(f"{w.path.name}: {w.error}; {w.lines_written:,} of {steps:,} step records written")
+            kept = not (w is not None and w.error) or w.lines_written > 0
+            out.append(Collected("steps", kept, "; ".join(lost), detail=f"{steps} steps: {why}", partial=bool(lost) and kept))
         else:
             reason = "no step structure: no optimizer step, backward(), root-module call or DataLoader batch was seen"
             if timed:
@@ -591,8 +590,8 @@ class Child:
             elif tw is not None and tw.reason:
                 reason += f"; no time-based window either: {tw.reason}"
             out.append(Collected("steps", False, reason))
-        if tracker is not None and tracker.error:
-            out.append(Collected("steps", False, tracker.error))
+        if tracker is not None and tracker.error and not steps:
+            out.append(Collected("steps", False, self._tracking_stopped()))
         # torch.profiler
         d = self.driver
         if d is None:
@@ -685,6 +684,19 @@ class Child:
         if torch is None:
             out = [Collected(c.name, False, "torch could not be imported") for c in out]
         return out
+
+    def _tracking_stopped(self) -> str:
+        """Why step tracking stopped, from which step the figures are missing, and whether ``--steps`` held."""
+        tr = self.tracker
+        text = tr.error
+        if tr.failed_at is not None:
+            text += f"; steps {tr.failed_at} and later were not recorded"
+        lim = tr.limit
+        if lim is not None and lim.done >= lim.max_steps:
+            text += f"; --steps {lim.max_steps} still stopped the script after {lim.done} steps"
+        elif lim is not None:
+            text += f"; the script ran {lim.done} steps"
+        return text
 
     def write_errors(self) -> list[dict[str, str]]:
         """Every file the training process could not write (``manifest.write_errors``)."""

@@ -147,9 +147,24 @@ class BackwardWatch:
             except Exception as err:  # gpudoctor's error never reaches the script
                 on_error("backward() hook", err)
 
+        def limited(args: Any, kwargs: Any) -> Any:
+            """Step tracking stopped: backward() runs as it is; ``--steps`` goes on counting (StepLimit)."""
+            lim = tracker.limit
+            if lim is None or depth[0] or is_compiling():
+                return orig(*args, **kwargs)
+            depth[0] = 1
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                depth[0] = 0
+            lim.mark("backward")
+            return out
+
         def slow(args: Any, kwargs: Any) -> Any:
             """Every case but the training loop's backward() outside any other phase (below)."""
-            if depth[0] or acc[PHASE] == IN_BACKWARD or is_compiling() or not tracker.active:
+            if not tracker.active:
+                return limited(args, kwargs)
+            if depth[0] or acc[PHASE] == IN_BACKWARD or is_compiling():
                 return orig(*args, **kwargs)  # a backward inside a backward (reentrant checkpointing) is part of it
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
@@ -323,6 +338,9 @@ class RootModuleWatch:
         def post(module: Any, args: Any, result: Any) -> None:
             token = entry[0]
             if token is None or is_compiling() or module is not ref():
+                lim = tracker.limit
+                if lim is not None and not tracker.active and token is None and module is ref() and not is_compiling():
+                    lim.mark("module", key)  # step tracking stopped: --steps goes on counting (StepLimit)
                 return
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
@@ -372,9 +390,24 @@ class RootModuleWatch:
         acc = tracker.acc
         watch = self
 
+        def limited(self: Any, args: Any, kwargs: Any) -> Any:
+            """Step tracking stopped: the call runs as it is; ``--steps`` goes on counting (StepLimit)."""
+            lim = tracker.limit
+            if lim is None or depth[0] or self is not ref() or is_compiling():
+                return orig(self, *args, **kwargs)
+            depth[0] = 1
+            try:
+                result = orig(self, *args, **kwargs)
+            finally:
+                depth[0] = 0
+            lim.mark("module", key)
+            return result
+
         def slow(self: Any, args: Any, kwargs: Any) -> Any:
             """Every case but the training loop's call of the root outside any other phase (below)."""
-            if depth[0] or acc[PHASE] == IN_FORWARD or self is not ref() or is_compiling() or not tracker.active:
+            if not tracker.active:
+                return limited(self, args, kwargs)
+            if depth[0] or acc[PHASE] == IN_FORWARD or self is not ref() or is_compiling():
                 return orig(self, *args, **kwargs)  # other instances (DataParallel replicas) go through
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:

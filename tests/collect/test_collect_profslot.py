@@ -1,19 +1,21 @@
 """Python's one profiler slot (``profslot``) and the cProfile window on every Python: enabled once per
-step, never over another profiler, never clearing one. No torch: the tracker is driven by hand, the
-profilers are real cProfiles."""
+step, never over another profiler, never clearing one; and ``--steps`` once step tracking stopped
+(``StepLimit``). No torch: the tracker is driven by hand, the profilers are real cProfiles."""
 
 from __future__ import annotations
 
 import cProfile
 import marshal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.collect import profslot
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.steps import CprofileWindow, StepTracker
+from gpudoctor.collect.steps import CprofileWindow, StepTracker, StopAfterSteps
+from gpudoctor.collect.steps.limit import StepLimit
 
 
 class _Cuda:
@@ -182,3 +184,75 @@ def test_gpudoctors_own_profilers_bypass_the_watch():
     theirs.enable()
     theirs.disable()
     assert calls == ["the script started its own cProfile"]
+
+
+# --------------------------------------------------------------------------- --steps once tracking stopped
+
+
+def _break_open(t: StepTracker, at: int) -> None:
+    orig = t._open
+
+    def broken(now_ns, ru=None):  # noqa: ANN001
+        if t.index >= at:
+            raise RuntimeError("broken on purpose")
+        return orig(now_ns, ru)
+
+    t._open = broken
+
+
+def test_steps_limit_holds_after_step_tracking_stopped(tmp_path):
+    """Tracking breaks at step 4 of a --steps 10 run: the rows stop there, the error says from which
+    step, and the limit counts the marking optimizer's steps (as the hooks tell it) to stop at 10."""
+    t, w = _tracker(tmp_path, CprofileWindow(False, 0, 0, sched.CprofileBudget(), tmp_path / "p.pstats"), max_steps=10)
+    t.write_every_ns = 0
+    t.every_boundary = True  # every boundary takes the slow path, which opens the next step with _open
+    _break_open(t, 4)
+    opt, other = object.__new__(type("Opt", (), {})), object.__new__(type("Other", (), {}))
+    t.optimizer_created()
+    for _ in range(4):
+        _step(t, opt)
+    assert not t.active and t.failed_at == 4 and w.lines == 4
+    assert t.error == "step tracking stopped at step 4: RuntimeError: broken on purpose"
+    lim = t.limit
+    assert (lim.marker, lim.key, lim.done, lim.max_steps) == ("optimizer", id(opt), 4, 10)
+    for _ in range(5):
+        lim.mark("optimizer", id(opt))
+        lim.mark("optimizer", id(other))  # another optimizer's step marks nothing, as for the tracker
+        lim.mark("backward")  # nor does a call of another marker
+    side = threading.Thread(target=lim.mark, args=("optimizer", id(opt)))
+    side.start()
+    side.join()  # nor a step on another thread
+    assert lim.done == 9
+    with pytest.raises(StopAfterSteps) as stop:
+        lim.mark("optimizer", id(opt))
+    assert stop.value.steps == 10 and stop.value.code == 0
+
+
+def test_a_boundary_that_fails_at_the_last_step_still_stops(tmp_path):
+    t, w = _tracker(tmp_path, CprofileWindow(False, 0, 0, sched.CprofileBudget(), tmp_path / "p.pstats"), max_steps=5)
+    opt = object.__new__(type("Opt", (), {}))
+
+    def on_boundary(index: int) -> None:
+        if index == 4:
+            raise RuntimeError("broken on purpose")
+
+    t.on_boundary = on_boundary
+    t.every_boundary = True  # every boundary takes the slow path, which calls on_boundary
+    t.optimizer_created()
+    for _ in range(4):
+        _step(t, opt)
+    with pytest.raises(StopAfterSteps) as stop:  # step 4's boundary fails: it is still the 5th step
+        _step(t, opt)
+    assert stop.value.steps == 5 and not t.active and t.error.startswith("step tracking stopped at step 5")
+
+
+def test_dataloader_limit_counts_the_request_after_a_batch():
+    lim = StepLimit(3, "dataloader", None, 1, threading.get_ident(), step_open=True)
+    lim.batch_returned()  # the batch of step 1
+    lim.batch_asked()  # ends step 1
+    assert lim.done == 2
+    lim.batch_asked()  # an epoch's end (StopIteration follows): no step was in progress
+    assert lim.done == 2
+    lim.batch_returned()
+    with pytest.raises(StopAfterSteps):
+        lim.batch_asked()

@@ -60,7 +60,7 @@ from gpudoctor.collect.steps.fields import (
     WAIT,
     _Snapshot,
 )
-from gpudoctor.collect.steps.limit import StopAfterSteps
+from gpudoctor.collect.steps.limit import StepLimit, StopAfterSteps
 from gpudoctor.collect.steps.rows import _Block, encode_rows
 from gpudoctor.model import ProfilerSchedule
 
@@ -110,8 +110,10 @@ class StepTracker:
         self.on_boundary = on_boundary
         self.on_first_step: Callable[[], None] | None = None  # the first step is written (time window: give way)
         self.rank = rank
-        self.error = ""
-        self.source = "none"  # the established marker (see the module docstring): set by _set_source
+        self.error = ""  # why step tracking stopped (an error of gpudoctor's), in words
+        self.failed_at: int | None = None  # … and at which step: the figures of the steps from there on are missing
+        self.limit: StepLimit | None = None  # --steps once step tracking stopped (see limit)
+        self.source = "none"  # the established marker (see the package's docstring): set by _set_source
         self.loop_thread: int | None = None  # the thread of the loop: set by _set_loop_thread
         self._active = True
         self.markers: list[tuple[str, int, str]] = []  # (marker, first step it ended, what it is), in order
@@ -403,8 +405,44 @@ class StepTracker:
         except StopAfterSteps:
             raise
         except Exception as err:
-            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+            self._fail(err, self.index, self.in_step)
+
+    def _fail(self, err: BaseException, done: int, step_open: bool) -> None:
+        """Step tracking stops on an error of gpudoctor's (``done`` steps completed; ``step_open``: a
+        step was in progress, or opening): the steps recorded are kept, the run says from which step
+        its figures are partial and why (``error``, ``failed_at``), and ``--steps`` goes on counting
+        on a path of its own (:class:`StepLimit`)."""
+        if self.error:  # the first error is the cause
             self.active = False
+            return
+        self.failed_at = self.index
+        self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+        self.active = False
+        # no boundary will drive the instruments any more: a window in progress ends here (what it recorded is kept)
+        for stop in (self.cprofile.stop, self.profiler.finish if self.profiler is not None else None):
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:
+                    pass
+        if self.max_steps is None:
+            return
+        marker = self.source if self.source != "none" else self.cand
+        if marker is None:
+            self.error += f"; --steps {self.max_steps} could not be kept: no marker of the steps was established yet"
+            return
+        key = None
+        if marker == "optimizer":
+            key = self.acc[MARKER] or None
+        elif marker == "module":
+            key = self.root_key if self.source == "module" else self.cand_key
+        self.limit = StepLimit(self.max_steps, marker, key, done, self.loop_thread, step_open)
+        if done >= self.max_steps:
+            self.stop_requested = True
+
+    def _stop_count(self) -> int:
+        """The steps run when ``--steps`` stops the script (the limit's count once tracking stopped)."""
+        return self.limit.done if self.limit is not None else self.index
 
     def _rebase(self) -> None:
         """A more specific marker took over: the instruments start over from the step about to open."""
@@ -436,8 +474,9 @@ class StepTracker:
                 acc[START] = _monotonic_ns()
                 return
             except Exception as err:
-                self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
-                self.active = False
+                self._fail(err, index + 1, True)
+                if self.stop_requested:
+                    raise StopAfterSteps(self._stop_count()) from None
                 return
         try:
             self._close(end_ns)
@@ -453,11 +492,10 @@ class StepTracker:
         except StopAfterSteps:
             raise
         except Exception as err:
-            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
-            self.active = False
+            self._fail(err, index + 1, reopen)
         if self.stop_requested:
             self.active = False
-            raise StopAfterSteps(self.index)
+            raise StopAfterSteps(self._stop_count())
 
     def fast_close(self, end_ns: int) -> bool:
         """Close the step in progress at ``end_ns`` and open the next one, when nothing but its row is
@@ -586,7 +624,8 @@ class StepTracker:
 
         self._guarded(work)
         self._stop_if_requested()
-        self._end_marked(t_ns)
+        if self._active:
+            self._end_marked(t_ns)
 
     # ------------------------------------------------------------------ phases
 
