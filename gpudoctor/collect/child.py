@@ -510,6 +510,10 @@ class Child:
                 self.notes.append(f"steps: {type(err).__name__}: {err}")
         if self.driver is not None:
             self.driver.finish()
+            try:
+                self.driver.export_unexported()
+            except Exception as err:
+                self.notes.append(f"torch.profiler: {type(err).__name__}: {err}")
         if self.timewindow is not None:
             try:
                 self.timewindow.finish(self.tracker.steps_seen if self.tracker is not None else 0)
@@ -600,12 +604,15 @@ class Child:
             two = "two profilers cannot record at once: gpudoctor's gave way and analyses the script's traces"
             if d.traces:
                 ours = d.user_exports_by_gpudoctor
-                copied = len(d.traces) - ours
+                copied = d.user_copies
+                before = len(d.traces) - ours - copied  # gpudoctor's own windows, before the script's profiler
                 parts = []
                 if copied:
                     parts.append(f"{copied} trace(s) it exported were copied here (its own files stay where it wrote them)")
                 if ours:
                     parts.append(f"{ours} trace(s) it recorded but did not export were exported here by gpudoctor")
+                if before:
+                    parts.append(f"{before} window(s) of gpudoctor's were recorded before it")
                 out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {two}; {'; '.join(parts)}"))
             else:
                 why = "; ".join(d.user_trace_errors[:1]) or "it exported no trace"

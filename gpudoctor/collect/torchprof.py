@@ -30,7 +30,8 @@ to the script for the rest of the run (``manifest.profiler_owner = "user"``), an
 copies every trace the script exports into the run directory (the script's own files
 stay where it wrote them). A profiler of the script's that stops without exporting
 anything (it only printed ``key_averages()``, say) is exported by gpudoctor into the
-run directory after it stopped, so the diagnosis still has a trace.
+run directory at the end of the run (not as it stops: torch saves a trace once, and the
+script may export it after ``stop()``), so the diagnosis still has a trace.
 
 Why this file is long: ``ProfilerDriver`` is the one owner of the process's only
 profiler. The schedule of windows, the Python-call budget's probe, the time-based window and the
@@ -68,6 +69,10 @@ from gpudoctor.model.layout import (
 # whose last warm-up step makes more than BUDGET / active calls records fewer steps
 # (docs/run-directory.md, "Python calls in a trace").
 PYTHON_CALLS_BUDGET = 400_000
+# Profilers of the script's that stopped without exporting, kept (alive) to be exported at the end of
+# the run; past this many the oldest is exported at once (a script that exports after stop() does so
+# before it starts several more)
+MAX_UNEXPORTED = 8
 
 
 @contextmanager
@@ -159,9 +164,12 @@ class ProfilerDriver:
         self.rebased_at: list[int] = []
         self.user_profilers = 0  # profilers the script created
         self.user_exports_by_gpudoctor = 0  # traces of the script's profilers that it never exported
+        self.user_copies = 0  # traces the script exported, copied into the run directory
         self._time_prof: Any = None  # the time window's profiler while it records
         self._time_done: Any = None  # … and once it stopped, until the run ends
         self.time_trace = ""  # the time window's trace, exported and listed only if the run has no steps
+        # the script's profilers that stopped without exporting: (profiler, its export, the step at its stop)
+        self._unexported: list[tuple[Any, Callable[[str], Any], int]] = []
         # where the stacks or the Python-call probe gave way to another profiler (profslot), in words
         self.slot_notes: list[str] = []
 
@@ -609,18 +617,37 @@ class ProfilerDriver:
                 pass
             return
         self.traces.append(base)
+        self.user_copies += 1
         self.on_change()
 
     def user_profiler_stopped(self, prof: Any, export: Callable[[str], Any]) -> None:
-        """A profiler of the script's stopped: if it exported nothing, export what it recorded
-        into the run directory (the script's own files are not touched)."""
+        """A profiler of the script's stopped: if it exports nothing by the end of the run, what it
+        recorded is exported into the run directory then (:meth:`export_unexported`; the script's own
+        files are not touched). Not at once: torch saves a profiler's trace once ("Trace is already
+        saved"), and a script that exports after ``stop()`` (``with profile() as prof: …`` then
+        ``prof.export_chrome_trace(…)``, as PyTorch's recipe does) would fail."""
         if not self.active or getattr(prof, "_gpudoctor_exported", False):
             return
+        if any(p is prof for p, _, _ in self._unexported):
+            return  # a second stop() exports nothing new
+        self._unexported.append((prof, export, self.current_step()))
+        if len(self._unexported) > MAX_UNEXPORTED:  # profilers kept alive for it: the oldest is exported now
+            self._export_user(*self._unexported.pop(0))
+
+    def export_unexported(self) -> None:
+        """The script is over: export what each of its profilers recorded and never exported."""
+        pending, self._unexported = self._unexported, []
+        for prof, export, step in pending:
+            self._export_user(prof, export, step)
+
+    def _export_user(self, prof: Any, export: Callable[[str], Any], step: int) -> None:
+        if getattr(prof, "_gpudoctor_exported", False):  # the script exported it after it stopped
+            return
         try:
-            prof._gpudoctor_exported = True  # once: a second stop() exports nothing new
+            prof._gpudoctor_exported = True
         except Exception:
             return
-        base = self._free_name(self.current_step())
+        base = self._free_name(step)
         dst = self.run_dir / plain_trace(base)
         self._own_depth += 1  # the export is gpudoctor's, not the script's
         try:
@@ -711,6 +738,7 @@ class ProfilerDriver:
         return name
 
     def in_child_after_fork(self) -> None:
+        self._unexported = []
         self._drop_probe()  # a forked worker inherits the probe's sys.setprofile hook
         self.active = False
         self._annotation = None

@@ -142,6 +142,10 @@ def test_the_scripts_torch_profiler_with_stacks_beside_gpudoctors_cprofile(tmp_p
     proc, run_dir, m, seen = _profile(tmp_path, "--steps", "40", script_args=("--own-torch-stacks", "18:22"))
     assert seen["iterations"] == 40 and seen["torch_python_events"] > 0
     assert m["steps_seen"] == 40 and m["profiler_owner"] == "user"
+    # it exports its trace after stop(), as PyTorch's recipe does: gpudoctor did not export it first (torch saves a
+    # trace once: the script's export failed with "Trace is already saved"), and copied it into the run directory
+    assert (tmp_path / "own_trace.json").is_file()
+    assert "1 trace(s) it exported were copied here" in collected(m, "torch.profiler")["detail"]
     cp = collected(m, "cprofile")
     assert cp["ok"] and cp["detail"].startswith("steps 16..")
     gave_way = "stopped at step 18: the script started torch.profiler with Python stacks"
