@@ -55,6 +55,7 @@ from gpudoctor.collect.steps import (
     StepTracker,
     StopAfterSteps,
 )
+from gpudoctor.collect.steps.limit import limited_call
 
 
 def _recording_prop(inner: Any, note: Callable[[], None]) -> Any:
@@ -211,25 +212,12 @@ class Patcher:
                     tracker._boundary_then_reopen(monotonic_ns(), True)
                 return out
 
-            def limited(self: Any, args: Any, kwargs: Any) -> Any:
-                """Step tracking stopped: the step runs as it is; ``--steps`` goes on counting (StepLimit)."""
-                lim = tracker.limit
-                if lim is None or depth[0] or is_compiling():
-                    return step(self, *args, **kwargs)
-                depth[0] = 1
-                try:
-                    out = step(self, *args, **kwargs)
-                finally:
-                    depth[0] = 0
-                lim.mark("optimizer", id(self))
-                return out
-
             def slow(self: Any, args: Any, kwargs: Any) -> Any:
                 """Every case but the usual one (below): before the optimizer marks the steps, off the
                 loop's thread (no phase), inside another phase, inside another step (which marks
                 nothing), while nothing is tracked."""
-                if not tracker.active:
-                    return limited(self, args, kwargs)
+                if not tracker.active and not is_compiling():  # --steps goes on counting (StepLimit)
+                    return limited_call(tracker.limit, depth, lambda: step(self, *args, **kwargs), "optimizer", id(self))
                 if depth[0] or acc[PHASE] == IN_OPTIMIZER or is_compiling():
                     return step(self, *args, **kwargs)
                 token = tracker.phase_start(OPTIMIZER) if get_ident() == tracker.loop_thread else None

@@ -13,6 +13,8 @@ tracker can break it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 
 class StopAfterSteps(SystemExit):
@@ -66,3 +68,20 @@ class StepLimit:
     def batch_returned(self) -> None:
         if self.marker == "dataloader" and (self.thread is None or threading.get_ident() == self.thread):
             self.batch_out = True
+
+
+def limited_call(limit: StepLimit | None, depth: list[int], call: Callable[[], Any], marker: str,
+                 key: int | None = None) -> Any:
+    """A hook's path once step tracking stopped: ``call()`` (the original function) runs as it is,
+    and when it returns, the limit counts it as a call of ``marker`` (of ``key``); a call inside one
+    of the same hook's (``depth``: a backward() inside a backward(), an optimizer's inner optimizer)
+    marks nothing."""
+    if limit is None or depth[0]:
+        return call()
+    depth[0] = 1
+    try:
+        out = call()
+    finally:
+        depth[0] = 0
+    limit.mark(marker, key)
+    return out
