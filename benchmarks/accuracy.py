@@ -45,7 +45,9 @@ problem.
 Targets (exit status 1 when one is missed): every scenario runnable here has
 its expected code as the top finding; no finding at warning or above on any
 fixed variant or on the baseline; every fix measurably faster where its gain
-can show here. Usage::
+can show here. A run whose report warns that its step figures are partial (step
+tracking stopped: ``report.json``'s ``warnings``) is not diagnosed, whatever it
+found: its figures cover part of the run. Usage::
 
     python benchmarks/accuracy.py                      # every scenario runnable here
     python benchmarks/accuracy.py --only starved_dataloader --keep runs/
@@ -183,6 +185,7 @@ class Variant:
     error: str = ""  # why it could not be read
     findings: list[dict] = field(default_factory=list)  # code, severity, share_pct, in report order
     environment: list[str] = field(default_factory=list)  # ENVIRONMENT codes raised, apart from findings
+    warnings: list[str] = field(default_factory=list)  # the report's warnings (the step figures are partial …)
     steps: int = 0
     steps_used: int = 0
     batch_size: int | None = None
@@ -279,7 +282,8 @@ def run_variant(
 
 
 def read_findings(variant: Variant, report: dict) -> None:
-    """The report's findings into ``variant``, in report order; ENVIRONMENT ones apart."""
+    """The report's findings into ``variant``, in report order; ENVIRONMENT ones apart; its warnings."""
+    variant.warnings = [str(w) for w in report.get("warnings") or []]
     for f in report.get("findings", []):
         if f["code"] in ENVIRONMENT:
             variant.environment.append(f["code"])
@@ -356,6 +360,7 @@ class Result:
     machine_busy: int = 0  # runs that raised an ENVIRONMENT finding (another process loaded the cores)
     unjudged: str = ""  # a speed-up not judged, and why (the timed runs were on a busy machine)
     diagnosis_unjudged: str = ""  # a planted run on a busy machine that reported nothing but GD205, and why
+    partial: list[str] = field(default_factory=list)  # runs whose step figures are partial (a report warning): not diagnosed
     verified: Verified | None = None  # --verify: the expected finding's fix, measured in trial runs
     expected_speedup: float | None = None  # the expected finding's expected speed-up (its rule's model)
     speedup_bound: float | None = None  # and its bound
@@ -370,7 +375,8 @@ class Result:
 
     @property
     def diagnosed_right(self) -> bool:
-        return self.status == "measured" and (not self.expected or (self.top in self.expected and self.top_every_run))
+        return self.status == "measured" and not self.partial and (
+            not self.expected or (self.top in self.expected and self.top_every_run))
 
 
 def _fastest(runs: list[Variant]) -> Variant | None:
@@ -393,6 +399,9 @@ def judge(scenario: Scenario, planted: list[Variant], fixed: list[Variant] | Non
         if v.error:
             r.problems.append(f"{tag(v)}: {v.error}")
         r.machine_busy += bool(v.environment)
+        for w in v.warnings:  # its figures cover part of the run: whatever it found is not a diagnosis
+            r.partial.append(tag(v))
+            r.problems.append(f"{tag(v)} not diagnosed: {w}")
     codes = [f["code"] for f in first.findings]
     if codes:
         r.top, r.top_severity = codes[0], first.findings[0]["severity"]

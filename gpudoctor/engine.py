@@ -397,6 +397,7 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         account=build_account(ctx, findings, rank_summary.slowest_rank if rank_summary else None,
                               rank_summary.slowest_excess_ns if rank_summary else None),
         errors=tuple(errors),
+        warnings=tuple(run.manifest.warnings()) if run.manifest is not None else (),
         rules_run=tuple(ran),
         rules=tuple(RuleInfo(r.code, r.name, r.title, r.doc) for r in rules if r.code in ran),
     )

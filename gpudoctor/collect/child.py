@@ -313,6 +313,13 @@ class Child:
             self._inject(torch, frames, cfg["injections"])
         if self.driver is not None:
             self.driver.install()
+        # Python's one profiler slot: the script's own profiler wins, gpudoctor's instruments give way (profslot)
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        for part in (self.cprof, self.driver, self.timewindow):
+            if part is not None:
+                profslot.on_script_profiler(part.yield_to_script)
+        profslot.watch_script()
 
     def _inject(self, torch: Any, frames: FrameClassifier, raw: list[dict[str, Any]]) -> None:
         from gpudoctor.collect.inject import Injector  # noqa: PLC0415
@@ -374,6 +381,9 @@ class Child:
         for part in (self.tracker, self.driver, self.cprof, self.writer, self.timewindow):
             if part is not None:
                 part.in_child_after_fork()
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        profslot.forget()
         if self.capture is not None:
             self.capture.active = False
 
@@ -518,6 +528,10 @@ class Child:
                 self.notes.append(f"steps: {type(err).__name__}: {err}")
         if self.driver is not None:
             self.driver.finish()
+            try:
+                self.driver.export_unexported()
+            except Exception as err:
+                self.notes.append(f"torch.profiler: {type(err).__name__}: {err}")
         if self.timewindow is not None:
             try:
                 self.timewindow.finish(self.tracker.steps_seen if self.tracker is not None else 0)
@@ -586,12 +600,11 @@ class Child:
         elif steps:
             _, why, _ = tracker.describe()
             w = self.writer
+            lost = [self._tracking_stopped()] if tracker.error else []
             if w is not None and w.error:
-                out.append(Collected("steps", w.lines_written > 0, f"{w.path.name}: {w.error}; {w.lines_written:,} of "
-                                     f"{steps:,} step records written", detail=f"{steps} steps: {why}",
-                                     partial=w.lines_written > 0))
-            else:
-                out.append(Collected("steps", True, detail=f"{steps} steps: {why}"))
+                lost.append(f"{w.path.name}: {w.error}; {w.lines_written:,} of {steps:,} step records written")
+            kept = not (w is not None and w.error) or w.lines_written > 0
+            out.append(Collected("steps", kept, "; ".join(lost), detail=f"{steps} steps: {why}", partial=bool(lost) and kept))
         else:
             reason = "no step structure: no optimizer step, backward(), root-module call or DataLoader batch was seen"
             if timed:
@@ -599,8 +612,8 @@ class Child:
             elif tw is not None and tw.reason:
                 reason += f"; no time-based window either: {tw.reason}"
             out.append(Collected("steps", False, reason))
-        if tracker is not None and tracker.error:
-            out.append(Collected("steps", False, tracker.error))
+        if tracker is not None and tracker.error and not steps:
+            out.append(Collected("steps", False, self._tracking_stopped()))
         # torch.profiler
         d = self.driver
         if d is None:
@@ -609,12 +622,15 @@ class Child:
             two = "two profilers cannot record at once: gpudoctor's gave way and analyses the script's traces"
             if d.traces:
                 ours = d.user_exports_by_gpudoctor
-                copied = len(d.traces) - ours
+                copied = d.user_copies
+                before = len(d.traces) - ours - copied  # gpudoctor's own windows, before the script's profiler
                 parts = []
                 if copied:
                     parts.append(f"{copied} trace(s) it exported were copied here (its own files stay where it wrote them)")
                 if ours:
                     parts.append(f"{ours} trace(s) it recorded but did not export were exported here by gpudoctor")
+                if before:
+                    parts.append(f"{before} window(s) of gpudoctor's were recorded before it")
                 out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {two}; {'; '.join(parts)}"))
             else:
                 why = "; ".join(d.user_trace_errors[:1]) or "it exported no trace"
@@ -636,6 +652,8 @@ class Child:
                     which = "every window" if not s.detail_windows or n == len(d.traces) else f"the first {n} window(s)"
                     parts.append(f"{', '.join(extras)} in {which}")
             detail = f"{len(d.traces)} window(s) recorded ({'; '.join(parts)})"
+            if d.slot_notes:  # where its stacks or its probe gave way to another profiler (profslot)
+                detail += "; " + "; ".join(d.slot_notes)
             if d.error:
                 detail += f"; then: {d.error}"
             lost = d.write_errors
@@ -647,7 +665,8 @@ class Child:
         elif s is not None and steps <= s.skip_first:
             out.append(Collected("torch.profiler", False, f"the run ended after {steps} steps, before the first profiled window (step {s.skip_first}); lower --skip-first"))
         else:
-            out.append(Collected("torch.profiler", False, "no trace was written"))
+            why = f": {'; '.join(d.slot_notes)}" if d.slot_notes else ""
+            out.append(Collected("torch.profiler", False, f"no trace was written{why}"))
         # CUDA
         out.append(self._collected_cuda())
         # cProfile
@@ -659,7 +678,10 @@ class Child:
         elif c.write_error:
             out.append(Collected("cprofile", False, f"{c.path.name} could not be written: {c.write_error}", detail=c.detail()))
         elif timed and tw.pstats_written:
-            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure)"))
+            note = f"; its cProfile {tw.cprofile_note}" if tw.cprofile_note else ""
+            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure){note}"))
+        elif timed and tw.cprofile_note:
+            out.append(Collected("cprofile", False, f"the time-based window's cProfile {tw.cprofile_note}"))
         elif c.error and c.first is None:
             out.append(Collected("cprofile", False, c.error))
         elif c.first is not None:
@@ -667,6 +689,8 @@ class Child:
             if c.error:
                 detail += f"; {c.error}"
             out.append(Collected("cprofile", True, detail=detail))
+        elif c.gave_way:
+            out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
         elif steps == 0:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
         else:
@@ -685,6 +709,19 @@ class Child:
         if torch is None:
             out = [Collected(c.name, False, "torch could not be imported") for c in out]
         return out
+
+    def _tracking_stopped(self) -> str:
+        """Why step tracking stopped, from which step the figures are missing, and whether ``--steps`` held."""
+        tr = self.tracker
+        text = tr.error
+        if tr.failed_at is not None:
+            text += f"; steps {tr.failed_at} and later were not recorded"
+        lim = tr.limit
+        if lim is not None and lim.done >= lim.max_steps:
+            text += f"; --steps {lim.max_steps} still stopped the script after {lim.done} steps"
+        elif lim is not None:
+            text += f"; the script ran {lim.done} steps"
+        return text
 
     def write_errors(self) -> list[dict[str, str]]:
         """Every file the training process could not write (``manifest.write_errors``)."""

@@ -534,7 +534,7 @@ def print_summary(m: Manifest, run_dir: Path, opts: ProfileOptions) -> None:
             shown = str(run_dir)
     except ValueError:
         shown = str(run_dir)
-    lines = summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing)
+    lines = summary_lines(s, m.step_source, m.status.value, m.status_detail, m.exit_code, shown, missing, m.warnings())
     if stopped_during_startup(m.status_detail):  # the script never ran: how the run ended and where, not its steps
         lines = [ln for ln in lines if ln.startswith("gpudoctor: run ")]
     for line in lines:

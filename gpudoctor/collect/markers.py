@@ -74,6 +74,7 @@ from gpudoctor.collect.steps import (
     StepTracker,
     StopAfterSteps,
 )
+from gpudoctor.collect.steps.limit import limited_call
 from gpudoctor.model import CallSite
 
 _TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
@@ -149,7 +150,9 @@ class BackwardWatch:
 
         def slow(args: Any, kwargs: Any) -> Any:
             """Every case but the training loop's backward() outside any other phase (below)."""
-            if depth[0] or acc[PHASE] == IN_BACKWARD or is_compiling() or not tracker.active:
+            if not tracker.active and not is_compiling():  # --steps goes on counting (StepLimit)
+                return limited_call(tracker.limit, depth, lambda: orig(*args, **kwargs), "backward")
+            if depth[0] or acc[PHASE] == IN_BACKWARD or is_compiling():
                 return orig(*args, **kwargs)  # a backward inside a backward (reentrant checkpointing) is part of it
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
@@ -323,6 +326,8 @@ class RootModuleWatch:
         def post(module: Any, args: Any, result: Any) -> None:
             token = entry[0]
             if token is None or is_compiling() or module is not ref():
+                if not tracker.active and tracker.limit is not None and token is None and module is ref() and not is_compiling():
+                    tracker.limit.mark("module", key)  # step tracking stopped: --steps goes on counting (StepLimit)
                 return
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
@@ -374,6 +379,8 @@ class RootModuleWatch:
 
         def slow(self: Any, args: Any, kwargs: Any) -> Any:
             """Every case but the training loop's call of the root outside any other phase (below)."""
+            if not tracker.active and self is ref() and not is_compiling():  # --steps goes on counting (StepLimit)
+                return limited_call(tracker.limit, depth, lambda: orig(self, *args, **kwargs), "module", key)
             if depth[0] or acc[PHASE] == IN_FORWARD or self is not ref() or is_compiling() or not tracker.active:
                 return orig(self, *args, **kwargs)  # other instances (DataParallel replicas) go through
             loop = tracker.loop_thread

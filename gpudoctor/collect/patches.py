@@ -55,6 +55,7 @@ from gpudoctor.collect.steps import (
     StepTracker,
     StopAfterSteps,
 )
+from gpudoctor.collect.steps.limit import limited_call
 
 
 def _recording_prop(inner: Any, note: Callable[[], None]) -> Any:
@@ -215,7 +216,9 @@ class Patcher:
                 """Every case but the usual one (below): before the optimizer marks the steps, off the
                 loop's thread (no phase), inside another phase, inside another step (which marks
                 nothing), while nothing is tracked."""
-                if depth[0] or acc[PHASE] == IN_OPTIMIZER or is_compiling() or not tracker.active:
+                if not tracker.active and not is_compiling():  # --steps goes on counting (StepLimit)
+                    return limited_call(tracker.limit, depth, lambda: step(self, *args, **kwargs), "optimizer", id(self))
+                if depth[0] or acc[PHASE] == IN_OPTIMIZER or is_compiling():
                     return step(self, *args, **kwargs)
                 token = tracker.phase_start(OPTIMIZER) if get_ident() == tracker.loop_thread else None
                 depth[0] = 1
@@ -294,9 +297,13 @@ class Patcher:
             # did the optimizer's step run? Its hook closed a step (fast: the index moved) or counted a mark;
             # both only grow
             before = tracker.marks + acc[INDEX]
+            lim = tracker.limit
+            counted = lim.done if lim is not None else 0
             out = orig_step(self, optimizer, *args, **kwargs)
             if tracker.active and tracker.marks + acc[INDEX] == before:
                 patcher._safe("GradScaler.step", lambda: tracker.scaler_skipped(optimizer))
+            elif lim is not None and lim.done == counted:  # step tracking stopped: a skipped step still counts
+                lim.mark("optimizer", id(optimizer))
             return out
 
         functools.update_wrapper(init, orig_init)
@@ -383,7 +390,13 @@ class Patcher:
                 acc[N_BATCHES] += 1
                 return out
             if not tracker.active:
-                return orig_next(self)
+                lim = tracker.limit
+                if lim is None:
+                    return orig_next(self)
+                lim.batch_asked()  # step tracking stopped: --steps goes on counting (StepLimit)
+                out = orig_next(self)
+                lim.batch_returned()
+                return out
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:
                 out = orig_next(self)

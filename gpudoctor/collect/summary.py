@@ -95,8 +95,11 @@ def _ms(v: float) -> str:
 
 
 def summary_lines(
-    s: StepSummary, source: str, status: str, detail: str, exit_code: int | None, run_dir: str, not_collected: list[str]
+    s: StepSummary, source: str, status: str, detail: str, exit_code: int | None, run_dir: str, not_collected: list[str],
+    warnings: list[str] | None = None,
 ) -> list[str]:
+    """The summary's lines; ``warnings`` (``Manifest.warnings``: the step figures are partial …) follow
+    the steps' line, as the report puts them before its figures."""
     lines = []
     if s.steps and s.median_ms is not None:
         by = _BY.get(source, source)
@@ -111,6 +114,7 @@ def summary_lines(
                      "a time-based window of the script was recorded instead")
     else:
         lines.append("gpudoctor: no training steps seen (no optimizer step, backward(), model call or DataLoader batch)")
+    lines.extend(f"gpudoctor: warning: {w}" for w in warnings or ())
     how = status + (f": {detail}" if detail else "")
     if exit_code is not None:
         how += f", exit code {exit_code}"

@@ -25,12 +25,15 @@ loses it.
 from __future__ import annotations
 
 import cProfile
+import marshal
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from gpudoctor.collect import profslot
+from gpudoctor.collect.rundir import write_bytes_atomic
 
 DEFAULT_START_S = 5.0
 DEFAULT_END_S = 10.0
@@ -78,6 +81,8 @@ class TimeWindow:
         self._pending = ""
         self._stop = threading.Event()
         self._cprof: cProfile.Profile | None = None
+        self._cprof_on = False  # its cProfile is enabled now
+        self.cprofile_note = ""  # its cProfile "did not run: …" or "stopped early: …" for another profiler
         self._began_ns = 0
 
     # ------------------------------------------------------------------ set-up (main thread)
@@ -146,13 +151,13 @@ class TimeWindow:
         self._began_ns = time.monotonic_ns()
         if self.driver is not None:
             self.traced = bool(self.driver.start_time_window())
-        if self.cprofile_on and sys.getprofile() is None:
-            prof = cProfile.Profile()
-            try:
-                prof.enable()
-                self._cprof = prof
-            except (RuntimeError, ValueError):  # another profiler holds the hook
-                self._cprof = None
+        if self.cprofile_on:
+            prof = profslot.OwnProfile()
+            why = profslot.enable_own(prof)
+            if why:  # another profiler holds Python's profiler slot (the script's own): it gives way
+                self.cprofile_note = f"did not run: {why}"
+            else:
+                self._cprof, self._cprof_on = prof, True
 
     def _end(self) -> None:
         if self.state != "recording":
@@ -160,13 +165,26 @@ class TimeWindow:
         self.state = "recorded"
         end_ns = time.monotonic_ns()
         self.recorded_s = (round((self._began_ns - self._t0) / 1e9, 3), round((end_ns - self._t0) / 1e9, 3))
-        if self._cprof is not None:
-            try:
-                self._cprof.disable()
-            except Exception:
-                self._cprof = None
+        self._stop_cprof()
         if self.driver is not None and self.traced:
             self.driver.stop_time_window()
+
+    def _stop_cprof(self) -> None:
+        if not self._cprof_on or self._cprof is None:
+            return
+        self._cprof_on = False
+        try:
+            if profslot.disable_own(self._cprof):
+                self.cprofile_note = "stopped early: another profiler replaced it (sys.setprofile)"
+        except Exception:
+            self._cprof = None
+
+    def yield_to_script(self, what: str) -> None:
+        """The script starts a profiler of its own (``what``): the window's cProfile stops (what it
+        recorded is kept) so that the script's can run (``profslot``)."""
+        if self._cprof_on:
+            self._stop_cprof()
+            self.cprofile_note = f"stopped early: {what}; Python runs one profiler at a time"
 
     def give_way(self) -> None:
         """The first step was written: the run has steps, the window's data are dropped."""
@@ -192,7 +210,8 @@ class TimeWindow:
                 self.traced = False
             if self._cprof is not None:
                 try:
-                    self._cprof.dump_stats(str(self.pstats_path))
+                    self._cprof.snapshot_stats()  # dump_stats() without its disable(), which could clear another profiler
+                    write_bytes_atomic(self.pstats_path, marshal.dumps(self._cprof.stats))
                     self.pstats_written = True
                 except OSError as err:
                     self.reason = f"its cProfile could not be written: {err.strerror or err}"
@@ -207,5 +226,11 @@ class TimeWindow:
 
     def in_child_after_fork(self) -> None:
         self._stop.set()
+        if self._cprof_on and self._cprof is not None:
+            self._cprof_on = False
+            try:
+                profslot.disable_own(self._cprof)  # a forked worker inherits the profiler of the thread that forked
+            except Exception:
+                pass
         self._cprof = None
         self.state = "off"

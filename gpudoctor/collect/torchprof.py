@@ -30,7 +30,8 @@ to the script for the rest of the run (``manifest.profiler_owner = "user"``), an
 copies every trace the script exports into the run directory (the script's own files
 stay where it wrote them). A profiler of the script's that stops without exporting
 anything (it only printed ``key_averages()``, say) is exported by gpudoctor into the
-run directory after it stopped, so the diagnosis still has a trace.
+run directory at the end of the run (not as it stops: torch saves a trace once, and the
+script may export it after ``stop()``), so the diagnosis still has a trace.
 
 Why this file is long: ``ProfilerDriver`` is the one owner of the process's only
 profiler. The schedule of windows, the Python-call budget's probe, the time-based window and the
@@ -50,6 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.collect import profslot
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.rundir import os_reason, settle_trace_export
 from gpudoctor.model import ProfilerSchedule
@@ -67,6 +69,10 @@ from gpudoctor.model.layout import (
 # whose last warm-up step makes more than BUDGET / active calls records fewer steps
 # (docs/run-directory.md, "Python calls in a trace").
 PYTHON_CALLS_BUDGET = 400_000
+# Profilers of the script's that stopped without exporting, kept (alive) to be exported at the end of
+# the run; past this many the oldest is exported at once (a script that exports after stop() does so
+# before it starts several more)
+MAX_UNEXPORTED = 8
 
 
 @contextmanager
@@ -158,9 +164,14 @@ class ProfilerDriver:
         self.rebased_at: list[int] = []
         self.user_profilers = 0  # profilers the script created
         self.user_exports_by_gpudoctor = 0  # traces of the script's profilers that it never exported
+        self.user_copies = 0  # traces the script exported, copied into the run directory
         self._time_prof: Any = None  # the time window's profiler while it records
         self._time_done: Any = None  # … and once it stopped, until the run ends
         self.time_trace = ""  # the time window's trace, exported and listed only if the run has no steps
+        # the script's profilers that stopped without exporting: (profiler, its export, the step at its stop)
+        self._unexported: list[tuple[Any, Callable[[str], Any], int]] = []
+        # where the stacks or the Python-call probe gave way to another profiler (profslot), in words
+        self.slot_notes: list[str] = []
 
     # ------------------------------------------------------------------ patches
 
@@ -180,13 +191,13 @@ class ProfilerDriver:
 
         def profile_init(self: Any, *args: Any, **kwargs: Any) -> None:
             if driver._own_depth == 0:
-                driver.user_profiler_seen()
+                driver.user_profiler_seen(bool(kwargs.get("with_stack")))
             orig_profile_init(self, *args, **kwargs)
 
         def legacy_init(self: Any, *args: Any, **kwargs: Any) -> None:
             internal = _made_by_torch_profiler()
             if driver._own_depth == 0 and not internal:
-                driver.user_profiler_seen()
+                driver.user_profiler_seen(bool(kwargs.get("with_stack")))
             orig_legacy_init(self, *args, **kwargs)
             if internal:
                 try:
@@ -328,16 +339,12 @@ class ProfilerDriver:
 
     def _start_probe(self, step: int) -> None:
         """Count the Python calls of the last warm-up step (cProfile, this thread), so that a
-        window of Python-heavy steps records fewer of them with stacks. Skipped when another
-        profiler (the script's cProfile, a coverage tool) holds ``sys.setprofile``."""
-        if sys.getprofile() is not None:
-            return
-        import cProfile  # noqa: PLC0415
-
-        probe = cProfile.Profile()
-        try:
-            probe.enable(subcalls=False, builtins=True)
-        except (RuntimeError, ValueError):  # another profiler is active (Python 3.12+: sys.monitoring)
+        window of Python-heavy steps records fewer of them with stacks. Skipped, and said, when
+        another profiler (the script's own) holds Python's profiler slot (``profslot``)."""
+        probe = profslot.OwnProfile()
+        why = profslot.enable_own(probe, subcalls=False, builtins=True)
+        if why:
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step {step + 1}: {why}")
             return
         self._probe, self._probe_step = probe, step
 
@@ -345,13 +352,16 @@ class ProfilerDriver:
         probe, self._probe = self._probe, None
         if probe is not None:
             try:
-                probe.disable()
+                profslot.disable_own(probe)
             except Exception:
                 pass
 
     def _finish_probe(self, step: int) -> None:
         probe, self._probe = self._probe, None
-        probe.disable()
+        if profslot.disable_own(probe):  # up to 3.11: another profiler replaced it during the step
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step {step + 1}: "
+                                   "another profiler replaced its probe during the step (sys.setprofile)")
+            return
         if step != self._probe_step:
             return
         calls = sum(int(entry.callcount) for entry in probe.getstats())
@@ -407,6 +417,14 @@ class ProfilerDriver:
         if detail and not plain:
             self.detail_windows_recorded += 1
         self._stacks_on = bool(s.with_stack and detail and not plain)
+        if self._stacks_on and not profslot.NEW_SLOT:
+            # up to 3.11 the Python tracer would displace a profiler set on this thread, and clear it when it
+            # stops (from 3.12 it records beside one, through sys.setprofile)
+            who = profslot.holder()
+            if who:
+                self._stacks_on = False
+                self.slot_notes.append(f"the window from step {self._window_start(step)} recorded no Python stacks: "
+                                       f"{profslot.held_by(who)}")
         self._trace_first = step + 1 if plain else self._window_start(step)
         self._cut_at = None
         self._bound = None
@@ -532,14 +550,50 @@ class ProfilerDriver:
 
     # ------------------------------------------------------------------ the script's own profiler
 
-    def user_profiler_seen(self) -> None:
+    def user_profiler_seen(self, with_stack: bool = False) -> None:
+        """The script creates a profiler of its own (``with_stack``: it records Python stacks)."""
         if not self.active:
             return
         self.user_profilers += 1
+        if with_stack and not profslot.NEW_SLOT:  # its Python tracer would displace a cProfile (see profslot)
+            profslot.script_takes_slot("the script started torch.profiler with Python stacks")
         if self.owner == "user":
             return
         self.owner = "user"
         self.finish()  # ours gives way: export a window in progress (and stop a time window)
+        self.on_change()
+
+    def yield_to_script(self, what: str) -> None:
+        """The script starts a profiler of its own (``what``) while gpudoctor's may hold Python's
+        profiler slot: the probe is dropped, and a window recording stacks stops here (what it
+        recorded is exported; its other steps run unprofiled); see :mod:`gpudoctor.collect.profslot`."""
+        if not self.active or self.owner != "gpudoctor":
+            return
+        if self._probe is not None:
+            self._drop_probe()
+            self.slot_notes.append(f"the Python-call budget was not applied to the window from step "
+                                   f"{self._probe_step + 1}: {what}")
+        if self._prof is None or not self._stacks_on:
+            return
+        if profslot.NEW_SLOT and not profslot.holder():
+            return  # the tracer did not take tool 2 (3.13): the script's cProfile starts beside it
+        first = self._window_first_active
+        step = self.current_step()
+        ann, self._annotation = self._annotation, None
+        prof, self._prof = self._prof, None
+        self._own_depth += 1
+        try:
+            if ann is not None:
+                ann.__exit__(None, None, None)
+            prof.stop()  # a recording window exports what it has (torch calls on_trace_ready)
+        except Exception as err:
+            self.error = f"torch.profiler failed as it gave way: {type(err).__name__}: {err}"
+        finally:
+            self._own_depth -= 1
+        self._cut_at = self._rest_warm = None
+        self._quiet_until = first + self.schedule.active  # the rest of the window runs unprofiled
+        self.slot_notes.append(f"the window from step {first} stopped at step {step}: {what}; Python runs one "
+                               "profiler at a time, so gpudoctor's (recording stacks) gave way")
         self.on_change()
 
     def user_trace_exported(self, path: str) -> None:
@@ -563,18 +617,37 @@ class ProfilerDriver:
                 pass
             return
         self.traces.append(base)
+        self.user_copies += 1
         self.on_change()
 
     def user_profiler_stopped(self, prof: Any, export: Callable[[str], Any]) -> None:
-        """A profiler of the script's stopped: if it exported nothing, export what it recorded
-        into the run directory (the script's own files are not touched)."""
+        """A profiler of the script's stopped: if it exports nothing by the end of the run, what it
+        recorded is exported into the run directory then (:meth:`export_unexported`; the script's own
+        files are not touched). Not at once: torch saves a profiler's trace once ("Trace is already
+        saved"), and a script that exports after ``stop()`` (``with profile() as prof: …`` then
+        ``prof.export_chrome_trace(…)``, as PyTorch's recipe does) would fail."""
         if not self.active or getattr(prof, "_gpudoctor_exported", False):
             return
+        if any(p is prof for p, _, _ in self._unexported):
+            return  # a second stop() exports nothing new
+        self._unexported.append((prof, export, self.current_step()))
+        if len(self._unexported) > MAX_UNEXPORTED:  # profilers kept alive for it: the oldest is exported now
+            self._export_user(*self._unexported.pop(0))
+
+    def export_unexported(self) -> None:
+        """The script is over: export what each of its profilers recorded and never exported."""
+        pending, self._unexported = self._unexported, []
+        for prof, export, step in pending:
+            self._export_user(prof, export, step)
+
+    def _export_user(self, prof: Any, export: Callable[[str], Any], step: int) -> None:
+        if getattr(prof, "_gpudoctor_exported", False):  # the script exported it after it stopped
+            return
         try:
-            prof._gpudoctor_exported = True  # once: a second stop() exports nothing new
+            prof._gpudoctor_exported = True
         except Exception:
             return
-        base = self._free_name(self.current_step())
+        base = self._free_name(step)
         dst = self.run_dir / plain_trace(base)
         self._own_depth += 1  # the export is gpudoctor's, not the script's
         try:
@@ -665,6 +738,7 @@ class ProfilerDriver:
         return name
 
     def in_child_after_fork(self) -> None:
+        self._unexported = []
         self._drop_probe()  # a forked worker inherits the probe's sys.setprofile hook
         self.active = False
         self._annotation = None

@@ -183,6 +183,12 @@ class Manifest(Serde):
                 return c.reason
         return ""
 
+    def warnings(self) -> list[str]:
+        """What every figure of the run is to be read with, at warning level: its step figures are
+        partial (step tracking stopped, or ``steps.jsonl`` could not all be written), and why."""
+        return [f"the step figures are partial: {c.reason}" for c in self.collected
+                if c.name == "steps" and c.partial and c.reason]
+
 
 # --------------------------------------------------------------------------- settings
 

@@ -505,6 +505,8 @@ def write_notes(manifest: Manifest) -> list[str]:
             text += f"; kept instead: {e.kept}"
         out.append(text)
     for c in manifest.collected:
+        if c.name == "steps":  # partial steps are the report's warning (Manifest.warnings), not a note
+            continue
         if c.partial and c.reason and not any(c.reason in n for n in out):
             out.append(f"{c.name}: partial: {c.reason}")
     return out

@@ -5,7 +5,8 @@ annotations on the pull request's lines (the convention ruff and others use).
 
 Severity: error → ``::error``, warning → ``::warning``, info → ``::notice``. A finding without
 a location is annotated on the run (no ``file``). The message carries the fix's instruction;
-files that could not be checked and rules that crashed are ``::warning`` lines too.
+files that could not be checked and rules that crashed are ``::warning`` lines too, and so is each of
+the report's warnings (the step figures are partial …), first.
 
 Escaping follows GitHub's toolkit (``@actions/core``, ``command.ts``): in the message ``%``,
 ``\\r`` and ``\\n`` become ``%25``, ``%0D`` and ``%0A``; in a property, ``:`` and ``,`` become
@@ -55,6 +56,7 @@ def _command(fd: Finding) -> str:
 
 
 def render_github(report: Report) -> str:
-    lines = [_command(fd) for fd in report.findings]
+    lines = [f"::warning title=gpudoctor::{escape_data(w)}" for w in report.warnings]
+    lines += [_command(fd) for fd in report.findings]
     lines += [f"::warning title=gpudoctor::{escape_data(e)}" for e in report.errors]
     return "\n".join(lines) + ("\n" if lines else "")

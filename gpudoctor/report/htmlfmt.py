@@ -186,6 +186,8 @@ def _header(report: Report) -> str:
     parts = [f"<h1>gpudoctor: {e(f.findings_headline(report))}</h1>", f'<div class="meta">{meta}</div>']
     if run is not None and run.manifest is not None:
         parts.append(f'<div class="meta">{e1(f.run_line(run.manifest))}</div>')
+    for w in report.warnings:  # what every figure below is to be read with
+        parts.append(f'<p class="finding warning"><span class="badge warning">warning</span> {e1(w)}</p>')
     if report.summary:
         cards = []
         for s in report.summary:

@@ -259,6 +259,7 @@ def _blocks(report: Report) -> list[_Block]:
     head.append(meta)
     if run is not None and run.manifest is not None:
         head += ["", f"Run: {esc(f.run_line(run.manifest))}"]
+    head += [line for w in report.warnings for line in ("", f"> {_SEVERITY_MARK['warning']} **warning:** {esc(w)}")]
     blocks.append(_Block("\n".join(head), 0))
     # a pull request's reader: what to change first, then the evidence, then the rest folded
     base = run.manifest.cwd if run is not None and run.manifest is not None else None

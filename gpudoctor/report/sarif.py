@@ -174,10 +174,10 @@ def sarif_log(report: Report) -> dict[str, Any]:
         if fd.location is None
     ]
     invocation: dict[str, Any] = {"executionSuccessful": True}
-    if report.errors:
-        invocation["toolExecutionNotifications"] = [
-            {"level": "error", "message": {"text": e}} for e in report.errors
-        ]
+    notes = [{"level": "warning", "message": {"text": w}} for w in report.warnings]
+    notes += [{"level": "error", "message": {"text": e}} for e in report.errors]
+    if notes:
+        invocation["toolExecutionNotifications"] = notes
     run: dict[str, Any] = {
         "tool": {
             "driver": {

@@ -36,6 +36,8 @@ COMPARE_SCHEMA_ID = f"urn:gpudoctor:compare-schema:{COMPARISON_SCHEMA_VERSION}"
 # the documents with a ``schema_version``: its value is a constant of the schema
 _VERSIONS: dict[type, int] = {Report: REPORT_SCHEMA_VERSION, Comparison: COMPARISON_SCHEMA_VERSION}
 
+# what Python 3.10 gives an Enum without a docstring (3.11 on: None): the schema is the same on every Python
+_ENUM_DEFAULT_DOC = "An enumeration."
 _SIMPLE: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
 
 
@@ -88,8 +90,9 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": _type_schema(value, defs)}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         if tp.__name__ not in defs:
+            doc = tp.__doc__ if tp.__doc__ != _ENUM_DEFAULT_DOC else None
             defs[tp.__name__] = {
-                "description": inspect.cleandoc(tp.__doc__ or tp.__name__),
+                "description": inspect.cleandoc(doc or tp.__name__),
                 "type": "string",
                 "enum": [m.value for m in tp],
             }

@@ -254,14 +254,16 @@ def _ranks_section(report: Report, st: _Style) -> list[str]:
 
 def render_terminal(report: Report, *, color: bool = False, quiet: bool = False) -> str:
     st = _Style(color)
+    warnings = [st(f"warning: {clean_line(w)}", "1;33") for w in report.warnings]  # every figure is read with them
     if quiet:
-        return "\n".join(_findings_section(report, st)) + "\n"
+        return "\n".join([*warnings, *_findings_section(report, st)]) + "\n"
     sections: list[list[str]] = []
     head = [st.bold(f"gpudoctor {clean_line(report.gpudoctor_version)}") + f" · {clean_line(report.kind)} · {clean_line(report.source)}"]
     run = report.run
     if run is not None and run.manifest is not None:
         head.append(st.dim("  " + clean_line(f.run_line(run.manifest))))
     sections.append(head)
+    sections.append(warnings)
     sections.append(_account_section(report, st))
     sections.append(_summary_section(report, st))
     if run is not None:

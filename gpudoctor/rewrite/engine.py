@@ -129,10 +129,13 @@ class _Index:
         # the module is parsed here and never changed (a transform makes a new tree): no defensive copy
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
-        self.pos = self.wrapper.resolve(PositionProvider)
-        self.parent = self.wrapper.resolve(ParentNodeProvider)
         found = _Collect()
-        self.wrapper.visit(found)
+        try:  # on 3.13 a chain that parses (5,000 `+`) can still be too deep for the positions' codegen
+            self.pos = self.wrapper.resolve(PositionProvider)
+            self.parent = self.wrapper.resolve(ParentNodeProvider)
+            self.wrapper.visit(found)
+        except RecursionError:
+            raise RewriteError("it is nested too deeply to rewrite") from None
         self.calls = found.calls
         self.statements = found.statements
         self.torch = _torch_alias(self.module)

@@ -69,7 +69,9 @@ def test_each_gap_gets_its_cause():
     assert details[GapCause.DATALOADER].startswith("enumerate(DataLoader)")
     totals = {c.cause: (c.count, c.total_ns) for c in u.gap_causes}
     assert totals[GapCause.DATALOADER] == (1, 310 * US)
-    assert sum(c.share_of_idle_pct for c in u.gap_causes) == pytest.approx(100.0)
+    # each share is rounded to 4 decimals (analysis.utilization.pct): their sum is 100 within half a unit of the
+    # last decimal per share (here 99.9999; 3.11's sum() gave 99.99990000000001, 3.12's is exact)
+    assert sum(c.share_of_idle_pct for c in u.gap_causes) == pytest.approx(100.0, abs=0.5e-4 * len(u.gap_causes))
     assert u.gap_count == 5 and u.gaps_over_1ms == 0
     assert all(g.step == 1 for g in u.top_gaps)
 

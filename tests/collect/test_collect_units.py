@@ -522,6 +522,10 @@ def test_summary_figures():
     assert summarize_steps(edge).p90_ms == 3.45
     empty = summary_lines(summarize_steps([]), "none", "failed", "boom", 1, "d", ["steps (none)"])
     assert "no training steps" in empty[0] and any("not collected: steps" in x for x in empty)
+    # partial step figures (issue 35): a warning right after the steps' line
+    warned = summary_lines(s, "optimizer", "stopped", "stopped after 40 steps", 0, "d", [],
+                           ["the step figures are partial: step tracking stopped at step 16: ValueError: x"])
+    assert warned[1] == "gpudoctor: warning: the step figures are partial: step tracking stopped at step 16: ValueError: x"
 
 
 # --------------------------------------------------------------------------- settings patches

@@ -30,7 +30,7 @@ from rule_builders import (
 from gpudoctor import engine
 from gpudoctor.config import Config, Thresholds
 from gpudoctor.errors import ConfigError, RunDirError
-from gpudoctor.model import ChecklistStatus, Report, Severity
+from gpudoctor.model import ChecklistStatus, Collected, Report, Severity
 from gpudoctor.rules import registry
 from gpudoctor.rules.checklist import TECHNIQUES
 
@@ -72,6 +72,19 @@ def test_diagnose_ranks_findings_and_fills_the_report():
     assert {r.code for r in rep.rules} == set(rep.rules_run)
     assert rep.run is not None and rep.errors == ()
     assert rep.environment["torch"] == "2.13.0" and "A100" in rep.environment["devices"]
+
+
+def test_partial_step_figures_are_the_report_s_warning():
+    """Step tracking that stopped (issue 35) is a warning of the report, from the manifest's own words;
+    a file of another instrument only partly written is not."""
+    why = "step tracking stopped at step 16: ValueError: x; steps 16 and later were not recorded"
+    base = _gpu_run()
+    collected = (*base.manifest.collected, Collected("steps", True, why, detail="16 steps", partial=True),
+                 Collected("psutil", True, "samples.jsonl: No space left on device (ENOSPC)", partial=True))
+    rep = engine.diagnose(dataclasses.replace(base, manifest=dataclasses.replace(base.manifest, collected=collected)),
+                          Config(), "profile")
+    assert rep.warnings == (f"the step figures are partial: {why}",)
+    assert engine.diagnose(base, Config(), "profile").warnings == ()
 
 
 def test_findings_sorted_by_severity_then_gain_then_code():

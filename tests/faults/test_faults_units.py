@@ -160,14 +160,15 @@ def test_kineto_leftovers_are_settled(tmp_path: Path) -> None:
 
 def test_cprofile_that_cannot_be_written_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpudoctor.collect import schedule as sched
-    from gpudoctor.collect import steps
+    from gpudoctor.collect.steps import cprofile_window
 
     def full(path: Path, data: bytes, sync: bool = False) -> None:
         raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
 
-    monkeypatch.setattr(steps, "write_bytes_atomic", full)
-    window = steps.CprofileWindow(True, 0, 5, sched.CprofileBudget(), tmp_path / "profile.pstats")
+    monkeypatch.setattr(cprofile_window, "write_bytes_atomic", full)
+    window = cprofile_window.CprofileWindow(True, 0, 5, sched.CprofileBudget(), tmp_path / "profile.pstats")
     window.on_step_start(0, [])
+    assert window.resume_after_bookkeeping(0)  # the boundary's last act: the window records step 0
     sum(range(1000))
     window.stop()
     assert window.write_error == "File too large (EFBIG)"

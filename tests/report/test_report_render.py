@@ -320,3 +320,35 @@ def test_html_idle_gap_chart_is_by_idle_time() -> None:
     tallest = max(bars, key=bars.get)
     assert f"{by_time.total_ns / 1e6:,.1f} ms" in chart and tallest.startswith("10 ms"), bars
     assert bars[tallest] > 100 * bars[min(bars, key=bars.get)]
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+PARTIAL = ("the step figures are partial: step tracking stopped at step 16: ValueError: Another profiling tool is "
+           "already active; steps 16 and later were not recorded; --steps 40 still stopped the script after 40 steps")
+
+
+def test_every_format_says_a_warning_at_warning_level_before_the_figures() -> None:
+    """A run whose step figures are partial says so, as a warning, in every format (issue 35)."""
+    rep = replace(canonical_report(), warnings=(PARTIAL,))
+    term = render(rep, "terminal")
+    assert f"warning: {PARTIAL}" in term and term.index("warning:") < term.index("Where the step goes")
+    assert "\x1b[1;33mwarning: the step figures are partial" in render(rep, "terminal", color=True)
+    assert render(rep, "terminal", quiet=True).startswith(f"warning: {PARTIAL}\n")
+    md = render(rep, "md")
+    assert f"> 🟠 **warning:** {PARTIAL}" in md and md.index("**warning:**") < md.index("### Findings")
+    html = render(rep, "html")
+    assert re.search(r'<span class="badge warning">warning</span> the step figures are partial: step tracking', html)
+    assert html.index("badge warning") < html.index('class="cards"')
+    assert json.loads(render(rep, "json"))["warnings"] == [PARTIAL]
+    sarif = json.loads(render(rep, "sarif"))
+    notes = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert {"level": "warning", "message": {"text": PARTIAL}} in notes
+    first = render(rep, "github").splitlines()[0]
+    assert first.startswith("::warning title=gpudoctor::the step figures are partial")
+    # and none where there is none
+    plain = canonical_report()
+    assert not plain.warnings and "warning:" not in render(plain, "terminal")
+    notes = json.loads(render(plain, "sarif"))["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert [n["level"] for n in notes] == ["error"]  # the canonical report's crashed rule, no warning

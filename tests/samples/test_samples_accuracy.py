@@ -109,6 +109,20 @@ def test_a_planted_run_that_found_only_a_busy_machine_is_not_judged_but_a_wrong_
     assert any("got top finding GD204" in p for p in r.problems) and r.diagnosis_unjudged == ""
 
 
+def test_a_run_with_partial_step_figures_is_not_diagnosed():
+    """Step tracking stopped (the report warns the figures are partial, issue 35): the right top finding
+    does not make it a diagnosis."""
+    warning = "the step figures are partial: step tracking stopped at step 16: ValueError: x"
+    planted = acc.Variant(fixed=False, exit_code=0)
+    acc.read_findings(planted, {"findings": [{"code": "GD201", "severity": "error", "gain": {"share_pct": 30.0}}],
+                                "warnings": [warning]})
+    planted.time_per_sample_us = 200
+    r = acc.judge(_scenario(), [planted], [_variant(True, [], per_sample_us=100)], 0)
+    assert r.top == "GD201" and r.partial == ["planted"] and not r.diagnosed_right
+    assert r.problems == [f"planted not diagnosed: {warning}"] and "MISS" in acc.table([r])
+    assert acc.summary([r])["diagnosed_right"] == 0
+
+
 def test_judge_names_each_missed_target():
     r = acc.judge(_scenario(), [_variant(False, ["GD204", "GD201"], "error", 100)], [_variant(True, ["GD204"], "warning", 120)], 0)
     assert r.rank == 2 and not r.diagnosed_right

@@ -25,7 +25,9 @@
                   inside that call at iteration K; --print-losses prints every loss (the
                   outputs-unchanged test compares them with and without gpudoctor);
                   --save FILE torch.save()s the model at the end, loads it back and prints
-                  the forward hooks of both
+                  the forward hooks of both; --break-tracking K breaks gpudoctor's step tracking on purpose
+                  at step K (its step boundaries raise from there on), and the script then prints how
+                  many iterations it began (manual, eval, data, scaler), however it ends
 """
 
 import argparse
@@ -37,6 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 ARGS = None
+ITERS = 0  # iterations begun (manual, eval, data, scaler)
 
 
 class Planted(Exception):
@@ -101,7 +104,9 @@ def manual():
     model = LM()
     lr = 0.5
     hidden = None
+    global ITERS
     for i in range(ARGS.iters):
+        ITERS += 1
         data, target = corpus[i * 5 : i * 5 + 5], corpus[i * 5 + 1 : i * 5 + 6]
         if hidden is not None:
             hidden = tuple(h.detach() for h in hidden)
@@ -125,7 +130,9 @@ def evaluate():
     model.eval()
     batches = [torch.randn(16, 8) for _ in range(ARGS.iters)]
     total = 0.0
+    global ITERS
     for x in batches:  # no torch.no_grad(): autograd records every op
+        ITERS += 1
         total += model(x).softmax(1).max(1).values.sum().item()  # SITE:eval_loop
     print(f"eval score {total:.6f}")
     return model
@@ -182,7 +189,9 @@ def scaler():
     amp_scaler = torch.amp.GradScaler("cpu")
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     skipped = 0
+    global ITERS
     for i, (x, y) in enumerate(loader):
+        ITERS += 1
         loss = nn.functional.cross_entropy(model(x), y)
         if ARGS.inf_every and i % ARGS.inf_every == ARGS.inf_every - 1:
             loss = loss * float("inf")
@@ -283,7 +292,9 @@ def train_eval():
 def data_only():
     loader = DataLoader(Rows(ARGS.iters * 4), batch_size=4)
     total = 0.0
+    global ITERS
     for x, _ in loader:
+        ITERS += 1
         total += float(x.sum())
     print(f"data sum {total:.4f}")
 
@@ -296,6 +307,20 @@ def tensors():
         a = torch.tanh(a @ a.T / 64)
         n += 1
     print(f"tensor loops {n > 0}")
+
+
+def break_tracking(at):
+    """Make gpudoctor's step boundaries raise from step ``at`` on (its step tracking then stops)."""
+    from gpudoctor.collect.steps import tracker  # noqa: PLC0415 - only under gpudoctor profile
+
+    orig = tracker.StepTracker._open
+
+    def broken(self, now_ns, ru=None):
+        if self.index >= at:
+            raise RuntimeError("broken on purpose by the test script")
+        return orig(self, now_ns, ru)
+
+    tracker.StepTracker._open = broken
 
 
 def main():
@@ -317,10 +342,18 @@ def main():
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
     p.add_argument("--save")
+    p.add_argument("--break-tracking", type=int, default=None)
     ARGS = p.parse_args()
     torch.set_num_threads(1)
     shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
               "scaler": scaler, "amp": amp, "gan": gan, "train_eval": train_eval}
+    if ARGS.break_tracking is not None:
+        break_tracking(ARGS.break_tracking)
+        try:
+            shapes[ARGS.shape]()
+        finally:
+            print(f"loops: {ITERS} iterations begun")
+        return
     model = shapes[ARGS.shape]()
     if ARGS.save and model is not None:
         torch.save(model, ARGS.save)  # pickles the whole module, hooks and all

@@ -1,452 +1,72 @@
-"""Finding the training steps of an unmodified script, and timing every one of them.
+"""``StepTracker``: the step boundaries, the marker cascade and the phases, driven by the hooks.
 
-The markers, most specific first
---------------------------------
-A step is one iteration of the script's loop. What marks it is chosen per run from
-what the script actually does, most specific first:
+The package's docstring (:mod:`gpudoctor.collect.steps`) says what a step is, how its marker is
+chosen, how its phases are timed and what the hot path costs. This module is the tracker itself;
+its helpers live beside it: the indices of ``acc`` (``fields``), the CUDA step timer (``cuda``),
+the cProfile window (``cprofile_window``), the rows and their encoding (``rows``), ``--steps``
+(``limit``).
 
-1. ``optimizer``: an optimizer's ``step()`` returns (a wrapper around the ``step`` of
-   each optimizer class the script instantiates; the first optimizer that steps marks
-   the steps, and a step inside another optimizer's step, a wrapper's inner optimizer,
-   marks nothing). Gradient accumulation is several micro-batches (``backward()``
-   calls) in one step; several optimizers that each step once in an iteration (a
-   GAN's discriminator and generator) make one step, whose ``backward()`` calls are
-   theirs, not micro-batches (``StepTracker.other_steps``).
-2. ``backward``: ``torch.autograd.backward`` / ``Tensor.backward()`` returns, when
-   no optimizer steps (parameters updated by hand).
-3. ``module``: a call of the root module returns (the outermost ``nn.Module`` with
-   parameters, not its submodules), when nothing calls ``backward()`` (evaluation,
-   inference).
-4. ``dataloader``: the loop asks a ``DataLoader`` for its next batch (a step runs
-   from one ``__next__`` call to the next).
-
-When none of these happens, nothing is a step: ``timewindow`` records seconds 5–10 of
-the script instead (``step_source: "time"``).
-
-How a marker is established, and gives way
-------------------------------------------
-A run cannot know at its start whether an optimizer will ever step, so the first
-step (step 0) is provisional: it opens at the first sign of a loop (an optimizer
-created, a batch asked for, the root module called, ``backward()`` called) and no
-instrument runs in it. Then:
-
-- ``optimizer`` is established at its first step: step 0 ends there (nothing is
-  more specific).
-- ``backward`` and ``module`` are established at their second occurrence with
-  nothing more specific in between (a more specific kind seen once becomes the
-  candidate instead: a training loop calls the model, then ``backward()``, then
-  ``optimizer.step()`` in its first iteration). Step 0 is then split where the
-  candidate first occurred, so step 0 is the first iteration and step 1 the
-  second: the step count is the iteration count. While an optimizer object exists
-  but has not stepped, they wait up to ``DEFER_WHILE_OPTIMIZER_IDLE`` occurrences
-  for it (gradient accumulation takes several backward calls before the first
-  optimizer step); step 0 then holds them all.
-- ``dataloader`` is established at the second batch asked for with no other
-  candidate (its steps start where a batch is asked for, so step 0 is one
-  iteration).
-
-A more specific marker that appears later (training after an evaluation pass)
-takes over: ``optimizer`` at once, ``backward`` / ``module`` at their second
-occurrence. The step in progress ends at the new marker's event (a step that
-straddles the change), each row of ``steps.jsonl`` says which marker ended it, and
-the instruments start over: the torch.profiler window in progress is exported,
-the schedule counts ``skip_first`` again from the new marker's first step, and the
-cProfile window is scheduled afresh, so the steps that define the run are profiled.
-
-Phases
-------
-The same hooks time each step's phases on the host, exclusive of each other: time
-blocked in ``DataLoader.__next__`` (data wait), in the root module's calls
-(forward), in ``backward()`` and in ``optimizer.step()``; the rest of the step is the
-loop's own work ("other"). They count only on the loop's thread. Exclusive without a
-stack: ``acc[PHASE]`` says which phase is in progress (0: none). A phase that starts
-while none is (the usual case, the hooks' inline path) adds its whole time to its own
-figure; one that starts inside another (a ``backward()`` inside LBFGS's
-``step(closure)``, a batch asked for inside the forward: the hooks' slower path,
-:meth:`StepTracker.phase_start` / :meth:`StepTracker.phase_end`) also takes its time
-off the enclosing phase's figure, so each phase keeps only its own. No GPU
-synchronization is added: on CUDA the GPU time of each step comes from one CUDA
-event per boundary (``CudaStepTimer``), read back when complete.
-
-Cost
-----
-In a training loop every Python operation of a hook costs ~0.04 µs (the loop's work
-has left gpudoctor's code and data out of the caches), so the hot path is counted in
-operations and in objects touched. Everything the hooks read or write on their usual
-path lives in one list, ``acc`` (the step's figures, its start, index and end, the
-phase in progress, the fast-path horizon, the threads each hook compares with, the
-marking optimizer's id, the root module's calls): no attribute of the tracker is read.
-A boundary with no instrument due (the ``_plan_fast`` horizon: the next profiler
-window, the cProfile window, ``--steps``, CUDA; a ``getrusage`` read every
-``RUSAGE_EVERY_NS``, the lines encoded and written once a second) is
-:meth:`StepTracker.fast_close`: ``acc`` is copied onto a list of ints and the next
-step opened, with no object made and no method called; the optimizer's and
-``backward()``'s hooks do it inline. The hooks handle the common case inline
-(``backward()`` and the root module's calls only add their time when another marker
-ends the steps; no other phase in progress), each recognising it by one comparison of
-the thread with the one ``acc`` keeps for it (``OPT_THREAD``, ``TRAIN_THREAD``,
-``BATCH_THREAD``, ``BWD_THREAD``: ``NO_THREAD`` while tracking is off or another marker
-ends the steps).
-Module hooks sit on the root module instance only (a global module hook would push
-every submodule call off ``nn.Module``'s fast path; ``markers.RootModuleWatch``).
-``benchmarks/overhead.py --hooks-only`` measures the whole cost per step of each
-loop shape. ``optimizer.step()``'s bookkeeping runs once it has returned (a wrapper
-around the class's ``step``), so that nothing gpudoctor does lands inside the
-``Optimizer.step#…`` range of the trace, and ``--steps N`` stops the script from a
-plain call site.
-
-Step ``k`` runs from the end of gpudoctor's bookkeeping after step ``k-1`` to the
-return of its marked call (to the next ``__next__`` call with ``dataloader``). In
-``dataloader`` mode the time between the end of an epoch (``StopIteration``) and
-the next epoch's first batch belongs to no step.
-
-Why this file is long: the per-call hooks above are one hot path, run on every
-DataLoader ``__next__``, ``backward()`` and ``optimizer.step()`` of the user's loop. Its layout
-(``StepTracker``: the hooks and their bookkeeping in one class, no indirection between a hook
-and what it records) was tuned and measured with ``benchmarks/overhead.py --hooks-only``; splitting
-it across modules would add lookups to every step, so it stays in one file.
+Why this file is long: ``StepTracker``'s per-call hooks are one hot path, run on every DataLoader
+``__next__``, ``backward()`` and ``optimizer.step()`` of the user's loop, and its layout (the hooks
+and their bookkeeping in one class, no indirection between a hook and what it records) was tuned and
+measured with ``benchmarks/overhead.py --hooks-only``. Its helpers were moved out (above); the
+class's own methods stay together, as splitting them across classes or modules would add lookups to
+every step.
 """
 
 from __future__ import annotations
 
-import cProfile
-import marshal
 import resource
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.rundir import JsonlWriter, os_reason, write_bytes_atomic
-from gpudoctor.model import ProfilerSchedule, StepRecord
-
-
-class StopAfterSteps(SystemExit):
-    """Raised at the step boundary after ``--steps N``; the script unwinds and exits 0."""
-
-    def __init__(self, steps: int) -> None:
-        super().__init__(0)
-        self.steps = steps
-
-
-class CudaStepTimer:
-    """GPU time per step from one CUDA event per step boundary, read back without syncs.
-
-    An event is recorded on the current stream at each boundary; the time between two
-    consecutive events is the device-side duration of the step (idle gaps included).
-    Events are read with ``query()`` when they have completed; a step's record waits
-    for its event (at most ``max_lag`` steps, then it is written without GPU time).
-    """
-
-    def __init__(self, torch: Any, max_lag: int = 64) -> None:
-        self.torch = torch
-        self.max_lag = max_lag
-        self._prev = None  # event at the start of the step in progress
-        self._pending: deque[tuple[int, Any, Any]] = deque()
-        self.timed = 0
-        self.error = ""
-        self._on = False
-
-    def usable(self) -> bool:
-        if self._on:
-            return True
-        try:
-            self._on = bool(self.torch.cuda.is_initialized())  # once on, CUDA stays initialized
-        except Exception:
-            return False
-        return self._on
-
-    def watching(self) -> bool:
-        """Is there anything to do at a boundary (CUDA in use, or events in flight)?"""
-        return not self.error and (self.usable() or bool(self._pending))
-
-    def boundary(self, ended_index: int | None) -> bool:
-        """Record the event that ends step ``ended_index`` and starts the next one.
-
-        True when the step's GPU time will come (its start and end events are queued).
-        """
-        if self.error or not self.usable():
-            self._prev = None
-            return False
-        try:
-            if self.torch.cuda.is_current_stream_capturing():
-                # inside a CUDA graph capture an event would become part of the graph
-                self._prev = None
-                return False
-        except Exception:
-            pass
-        try:
-            ev = self.torch.cuda.Event(enable_timing=True)
-            ev.record()
-        except Exception as err:  # a broken CUDA context: stop timing, never fail the script
-            self.error = f"CUDA events failed: {type(err).__name__}: {err}"
-            self._prev = None
-            return False
-        queued = ended_index is not None and self._prev is not None
-        if queued:
-            self._pending.append((ended_index, self._prev, ev))
-        self._prev = ev
-        return queued
-
-    def restart(self) -> None:
-        """No step in progress (DataLoader mode between epochs): the next boundary opens one."""
-        self._prev = None
-
-    def ready(self) -> list[tuple[int, int | None]]:
-        """(index, gpu_ns) of steps whose events completed, in order; over-lagged ones with None."""
-        out: list[tuple[int, int | None]] = []
-        while self._pending:
-            idx, start, end = self._pending[0]
-            try:
-                done = end.query()
-            except Exception as err:
-                self.error = f"CUDA events failed: {type(err).__name__}: {err}"
-                done = False
-            if done:
-                self._pending.popleft()
-                out.append((idx, int(start.elapsed_time(end) * 1e6)))
-                self.timed += 1
-            elif self.error or len(self._pending) > self.max_lag:
-                self._pending.popleft()
-                out.append((idx, None))
-            else:
-                break
-        return out
-
-    def drain(self, timeout_s: float = 5.0) -> list[tuple[int, int | None]]:
-        """At the end of the run: wait (polling, no sync) for the last events, then give up."""
-        deadline = time.monotonic() + timeout_s
-        out: list[tuple[int, int | None]] = []
-        while self._pending and time.monotonic() < deadline and not self.error:
-            out.extend(self.ready())
-            if self._pending:
-                time.sleep(0.005)
-        out.extend((idx, None) for idx, _, _ in self._pending)
-        self._pending.clear()
-        return out
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
-
-class CprofileWindow:
-    """cProfile over a window of steps (see :mod:`gpudoctor.collect.schedule`)."""
-
-    def __init__(self, enabled: bool, start_step: int, stop_before: int, budget: sched.CprofileBudget, path: Path) -> None:
-        self.enabled = enabled
-        self.start_step = start_step
-        self.stop_before = stop_before
-        self.budget = budget
-        self.path = path
-        self.profiler: cProfile.Profile | None = None
-        self.running = False
-        self.first: int | None = None
-        self.last: int | None = None
-        self.stopped_early = False
-        self.done = False
-        self.error = ""
-        self.write_error = ""  # profile.pstats could not be written: the system's reason
-        self.thread_id: int | None = None
-        self._offsets = (start_step, stop_before)
-
-    def rebase(self, origin: int) -> None:
-        """A more specific marker took over at step ``origin``: the window is scheduled afresh
-        from there (a window in progress is written first; a later one replaces its file)."""
-        if not self.enabled or self.error:
-            return
-        if self.running:
-            self.stop()
-        self.start_step = origin + self._offsets[0]
-        self.stop_before = origin + self._offsets[1]
-        self.budget = sched.CprofileBudget(self.budget.budget_steps, self.budget.min_steps)
-        self.profiler = None
-        self.running = self.done = self.stopped_early = False
-        self.first = self.last = None
-
-    def on_step_start(self, index: int, earlier_walls: list[int]) -> None:
-        if not self.enabled or self.done or self.running or index != self.start_step:
-            return
-        if index >= self.stop_before:
-            self.done = True
-            return
-        self.budget.start(earlier_walls)
-        try:
-            self.profiler = cProfile.Profile()
-            self.profiler.enable()
-        except Exception as err:  # another profiler owns sys.setprofile (a debugger, say)
-            self.error = f"cProfile could not start: {type(err).__name__}: {err}"
-            self.done = True
-            return
-        self.running = True
-        self.first = index
-        self.thread_id = threading.get_ident()
-
-    def on_step_end(self, index: int, wall_ns: int) -> None:
-        if not self.running:
-            return
-        self.last = index
-        over = self.budget.add(wall_ns)
-        if over and index + 1 < self.stop_before:
-            self.stopped_early = True
-        if over or index + 1 >= self.stop_before:
-            self.stop()
-
-    def pause_for_bookkeeping(self) -> None:
-        if self.running and self.profiler is not None:
-            self.profiler.disable()
-
-    def resume_after_bookkeeping(self) -> None:
-        if self.running and self.profiler is not None:
-            self.profiler.enable()
-
-    def stop(self) -> None:
-        if self.profiler is None or self.done:
-            self.done = True
-            return
-        self.running = False
-        self.done = True
-        try:
-            self.profiler.disable()
-            self.profiler.create_stats()
-            data = marshal.dumps(self.profiler.stats)  # what dump_stats writes, through a temporary name
-        except Exception as err:
-            self.error = f"cProfile could not be written: {type(err).__name__}: {err}"
-            return
-        try:
-            write_bytes_atomic(self.path, data)
-        except OSError as err:
-            self.write_error = os_reason(err)
-            self.error = f"cProfile could not be written: {self.write_error}"
-
-    def in_child_after_fork(self) -> None:
-        if self.profiler is not None and self.running:
-            try:
-                self.profiler.disable()
-            except Exception:
-                pass
-        self.running = False
-        self.done = True
-        self.profiler = None
-
-    def detail(self) -> str:
-        if self.first is None or self.last is None:
-            return ""
-        n = self.last - self.first + 1
-        text = f"steps {self.first}..{self.last} ({n} step{'s' if n != 1 else ''})"
-        pct = self.budget.overhead_pct()
-        if pct is not None:
-            text += f", measured cost {pct:+.1f}% per step"
-        if self.stopped_early:
-            text += f"; stopped early: its cost passed {self.budget.budget_steps:g} bare steps"
-        return text
-
-
-# How specific each marker is: a higher one takes over from a lower one.
-RANK = {"none": 0, "dataloader": 1, "module": 2, "backward": 3, "optimizer": 4}
-# While an optimizer object exists but has not stepped yet, backward / module / dataloader wait
-# this many occurrences for it before they mark steps: gradient accumulation calls backward()
-# several times before the first optimizer step (step 0 then holds those micro-batches).
-DEFER_WHILE_OPTIMIZER_IDLE = 64
-# how a report names each marker
-MARKER_CALLS = {
-    "optimizer": "optimizer.step()",
-    "backward": "loss.backward()",
-    "module": "the root module's forward",
-    "dataloader": "DataLoader batches",
-    "time": "a time-based window (no step structure)",
-    "none": "nothing",
-}
-# indices of StepTracker.acc, the figures of the step in progress: the phases' times (ns, exclusive
-# of each other), backward() calls, DataLoader batches received (the first N_FIGURES, zeroed as a step
-# opens), then the step's start, the end a fast boundary fills in before it copies the whole list as
-# the step's row (StepTracker.fast_close), the epoch (-1: none known), and the phase in progress on
-# the loop's thread (its index + 1; 0: none; see "Phases" above); then what a fast boundary reads: the
-# step's index, the first index whose end is not fast (``_plan_fast``) and the time from which a fast
-# boundary has a getrusage read or lines due (``_set_due``); then what the hooks compare with (see "Cost"
-# above): the loop's thread for each hook's usual case (NO_THREAD when there is none), the id() of
-# the optimizer that marks the steps, and the calls of the root module
-WAIT, FORWARD, BACKWARD, OPTIMIZER, N_BWD, N_BATCHES, START, END, EPOCH, PHASE, INDEX, FAST_LAST, DUE = range(13)
-OPT_THREAD, TRAIN_THREAD, BATCH_THREAD, BWD_THREAD, MARKER, ROOT_CALLS = range(13, 19)
-NO_THREAD = -1  # (threading.get_ident() is never negative)
-IN_WAIT, IN_FORWARD, IN_BACKWARD, IN_OPTIMIZER = WAIT + 1, FORWARD + 1, BACKWARD + 1, OPTIMIZER + 1  # acc[PHASE]
-N_FIGURES = 6
-ROW = 19  # ints per step in a fast block (all of acc: one copy of pointers, no slice made)
-_ZERO = (0,) * N_FIGURES
-_NO_CPU = (None,) * 5  # a fast row's CPU figures when the next getrusage read covers its step
-
-_Snapshot = tuple  # (t_ns, rusage, the step's acc as a tuple, epoch)
-
-
-class _Block:
-    """Consecutive steps closed by fast boundaries: ``ROW`` ints each (``acc`` as it stood at the
-    step's end, its index included), under one marker and one ``forward_watched`` (whatever changes
-    them seals the block first: :meth:`StepTracker._seal`)."""
-
-    __slots__ = ("data", "marker", "watched")
-
-    def __init__(self, marker: str, watched: bool, data: list[int]) -> None:
-        self.marker = marker
-        self.watched = watched
-        self.data = data
-
+from gpudoctor.collect.rundir import JsonlWriter
+from gpudoctor.collect.steps.cprofile_window import CprofileWindow
+from gpudoctor.collect.steps.cuda import CudaStepTimer, _CudaInitialized
+from gpudoctor.collect.steps.fields import (
+    _NO_CPU,
+    _ZERO,
+    BACKWARD,
+    BATCH_THREAD,
+    BWD_THREAD,
+    DEFER_WHILE_OPTIMIZER_IDLE,
+    DUE,
+    END,
+    EPOCH,
+    FAST_LAST,
+    FORWARD,
+    IN_WAIT,
+    INDEX,
+    MARKER,
+    MARKER_CALLS,
+    N_BATCHES,
+    N_BWD,
+    N_FIGURES,
+    NO_THREAD,
+    OPT_THREAD,
+    OPTIMIZER,
+    PHASE,
+    RANK,
+    ROOT_CALLS,
+    ROW,
+    RUSAGE_EVERY_NS,
+    START,
+    TRAIN_THREAD,
+    WAIT,
+    _Snapshot,
+)
+from gpudoctor.collect.steps.limit import StepLimit, StopAfterSteps
+from gpudoctor.collect.steps.rows import _Block, encode_rows
+from gpudoctor.model import ProfilerSchedule
 
 _getrusage = resource.getrusage
 _monotonic_ns = time.monotonic_ns
 _RUSAGE_SELF = resource.RUSAGE_SELF
-
-# the CPU figures of a step come from getrusage, a system call: 3-5 µs on a busy loop here, and the
-# steps after it run slower (read every 2 ms, it cost a loop of 270 µs steps 3.5 µs per step in the
-# median, measured in-process against no read; every 20 ms, nothing measurable). A boundary reads it
-# when this long has passed since the last read, and that row's figures cover every step since
-# (``cpu_steps``); the rows in between carry none
-RUSAGE_EVERY_NS = 20_000_000
-
-
-class _Line(msgspec.Struct, gc=False):
-    """One line of steps.jsonl (``StepRecord``), in its field order; encoded by msgspec a second's
-    rows at a time (:meth:`StepTracker._drain_rows`)."""
-
-    index: int
-    start_ns: int
-    wall_ns: int
-    data_wait_ns: int
-    user_cpu_ns: int | None
-    sys_cpu_ns: int | None
-    minor_faults: int | None
-    major_faults: int | None
-    cpu_steps: int | None
-    gpu_ns: int | None
-    profiled: bool
-    window: str
-    epoch: int | None
-    rank: int | None
-    marker: str
-    forward_ns: int | None
-    backward_ns: int
-    optimizer_ns: int
-    micro_batches: int
-    batches: int
-
-
-_LINES = msgspec.json.Encoder()
-
-
-class _CudaInitialized:
-    """``torch.cuda._initialized`` for a torch without that flag."""
-
-    def __init__(self, cuda_mod: Any) -> None:
-        self._cuda = cuda_mod
-
-    @property
-    def _initialized(self) -> bool:
-        return bool(self._cuda.is_initialized())
 
 
 class StepTracker:
@@ -462,7 +82,7 @@ class StepTracker:
         on_boundary: Callable[[int], None] | None = None,
         rank: int | None = None,
     ) -> None:
-        # what the hooks use at every step (indices WAIT … ROOT_CALLS, see "Cost" above): changed in
+        # what the hooks use at every step (indices WAIT … ROOT_CALLS, see "Cost" in the package's docstring): changed in
         # place, the hooks hold the list
         # the loop's thread while the tracker is active and the established marker is ``optimizer``
         # (acc[OPT_THREAD]), ``optimizer`` or ``backward`` (TRAIN_THREAD), any but ``dataloader``
@@ -490,8 +110,10 @@ class StepTracker:
         self.on_boundary = on_boundary
         self.on_first_step: Callable[[], None] | None = None  # the first step is written (time window: give way)
         self.rank = rank
-        self.error = ""
-        self.source = "none"  # the established marker (see the module docstring): set by _set_source
+        self.error = ""  # why step tracking stopped (an error of gpudoctor's), in words
+        self.failed_at: int | None = None  # … and at which step: the figures of the steps from there on are missing
+        self.limit: StepLimit | None = None  # --steps once step tracking stopped (see limit)
+        self.source = "none"  # the established marker (see the package's docstring): set by _set_source
         self.loop_thread: int | None = None  # the thread of the loop: set by _set_loop_thread
         self._active = True
         self.markers: list[tuple[str, int, str]] = []  # (marker, first step it ended, what it is), in order
@@ -648,7 +270,8 @@ class StepTracker:
             cprofile.on_step_start(self.index, self.walls_plain)
         if cprofile.running:
             self._window = torch_phase or sched.CPROFILE
-            cprofile.resume_after_bookkeeping()
+            if not cprofile.resume_after_bookkeeping(self.index):  # enabled once; it gave way (the slot is held)
+                self._window = torch_phase
         else:
             self._window = torch_phase
 
@@ -752,61 +375,15 @@ class StepTracker:
         if self.max_steps is not None and self.index >= self.max_steps:
             self.stop_requested = True
 
-    def _line(self, row: list[Any]) -> _Line:
-        (index, start, wall, wait, ut, st, minflt, majflt, gpu, window, epoch,
-         marker, fwd, bwd, opt, micro, batches, cpu_steps) = row
-        return _Line(
-            index, start, wall, wait, None if ut is None else round(ut * 1e9), None if st is None else round(st * 1e9),
-            minflt, majflt, cpu_steps, gpu, window == sched.ACTIVE, window, epoch, self._rank_int, marker, fwd,
-            bwd, opt, micro, batches,
-        )
-
-    def _expand(self, raw: tuple[Any, ...]) -> list[Any]:
-        """A fast boundary's raw figures as a row (see :meth:`_close`)."""
-        (wait, fwd, bwd, opt, n_bwd, n_batches, index, start, end, epoch, marker, watched,
-         ut, st, minflt, majflt, cpu) = raw
-        return [index, start - self.t0, end - start, wait, ut, st, minflt, majflt, None, "", epoch,
-                marker, fwd if watched else None, bwd, opt, n_bwd or n_batches, n_batches, cpu]
-
-    def _block_lines(self, block: _Block, out: list[_Line]) -> None:
-        """The lines of a fast block's steps (see :meth:`fast_close`), appended to ``out``."""
-        t0, rank, marker, watched = self.t0, self._rank_int, block.marker, block.watched
-        counts = self.micro_counts if marker == "optimizer" else None
-        others = self.other_steps if marker == "optimizer" else None
-        it = iter(block.data)
-        for wait, fwd, bwd, opt, n_bwd, n_batches, start, end, epoch, _, index, *_ in zip(
-                *(it,) * ROW, strict=True):
-            micro = n_bwd or n_batches
-            if others and others.pop(index, 0):  # several optimizers stepped: one iteration, not accumulation
-                micro = n_batches or 1
-                self.steps_with_others += 1
-            if counts is not None:  # micro-batches of each optimizer step, for describe()
-                counts[micro] = counts.get(micro, 0) + 1
-            out.append(_Line(index, start - t0, end - start, wait, None, None, None, None, None, None, False, "",
-                             None if epoch < 0 else epoch, rank, marker, fwd if watched else None, bwd, opt,
-                             micro, n_batches))
-
     def _drain_rows(self, now_ns: int) -> None:
         """Format and write the finished rows (once a second, and at the end)."""
         self._last_write_ns = now_ns
         self._seal()
         if self._rows:
             rows, self._rows = self._rows, []
-            counts = self.micro_counts
-            lines: list[_Line] = []
-            for r in rows:
-                if type(r) is _Block:
-                    self._block_lines(r, lines)
-                    continue
-                if type(r) is tuple:
-                    r = self._expand(r)
-                if r[11] == "optimizer":  # micro-batches of each optimizer step, for describe()
-                    if self.other_steps and self.other_steps.pop(r[0], 0):
-                        r[15] = r[16] or 1  # several optimizers stepped: one iteration (see other_steps)
-                        self.steps_with_others += 1
-                    counts[r[15]] = counts.get(r[15], 0) + 1
-                lines.append(self._line(r))
-            self.writer.write_text(_LINES.encode_lines(lines).decode())
+            text, with_others = encode_rows(rows, self.t0, self._rank_int, self.micro_counts, self.other_steps)
+            self.steps_with_others += with_others
+            self.writer.write_text(text)
 
     def _release(self, resolved: list[tuple[int, int | None]], final: bool = False) -> None:
         """Pass held rows on, in order, as their GPU times arrive (all of them when ``final``)."""
@@ -828,8 +405,44 @@ class StepTracker:
         except StopAfterSteps:
             raise
         except Exception as err:
-            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+            self._fail(err, self.index, self.in_step)
+
+    def _fail(self, err: BaseException, done: int, step_open: bool) -> None:
+        """Step tracking stops on an error of gpudoctor's (``done`` steps completed; ``step_open``: a
+        step was in progress, or opening): the steps recorded are kept, the run says from which step
+        its figures are partial and why (``error``, ``failed_at``), and ``--steps`` goes on counting
+        on a path of its own (:class:`StepLimit`)."""
+        if self.error:  # the first error is the cause
             self.active = False
+            return
+        self.failed_at = self.index
+        self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
+        self.active = False
+        # no boundary will drive the instruments any more: a window in progress ends here (what it recorded is kept)
+        for stop in (self.cprofile.stop, self.profiler.finish if self.profiler is not None else None):
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:
+                    pass
+        if self.max_steps is None:
+            return
+        marker = self.source if self.source != "none" else self.cand
+        if marker is None:
+            self.error += f"; --steps {self.max_steps} could not be kept: no marker of the steps was established yet"
+            return
+        key = None
+        if marker == "optimizer":
+            key = self.acc[MARKER] or None
+        elif marker == "module":
+            key = self.root_key if self.source == "module" else self.cand_key
+        self.limit = StepLimit(self.max_steps, marker, key, done, self.loop_thread, step_open)
+        if done >= self.max_steps:
+            self.stop_requested = True
+
+    def _stop_count(self) -> int:
+        """The steps run when ``--steps`` stops the script (the limit's count once tracking stopped)."""
+        return self.limit.done if self.limit is not None else self.index
 
     def _rebase(self) -> None:
         """A more specific marker took over: the instruments start over from the step about to open."""
@@ -861,8 +474,9 @@ class StepTracker:
                 acc[START] = _monotonic_ns()
                 return
             except Exception as err:
-                self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
-                self.active = False
+                self._fail(err, index + 1, True)
+                if self.stop_requested:
+                    raise StopAfterSteps(self._stop_count()) from None
                 return
         try:
             self._close(end_ns)
@@ -878,11 +492,10 @@ class StepTracker:
         except StopAfterSteps:
             raise
         except Exception as err:
-            self.error = f"step tracking stopped at step {self.index}: {type(err).__name__}: {err}"
-            self.active = False
+            self._fail(err, index + 1, reopen)
         if self.stop_requested:
             self.active = False
-            raise StopAfterSteps(self.index)
+            raise StopAfterSteps(self._stop_count())
 
     def fast_close(self, end_ns: int) -> bool:
         """Close the step in progress at ``end_ns`` and open the next one, when nothing but its row is
@@ -891,7 +504,7 @@ class StepTracker:
         no lines to write (``acc[DUE]``). Else False, and nothing is done.
 
         The hot path of every step: the row is ``acc`` itself (its end filled in) copied onto a list of
-        ints (see "Cost" above). The optimizer's and ``backward()``'s hooks do the same inline
+        ints (see "Cost" in the package's docstring). The optimizer's and ``backward()``'s hooks do the same inline
         (tests/collect/test_collect_loops_e2e.py checks the rows they write)."""
         acc = self.acc
         if acc[INDEX] < acc[FAST_LAST] and end_ns < acc[DUE]:
@@ -1011,7 +624,8 @@ class StepTracker:
 
         self._guarded(work)
         self._stop_if_requested()
-        self._end_marked(t_ns)
+        if self._active:
+            self._end_marked(t_ns)
 
     # ------------------------------------------------------------------ phases
 
@@ -1326,7 +940,3 @@ class StepTracker:
 
     def in_child_after_fork(self) -> None:
         self.active = False
-
-
-def record_from_dict(d: dict[str, Any]) -> StepRecord:
-    return StepRecord.from_dict(d)

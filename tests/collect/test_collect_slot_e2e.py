@@ -1,0 +1,152 @@
+"""`gpudoctor profile --steps N` end to end on every Python (issue 35): every step and every window of a
+plain loop; ``--steps`` when step tracking breaks on purpose; the script's own cProfile or torch.profiler
+beside gpudoctor's instruments (Python's one profiler slot, ``gpudoctor.collect.profslot``).
+
+On Python 3.12 step tracking used to stop at the first cProfile window (step 16 with the default
+schedule: "Another profiling tool is already active"), and with it ``--steps``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from collect_testlib import (
+    FAST_SCHEDULE,
+    collected,
+    copy_script,
+    manifest,
+    only_run_dir,
+    profiler_steps,
+    run_profile,
+    steps,
+)
+
+pytestmark = pytest.mark.slow
+
+NEW_SLOT = sys.version_info >= (3, 12)
+
+
+def _profile(tmp_path, *args: str, script_args: tuple[str, ...] = (), report: bool = False):  # noqa: ANN001, ANN202
+    copy_script("slot_loop.py", tmp_path)
+    flags = () if report else ("--no-report",)
+    proc = run_profile(*flags, "--out", "runs", *args, "slot_loop.py", "--", "--report", "seen.json", *script_args,
+                       cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    return proc, run_dir, manifest(run_dir), json.loads((tmp_path / "seen.json").read_text())
+
+
+def _windows(run_dir, m) -> list[list[int]]:  # noqa: ANN001
+    return [profiler_steps(run_dir / t) for t in sorted(m["traces"])]
+
+
+@pytest.mark.parametrize(("n", "windows"), [(40, [[11, 12, 13, 14, 15], [35, 36, 37, 38, 39]]),
+                                            (300, [[11, 12, 13, 14, 15], [295, 296, 297, 298, 299]])])
+def test_steps_n_records_every_step_and_every_window(tmp_path, n, windows):
+    """A 400-step loop under the default schedule: N steps recorded, the script stopped at step N, both
+    windows traced and the cProfile window between them."""
+    proc, run_dir, m, seen = _profile(tmp_path, "--steps", str(n))
+    assert seen["iterations"] == n  # the N-th iteration's optimizer step stopped it
+    assert m["status"] == "stopped" and m["status_detail"] == f"stopped after {n} steps" and m["steps_seen"] == n
+    assert [r["index"] for r in steps(run_dir)] == list(range(n))
+    assert _windows(run_dir, m) == windows
+    st = collected(m, "steps")
+    assert st["ok"] and not st["partial"] and st["reason"] == ""
+    assert [c for c in m["collected"] if c["name"] == "steps"] == [st]  # no "not collected: steps" beside it
+    cp = collected(m, "cprofile")
+    assert cp["ok"] and cp["detail"].startswith("steps 16..") and "gave way" not in cp["detail"]
+    assert (run_dir / "profile.pstats").is_file()
+    assert "warning" not in proc.stderr and "not collected: steps" not in proc.stderr
+
+
+def test_step_tracking_broken_on_purpose_still_stops_at_n_and_says_so(tmp_path):
+    """The script breaks gpudoctor's step boundaries from step 12 on: --steps 40 still stops it at 40,
+    and the summary and the report say, as a warning, from which step the figures are partial."""
+    proc, run_dir, m, seen = _profile(tmp_path, "--steps", "40", script_args=("--break-tracking", "12"), report=True)
+    assert seen["iterations"] == 40
+    assert m["status"] == "stopped" and m["status_detail"] == "stopped after 40 steps" and m["steps_seen"] == 12
+    assert [r["index"] for r in steps(run_dir)] == list(range(12))
+    st = collected(m, "steps")
+    assert st["ok"] and st["partial"]
+    assert st["reason"] == ("step tracking stopped at step 12: RuntimeError: broken on purpose by the test script; "
+                            "steps 12 and later were not recorded; --steps 40 still stopped the script after 40 steps")
+    warning = f"the step figures are partial: {st['reason']}"
+    assert f"gpudoctor: warning: {warning}" in proc.stderr.splitlines()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["warnings"] == [warning]
+    assert f"warning: {warning}" in proc.stdout  # the terminal report, before its figures
+    assert proc.stdout.index("warning:") < proc.stdout.index("Findings")
+
+
+@pytest.mark.parametrize(("shape", "extra"), [("manual", ()), ("eval", ()), ("data", ()), ("scaler", ("--inf-every", "3"))])
+def test_steps_limit_holds_for_every_marker_once_tracking_stopped(tmp_path, shape, extra):
+    """backward(), the root module's calls, DataLoader batches, a GradScaler that skips steps: each
+    marker's hook counts on for --steps once step tracking stopped at step 5."""
+    copy_script("loops.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "--steps", "14", *FAST_SCHEDULE, "loops.py", "--",
+                       "--shape", shape, "--iters", "40", "--break-tracking", "5", *extra, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "loops: 14 iterations begun" in proc.stdout
+    m = manifest(only_run_dir(tmp_path / "runs"))
+    assert m["status_detail"] == "stopped after 14 steps" and m["steps_seen"] == 5
+    assert "--steps 14 still stopped the script after 14 steps" in collected(m, "steps")["reason"]
+
+
+def test_the_scripts_own_cprofile_wins_the_slot(tmp_path):
+    """The script profiles steps 12..25 itself: gpudoctor's window recording stacks stops at step 12 (its
+    trace kept), its cProfile window does not start at 16, the script's cProfile sees every one of its
+    steps, and nothing else is lost: 40 steps, the second window."""
+    proc, run_dir, m, seen = _profile(tmp_path, "--steps", "40", script_args=("--own-cprofile", "12:25"))
+    # all 14 of its steps; on 3.13, where gpudoctor's window goes on to step 15, less the one in flight as
+    # that window stops (see test_a_script_under_its_own_cprofile_keeps_it_whole)
+    assert seen == {"own_cprofile_one_step_calls": 14 if sys.version_info < (3, 13) else 13, "iterations": 40}
+    assert m["steps_seen"] == 40 and [r["index"] for r in steps(run_dir)] == list(range(40))
+    note = ("the window from step 11 stopped at step 12: the script started its own cProfile; Python runs one "
+            "profiler at a time, so gpudoctor's (recording stacks) gave way")
+    # torch 2.13's tracer holds the slot up to 3.12 (its own profile function, or tool 2); on 3.13 it takes neither
+    if sys.version_info < (3, 13):
+        assert _windows(run_dir, m) == [[11, 12], [35, 36, 37, 38, 39]]
+        assert note in collected(m, "torch.profiler")["detail"]
+    else:
+        assert _windows(run_dir, m) == [[11, 12, 13, 14, 15], [35, 36, 37, 38, 39]]
+        assert "gave way" not in collected(m, "torch.profiler")["detail"]
+    cp = collected(m, "cprofile")
+    assert not cp["ok"] and cp["reason"].startswith("gpudoctor's cProfile window did not start at step 16: ")
+    assert "is held by 'cProfile'" in cp["reason"]
+
+
+def test_a_script_under_its_own_cprofile_keeps_it_whole(tmp_path):
+    """The whole loop under the script's cProfile: gpudoctor's cProfile and (up to 3.11, where its tracer
+    would displace and then clear the script's profiler) its Python stacks give way and say so."""
+    proc, run_dir, m, seen = _profile(tmp_path, "--steps", "40", script_args=("--whole-cprofile",))
+    assert seen["iterations"] == 40 and m["steps_seen"] == 40
+    assert len(m["traces"]) == 2
+    # every step but, on 3.12, the one in flight as a torch.profiler window starts or stops (3.12 then misses
+    # that frame's return, with or without gpudoctor: one call uncounted); before the fix, 3.11 lost all
+    # the steps after the first window (11)
+    assert 40 - 2 * len(m["traces"]) <= seen["whole_cprofile_one_step_calls"] <= 40
+    held = "is held by 'cProfile': Python runs one profiler at a time"
+    assert held in collected(m, "cprofile")["reason"]
+    tp = collected(m, "torch.profiler")["detail"]
+    if NEW_SLOT:  # its tracer records beside a cProfile; only the probe of the Python-call budget gives way
+        assert "the Python-call budget was not applied to the window from step 11: " in tp and "no Python stacks" not in tp
+    else:
+        assert f"the window from step 11 recorded no Python stacks: the thread's profile function (sys.setprofile) {held}" in tp
+
+
+def test_the_scripts_torch_profiler_with_stacks_beside_gpudoctors_cprofile(tmp_path):
+    """The script runs torch.profiler with stacks over steps 18..22, inside gpudoctor's cProfile window:
+    up to 3.11 its tracer would displace gpudoctor's cProfile, which gives way; from 3.12 they record
+    side by side. The script's profiler records its stacks either way."""
+    proc, run_dir, m, seen = _profile(tmp_path, "--steps", "40", script_args=("--own-torch-stacks", "18:22"))
+    assert seen["iterations"] == 40 and seen["torch_python_events"] > 0
+    assert m["steps_seen"] == 40 and m["profiler_owner"] == "user"
+    # it exports its trace after stop(), as PyTorch's recipe does: gpudoctor did not export it first (torch saves a
+    # trace once: the script's export failed with "Trace is already saved"), and copied it into the run directory
+    assert (tmp_path / "own_trace.json").is_file()
+    assert "1 trace(s) it exported were copied here" in collected(m, "torch.profiler")["detail"]
+    cp = collected(m, "cprofile")
+    assert cp["ok"] and cp["detail"].startswith("steps 16..")
+    gave_way = "stopped at step 18: the script started torch.profiler with Python stacks"
+    assert (gave_way in cp["detail"]) != NEW_SLOT
