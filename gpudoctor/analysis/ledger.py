@@ -50,6 +50,7 @@ from gpudoctor.model.metrics import (
     Ledger,
     LedgerSlice,
     StepBreakdown,
+    Timelines,
 )
 from gpudoctor.model.run import StepRecord
 from gpudoctor.model.trace import DeviceKind
@@ -374,19 +375,18 @@ def trace_ledger(
     key: str,
     label: str,
     rank: int | None = None,
+    timelines: Timelines | None = None,
 ) -> tuple[tuple[StepBreakdown, ...], Ledger | None]:
     """The ledger of each window and of all of them. ``gaps``: the GPU-idle gaps of the busiest
-    device (None on a CPU-only trace)."""
+    device (None on a CPU-only trace); ``timelines``: which of the windows are steps on the device's
+    timeline (``analysis.timelines``)."""
     gpu = gaps is not None and len(gaps.w_starts) > 0
     if gpu:
         assert gaps is not None
         parts, after_sync = gpu_parts(view, gaps)
         w_s, w_e = gaps.w_starts, gaps.w_ends
         numbers = windows.numbers if windows.from_steps else np.zeros(1, np.int64)
-        where = (
-            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
-            else "the span of GPU activity (no ProfilerStep markers)"
-        )
+        where = windows.describe(False) if windows.from_steps else "the span of GPU activity (no ProfilerStep markers)"
     else:
         after_sync = {}
         if not len(windows.starts) or windows.total_ns <= 0:
@@ -394,8 +394,7 @@ def trace_ledger(
         parts = cpu_parts(view, windows)
         w_s, w_e, numbers = windows.starts, windows.ends, windows.numbers
         where = (
-            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
-            else "the whole trace (no ProfilerStep markers, no GPU activity)"
+            windows.describe(False) if windows.from_steps else "the whole trace (no ProfilerStep markers, no GPU activity)"
         )
     breakdown = tuple(
         StepBreakdown(
@@ -421,6 +420,10 @@ def trace_ledger(
     notes = []
     if gpu and totals.get(C.UNEXPLAINED, 0):
         notes.append("time neither busy nor in an idle gap: the windows overlap")
+    on_device = timelines.device_bound_steps if gpu and timelines is not None else 0
+    if on_device:
+        notes.append(f"{on_device} of the {len(breakdown)} windows are steps on the device's timeline (the device "
+                     "limits them): busy time is the step's compute, idle instants what the device waited for")
     ledger = Ledger(
         key=key,
         basis="gpu" if gpu else "cpu",
@@ -432,6 +435,8 @@ def trace_ledger(
         device=gaps.device if gpu and gaps is not None else None,
         rank=rank,
         notes=tuple(notes),
+        device_windows=on_device,
+        lead_ns=timelines.lead_ns if on_device and timelines is not None else None,
     )
     return breakdown, ledger
 
@@ -493,6 +498,8 @@ def combine(ledgers: Sequence[Ledger], *, label: str = "") -> Ledger:
         device=first.device,
         rank=first.rank,
         notes=(f"{len(ledgers)} traces of one process: their windows together",),
+        device_windows=sum(led.device_windows for led in ledgers),
+        lead_ns=max((led.lead_ns for led in ledgers if led.lead_ns is not None), default=None),
     )
 
 

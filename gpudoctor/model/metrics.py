@@ -210,6 +210,8 @@ class Ledger(Serde):
     device: int | None = None  # the GPU the ledger is of (basis "gpu")
     rank: int | None = None
     notes: tuple[str, ...] = ()
+    device_windows: int = 0  # of the windows, steps on the device's timeline (the device limits them; basis "gpu")
+    lead_ns: int | None = None  # how far the host ran ahead of the device in those steps (median)
 
     @property
     def step_ns(self) -> float:
@@ -231,6 +233,44 @@ class Ledger(Serde):
     def idle_pct(self) -> float:
         """Host-side share: GPU idle on a GPU ledger."""
         return sum(s.pct for s in self.slices if s.side == "host")
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpan(Serde):
+    """One profiled step on its two timelines (``gpudoctor.analysis.timelines``): the host's, where its
+    work was enqueued (the ProfilerStep range), and the device's, where that work ran."""
+
+    step: int  # N of ProfilerStep#N
+    host_start_ns: int  # the ProfilerStep#N range on the host
+    host_end_ns: int
+    device_start_ns: int | None  # first start of the kernels, copies and memsets the step launched (None: none)
+    device_end_ns: int | None  # last end of them
+    window_start_ns: int | None  # the step on the device's timeline: from the end of the steps before's device work
+    window_end_ns: int | None  # to the end of its own (None: no device window)
+    activities: int  # kernels, copies and memsets tied to the step
+    busy_ns: int  # device busy inside the device window
+    host_wait_ns: int  # device idle inside the device window waiting for the host (not launch latency or a dependency)
+    limit: str  # "device" (the device window is the step) or "host" (the host window is)
+
+
+@dataclass(frozen=True, slots=True)
+class Timelines(Serde):
+    """The profiled steps of a trace on the host's and the device's timelines, and which limits each
+    (docs/account.md, "Two timelines")."""
+
+    device: int  # the GPU the device timeline is of (the busiest)
+    steps: tuple[StepSpan, ...]
+    device_bound_steps: int  # steps the device limits: their device windows are the account's
+    host_bound_steps: int  # steps the host limits: their host windows are the account's
+    tied_by: str  # how device work was tied to steps: "launch calls (correlation ids)", "GPU-side ProfilerStep annotations"
+    tied: int  # kernels, copies and memsets tied to a profiled step
+    untied: int  # not tied (launched before the profiled steps or outside them, or without a launch in the trace)
+    host_step_ns: int  # mean ProfilerStep range (the host's enqueue time)
+    device_step_ns: int | None  # mean device window (the device's time per step)
+    device_busy_pct: float | None  # device busy, % of the device windows
+    device_wait_pct: float | None  # device idle waiting for the host, % of the device windows
+    lead_ns: int | None  # median over device-bound steps: the device's start of a step less the host's
+    device_bound_wait_pct: float  # the cut: a step whose device waited for the host less than this % is device-bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +322,7 @@ class KernelStats(Serde):
     tf32_kernel_ns: int | None = None  # GPU time of kernels whose name says TF32 (None: not measured)
     fp32_eligible_op_count: int = 0  # FP32 conv/matmul/linear/bmm ops that launched kernels (needs shapes)
     fp32_eligible_tensor_core_ns: int = 0  # part of fp32_eligible_op_ns in Tensor Core kernels (TF32 on)
+    half_tensor_core_ns: int | None = None  # Tensor Core kernels neither TF32 by name nor of float32 ops: reduced precision
     window: WindowKind = WindowKind.TRACE  # kernels that start in this window (STEPS when there are steps)
 
 
@@ -573,4 +614,5 @@ class TraceMetrics(Serde):
     dataloader_iter: str = ""  # "multi-process" or "single-process": the DataLoader iterator the trace shows ("" none)
     roofline: Roofline | None = None  # achieved FLOP/s and bandwidth against the device's peak (needs shapes)
     compiled: CompiledStats | None = None  # torch.compile and CUDA graphs in the trace (None: neither seen)
+    timelines: Timelines | None = None  # the profiled steps on the host's and the device's timelines (None: no steps or no GPU work)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …
