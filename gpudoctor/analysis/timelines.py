@@ -15,13 +15,14 @@ step's time). Activity whose launch call is not in the trace is tied, second, by
 tied by neither (launched before the profiled steps, or outside them) is *untied*: it makes the
 device busy where it runs, but belongs to no step.
 
-**The device's step.** The device works on step N from the moment it is done with the work of
-the steps before (the end of their last activity) to the end of step N's last activity: the
-device windows tile the device's timeline the way CUDA events recorded at step boundaries
-measure it. The first step's window starts at the later of its host start and the end of the
-device's earlier activity (none before its first activity); the last one ends at the later of
-its last activity and its host end (the wait for the next step, which the trace does not hold,
-begins there). A step that launched nothing has no device window.
+**The device's step.** As CUDA events recorded at the step boundaries time it: step N begins on
+the device once the host has begun it and the device is done with the work of the steps before
+(the end of their last activity), and ends where step N+1 begins; the last one at the later of
+its host end and the end of its work. Where the device keeps up, that is the host's step; where
+it runs behind, it runs from the end of one step's work to the end of the next's. The first
+step's window starts no later than its first activity, after the device's earlier (untied) work.
+The windows tile the device's timeline; one that is empty (a step without work while the device
+still ran earlier ones) is no device window.
 
 **Which timeline limits a step.** The device waited for the host in an idle gap whose ending
 work was launched after the gap began (``analysis.utilization``: the data loader, a sync, the
@@ -157,27 +158,29 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
     np.minimum.at(first, step_of[idx], view.d_ts[idx])
     np.maximum.at(last, step_of[idx], view.d_end[idx])
     count = np.bincount(step_of[idx], minlength=nw)
-    # the device windows: from where the device was done with the steps before to this step's last end
+    # the device windows, as CUDA events recorded at the step boundaries time them: step N begins on the
+    # device once the host has begun it and the device is done with the steps before, and ends where
+    # step N+1 begins (the last one: at the later of its host end and the end of its work)
+    with_work = np.flatnonzero(count)
     ends_all = np.sort(view.d_end[np.flatnonzero(on)])
+    j = int(np.searchsorted(ends_all, first[with_work[0]], side="right"))  # what ended by its first start
+    done = int(ends_all[j - 1]) if j > 0 else int(windows.starts[0])  # the device's work before the steps
     d_start = np.full(nw, -1, np.int64)
     d_end = np.full(nw, -1, np.int64)
-    done = None  # the end of the device's work on the steps so far
-    final = int(np.flatnonzero(count)[-1])
+    begin = [0] * nw
     for w in range(nw):
-        if count[w] == 0:
-            continue
-        if done is None:
-            j = int(np.searchsorted(ends_all, first[w], side="right"))  # activities that end by its first start
-            before = int(ends_all[j - 1]) if j > 0 else int(windows.starts[w])
-            start = min(max(int(windows.starts[w]), before), int(first[w]))
+        begin[w] = max(int(windows.starts[w]), done)
+        if count[w]:
+            if w == with_work[0]:
+                begin[w] = min(begin[w], int(first[w]))
+            done = max(done, int(last[w]))
+        d_end[w] = done  # for now: the end of the work so far
+    for w in range(nw):
+        nxt = begin[w + 1] if w + 1 < nw else max(int(windows.ends[w]), int(d_end[w]))
+        if count[w] or w > with_work[0]:
+            d_start[w], d_end[w] = begin[w], max(nxt, begin[w])
         else:
-            start = done
-        end = max(int(last[w]), start)
-        if w == final:  # no next step to wait for: the host's rest of the last step is the device's wait
-            end = max(end, int(windows.ends[w]))
-        if end > start:
-            d_start[w], d_end[w] = start, end
-        done = end if done is None else max(done, end)
+            d_end[w] = -1  # before the first step with device work: no device step
     has = d_end > d_start
     dw = np.flatnonzero(has)
     device_windows = _windows(d_start[dw].tolist(), d_end[dw].tolist(), windows.numbers[dw].tolist(), windows,
