@@ -7,7 +7,8 @@ markers the span of GPU activity, or the whole trace when there is none):
   charged by what ran, first match wins where streams overlap: ``gpu_fp32_conv``,
   ``gpu_fp32_matmul`` (kernels of float32 conv / matmul / linear / attention ops, found
   through the op that launched them; needs recorded shapes), ``gpu_conv`` (other
-  convolution kernels), ``gpu_optimizer`` (kernels launched inside ``Optimizer.step``),
+  convolution kernels), ``gpu_matmul`` (kernels of matmul / linear / attention ops in
+  another precision), ``gpu_optimizer`` (kernels launched inside ``Optimizer.step``),
   ``gpu_compute`` (every other kernel, memset, device-to-device copy), ``h2d``, ``d2h``
   (copies with no kernel beside them), ``comm_exposed`` (NCCL/RCCL kernels with nothing
   beside them, as ``analysis.comm`` measures it). Idle time is charged gap by gap from the
@@ -62,6 +63,7 @@ GPU_BUSY_ORDER: tuple[Component, ...] = (
     C.GPU_FP32_CONV,
     C.GPU_FP32_MATMUL,
     C.GPU_CONV,
+    C.GPU_MATMUL,
     C.GPU_OPTIMIZER,
     C.GPU_COMPUTE,
     C.H2D,
@@ -94,22 +96,32 @@ def _copy_direction(view: TraceView) -> np.ndarray:
     return np.where(view.d_kind == DeviceKind.MEMCPY, out, 0)
 
 
-def _fp32_kernels(view: TraceView, kidx: np.ndarray) -> np.ndarray:
-    """Which kernels ``kidx`` were launched by a Tensor-Core-eligible op with float32 inputs
-    (all False without recorded shapes), as ``analysis.kernels`` counts them."""
-    out = np.zeros(len(kidx), bool)
+def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel of ``kidx``: launched by a Tensor-Core-eligible op with float32 inputs (as
+    ``analysis.kernels`` counts them); launched by a matmul / linear / attention op (not a
+    convolution) with inputs of another precision. All False without recorded shapes."""
+    fp32 = np.zeros(len(kidx), bool)
+    other = np.zeros(len(kidx), bool)
     if not (view.tl.info.record_shapes and (view.h_types >= 0).any()) or not len(kidx):
-        return out
+        return fp32, other
     op = view.eligible_op_of(kidx)
     eligible = op >= 0
     cache: dict[int, bool] = {}
+    conv_name: dict[int, bool] = {}
     for j in np.flatnonzero(eligible).tolist():
         t = int(view.h_types[op[j]])
         ok = cache.get(t)
         if ok is None:
             ok = cache[t] = is_fp32_types(view.tl.string_of(t))
-        out[j] = ok
-    return out
+        if ok:
+            fp32[j] = True
+            continue
+        n = int(view.h_name[op[j]])
+        conv = conv_name.get(n)
+        if conv is None:
+            conv = conv_name[n] = "conv" in view.tl.names[n]
+        other[j] = t >= 0 and not conv
+    return fp32, other
 
 
 def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarray, np.ndarray]]:
@@ -123,7 +135,8 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
     compute = on & ~comm & ~h2d & ~d2h
     kidx = np.flatnonzero(compute & view.is_kernel)
     fp32 = np.zeros(len(on), bool)
-    fp32[kidx] = _fp32_kernels(view, kidx)
+    matmul = np.zeros(len(on), bool)
+    fp32[kidx], matmul[kidx] = _eligible_kernels(view, kidx)
     conv = compute & view.is_kernel & view.dev_is(names.conv_kernel)
     opt = np.zeros(len(on), bool)
     oi = np.flatnonzero(view.is_optimizer_step)
@@ -137,6 +150,7 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
         C.GPU_FP32_CONV: fp32 & conv,
         C.GPU_FP32_MATMUL: fp32 & ~conv,
         C.GPU_CONV: conv & ~fp32,
+        C.GPU_MATMUL: matmul & ~conv,
         C.GPU_OPTIMIZER: compute & opt,
         C.GPU_COMPUTE: compute,
         C.H2D: h2d,

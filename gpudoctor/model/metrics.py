@@ -117,6 +117,7 @@ class Component(str, Enum):
     GPU_FP32_CONV = "gpu_fp32_conv"  # convolution kernels of float32 ops (Tensor-Core eligible)
     GPU_FP32_MATMUL = "gpu_fp32_matmul"  # kernels of float32 matmul / linear / attention ops
     GPU_CONV = "gpu_conv"  # other convolution kernels (half precision, or dtype unknown)
+    GPU_MATMUL = "gpu_matmul"  # kernels of matmul / linear / attention ops in another precision (bf16, fp16 …; needs shapes)
     GPU_OPTIMIZER = "gpu_optimizer"  # kernels launched inside Optimizer.step
     GPU_COMPUTE = "gpu_compute"  # every other kernel, memset, device-to-device copy
     H2D = "h2d"  # only a host→device copy runs
@@ -140,6 +141,7 @@ COMPONENT_LABELS: dict[str, str] = {
     Component.GPU_FP32_CONV.value: "FP32 convolutions",
     Component.GPU_FP32_MATMUL.value: "FP32 matmuls",
     Component.GPU_CONV.value: "convolutions",
+    Component.GPU_MATMUL.value: "matmuls",
     Component.GPU_OPTIMIZER.value: "optimizer kernels",
     Component.GPU_COMPUTE.value: "other kernels",
     Component.H2D.value: "host→device copies",
@@ -163,6 +165,7 @@ DEVICE_COMPONENTS: frozenset[Component] = frozenset(
         Component.GPU_FP32_CONV,
         Component.GPU_FP32_MATMUL,
         Component.GPU_CONV,
+        Component.GPU_MATMUL,
         Component.GPU_OPTIMIZER,
         Component.GPU_COMPUTE,
         Component.H2D,

@@ -54,7 +54,8 @@ def label(component: str) -> str:
 
 #: Device-busy parts: no fix removes them (faster kernels shorten them), so their claimants are granted
 #: in the order of the share each expects to win (its rule's model), ``OWNERS`` breaking ties.
-BY_EXPECTED: frozenset[Component] = frozenset({C.GPU_FP32_CONV, C.GPU_FP32_MATMUL, C.GPU_CONV, C.GPU_COMPUTE})
+BY_EXPECTED: frozenset[Component] = frozenset({C.GPU_FP32_CONV, C.GPU_FP32_MATMUL, C.GPU_CONV, C.GPU_MATMUL,
+                                               C.GPU_COMPUTE})
 
 
 def _owner_rank(code: str, component: str) -> tuple[int, str]:
