@@ -51,9 +51,9 @@ from gpudoctor.model.metrics import (
     Ledger,
     LedgerSlice,
     StepBreakdown,
-    Timelines,
 )
 from gpudoctor.model.run import StepRecord
+from gpudoctor.model.timelines import Timelines
 from gpudoctor.model.trace import DeviceKind
 
 C = Component
@@ -107,20 +107,13 @@ def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np
     op = view.eligible_op_of(kidx)
     eligible = op >= 0
     cache: dict[int, bool] = {}
-    conv_name: dict[int, bool] = {}
     for j in np.flatnonzero(eligible).tolist():
         t = int(view.h_types[op[j]])
         ok = cache.get(t)
         if ok is None:
             ok = cache[t] = is_fp32_types(view.tl.string_of(t))
-        if ok:
-            fp32[j] = True
-            continue
-        n = int(view.h_name[op[j]])
-        conv = conv_name.get(n)
-        if conv is None:
-            conv = conv_name[n] = "conv" in view.tl.names[n]
-        other[j] = t >= 0 and not conv
+        fp32[j] = ok
+        other[j] = not ok and t >= 0 and "conv" not in view.tl.names[int(view.h_name[op[j]])]
     return fp32, other
 
 

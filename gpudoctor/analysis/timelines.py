@@ -48,7 +48,8 @@ from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.names import profiler_step_number
 from gpudoctor.analysis.utilization import CAUSES, HostState, idle_gaps
 from gpudoctor.analysis.view import TraceView, Windows
-from gpudoctor.model.metrics import GapCause, StepSpan, Timelines
+from gpudoctor.model.metrics import GapCause
+from gpudoctor.model.timelines import StepSpan, Timelines
 from gpudoctor.model.trace import DeviceKind
 
 #: A step whose device waited for the host less than this share of its device window is limited by

@@ -31,8 +31,11 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "COMPONENT_LABELS", "DEVICE_COMPONENTS", "CommStats", "CompiledStats", "Component", "CpuSummary", "DeviceInfo",
         "DevicePeak", "DeviceUtilization", "DispatchStats", "GapCause", "GapCauseTotal", "HistogramBin", "HostSync",
         "IdleGap", "KernelStats", "Ledger", "LedgerSlice", "MemoryStats", "NameStat", "StepBreakdown",
-        "Roofline", "RooflineRow", "StepComm", "StepSpan", "StepWindow", "SyncSummary", "Timelines", "TraceMetrics",
+        "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics",
         "TransferStat", "UtilizationBin", "Window", "WindowKind",
+    ),
+    "timelines": (
+        "StepSpan", "Timelines",
     ),
     "run": (
         "SCHEMA_VERSION", "AppliedInjection", "AutocastUse", "CallSite", "Collected", "CompileEvent", "CompileState",
@@ -131,10 +134,8 @@ if TYPE_CHECKING:
         RooflineRow,
         StepBreakdown,
         StepComm,
-        StepSpan,
         StepWindow,
         SyncSummary,
-        Timelines,
         TraceMetrics,
         TransferStat,
         UtilizationBin,
@@ -172,6 +173,7 @@ if TYPE_CHECKING:
         WrapSetting,
         WriteError,
     )
+    from gpudoctor.model.timelines import StepSpan, Timelines
     from gpudoctor.model.verify import (
         LadderRung,
         RunFigure,
