@@ -51,6 +51,7 @@ from gpudoctor.analysis.view import TraceView, Windows
 from gpudoctor.model.metrics import GapCause
 from gpudoctor.model.timelines import StepSpan, Timelines
 from gpudoctor.model.trace import DeviceKind
+from gpudoctor.model.units import duration_text
 
 #: A step whose device waited for the host less than this share of its device window is limited by
 #: the device: the host's own work (launches, Python, data loading, syncs) kept the device from
@@ -210,7 +211,8 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
         limit = "device" if i is not None and bool(device_bound_dw[i]) else "host"
         if limit == "device":
             s, e = int(device_windows.starts[i]), int(device_windows.ends[i])
-            leads.append(int(first[w]) - hs)
+            if count[w]:
+                leads.append(int(first[w]) - hs)
         else:
             s, e = hs, he
         if prev_end is not None and s < prev_end:
@@ -259,18 +261,15 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
     return StepTimelinesResult(summary=summary, account=account, device=device_windows, step_of=step_of)
 
 
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:.3g} ms" if ns >= 1_000_000 else f"{ns / 1e3:.3g} µs"
-
-
 def timelines_note(t: Timelines) -> str:
     """What a report says about the steps whose windows are on the device's timeline."""
     n = len(t.steps)
     text = (f"the device limits {t.device_bound_steps} of {n} profiled steps (in each it waited for the host under "
-            f"{t.device_bound_wait_pct:g}% of its time): their windows are the device's, from the end of the work "
-            f"of the step before to the end of their own, tied to the host's steps by {t.tied_by or 'nothing'}")
+            f"{t.device_bound_wait_pct:g}% of its time): their windows are the device's steps (from where it was "
+            f"done with the steps before to where the next begins, as CUDA events time a step), their work tied "
+            f"to the host's steps by {t.tied_by or 'nothing'}")
     if t.lead_ns is not None:
-        text += f"; the host runs {_ms(t.lead_ns)} ahead of the device (median over those steps)"
+        text += f"; the host runs {duration_text(t.lead_ns, '?')} ahead of the device (median over those steps)"
     if t.untied:
         text += f"; {t.untied} kernels, copies and memsets belong to no profiled step (launched before them)"
     return text

@@ -19,6 +19,7 @@ from dataclasses import replace
 from gpudoctor.model.findings import Account, Action, Finding
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
 from gpudoctor.model.steady import loop_times
+from gpudoctor.model.units import duration_text
 from gpudoctor.model.verify import VerifyStatus
 from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
 
@@ -205,7 +206,8 @@ def headline(ledger: Ledger) -> str:
         top_busy = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in busy[:3] if s.pct >= _MIN_CAUSE_PCT)
         if ledger.device_windows and ledger.device_windows == ledger.windows:
             # every step runs behind the host: the device's timeline is the step (docs/account.md)
-            lead = f"; the host runs {fmt_ns(ledger.lead_ns)} ahead" if ledger.lead_ns else ""
+            # the lead to three figures, as the trace's notes give it: one value of one quantity
+            lead = f"; the host runs {duration_text(ledger.lead_ns)} ahead" if ledger.lead_ns else ""
             text = f"the GPU is the bottleneck: busy {100.0 - idle:.1f}% of the device's step{lead}"
             text += f"; busy with {top_busy}" if top_busy else ""
             return text + (f"; idle {idle:.1f}%: {causes}" if causes else "")

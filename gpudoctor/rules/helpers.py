@@ -19,7 +19,8 @@ from gpudoctor.model.run import (
     StepRecord,
 )
 from gpudoctor.model.steady import loop_times
-from gpudoctor.rules.context import RuleContext, fmt_ns, fmt_pct, location_of
+from gpudoctor.model.units import duration_text
+from gpudoctor.rules.context import RuleContext, fmt_pct, location_of
 from gpudoctor.rules.edits import dataloader_args, edit_fix
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
@@ -187,7 +188,7 @@ def device_limited(m: TraceMetrics) -> str | None:
         return None
     return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host under "
             f"{t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
-            + (f"; the host runs {fmt_ns(t.lead_ns)} ahead)" if t.lead_ns else ")"))
+            + (f"; the host runs {duration_text(t.lead_ns)} ahead)" if t.lead_ns else ")"))
 
 
 def steps_span(ctx: RuleContext, steps: Sequence[StepRecord] | None = None) -> tuple[int, int] | None:
