@@ -73,7 +73,7 @@ from gpudoctor.rules.context import (
 )
 from gpudoctor.rules.distributed import figures as rank_figures_of
 from gpudoctor.rules.gd405_below_roofline import roofline_summary
-from gpudoctor.rules.helpers import memory_peak
+from gpudoctor.rules.helpers import gpu_samples_in_steps, memory_peak
 from gpudoctor.rules.registry import Rule, all_rules
 
 KINDS = ("profile", "analyze")
@@ -235,8 +235,11 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
         figs = step_figures(steady)
         window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
-        out.append(_stat("step_time_median", "step time (median)", figs.median_ms or 0.0, "ms", window))
-        out.append(_stat("step_time_p90", "step time (p90)", figs.p90_ms or 0.0, "ms", window))
+        # the rate the loop sustains: CUDA events where the steps carry them (a GPU-bound loop's host
+        # wall time is the time to enqueue a step, not to run it)
+        timed = f"{window}, {figs.source}" if figs.source != "wall" else window
+        out.append(_stat("step_time_median", "step time (median)", figs.median_ms or 0.0, "ms", timed))
+        out.append(_stat("step_time_p90", "step time (p90)", figs.p90_ms or 0.0, "ms", timed))
         if figs.data_wait_pct is not None:
             out.append(_stat("data_wait_share", "waiting for data", figs.data_wait_pct, "%", window))
     elif mf is not None and mf.steps_seen:
@@ -307,9 +310,7 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
     if cpu is not None:
         out.append(_stat("main_cpu", "training process CPU (median)", cpu, "%",
                          f"one core; {n_cpu} sample{'s' if n_cpu != 1 else ''} {when}"))
-    gpu_util = [g.util_pct for g in ctx.samples_gpu() if g.util_pct is not None]
-    if gpu_util:
-        out.append(_stat("gpu_util_nvml", "GPU utilization, NVML (median)", statistics.median(gpu_util), "%", "samples"))
+    out.extend(_nvml_stats(ctx, m))
     cores = ctx.cpu_count()
     if cores is not None:
         out.append(_stat("cpu_count", "CPU cores", cores, "count"))
@@ -317,6 +318,31 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
     out.append(_stat("findings", "findings",
                      f"{counts[Severity.ERROR]} error, {counts[Severity.WARNING]} warning, {counts[Severity.INFO]} info"))
     return tuple(out)
+
+
+def _nvml_stats(ctx: RuleContext, m) -> list[SummaryStat]:  # noqa: ANN001 - TraceMetrics | None
+    """NVML's utilization, memory used and power of the GPU the account is of, median of the samples
+    taken while the steady steps ran (on the device's timeline: to the end of their CUDA-event time),
+    the window named; every sample where none was taken then."""
+    device = None
+    if m is not None:
+        u = ctx.util(m)
+        device = m.timelines.device if m.timelines is not None else u.device if u is not None else None
+    if device is not None and not any(g.index == device for g in ctx.samples_gpu()):
+        device = None
+    samples, when = gpu_samples_in_steps(ctx, device)
+    window = f"{len(samples)} sample{'s' if len(samples) != 1 else ''} {when}"
+    out = []
+    for key, label, unit, values in (
+        ("gpu_util_nvml", "GPU utilization, NVML (median)", "%", [g.util_pct for g in samples]),
+        ("gpu_memory_nvml", "GPU memory used, NVML (median)", "bytes", [g.mem_used_bytes for g in samples]),
+        ("gpu_power_nvml", "GPU power, NVML (median)", "W", [g.power_w for g in samples]),
+    ):
+        vals = [v for v in values if v is not None]
+        if vals:
+            value = statistics.median(vals)
+            out.append(_stat(key, label, int(value) if unit == "bytes" else float(value), unit, window))
+    return out
 
 
 def build_environment(run: RunData) -> dict[str, str]:

@@ -4,11 +4,20 @@
 project root), or the folder named by ``GPUDOCTOR_SHARED_TRACES``. Tests that use it
 skip cleanly when it is absent, so the suite passes for a user who clones the
 project alone. The traces are never copied into the repository.
+
+``gpu_run``: the run directories recorded on a real GPU, kept in ``tests/fixtures/gpu/<run>/``
+(tests/fixtures/gpu/README.md): a function from a run's name to a readable run directory, its
+gzipped records unpacked into a temporary folder (``benchmarks/gpu_acceptance.py`` writes them
+plain; either is read). ``gpu_index``: what ``index.json`` there says each run planted;
+``gpu_report``: a recorded run analysed and diagnosed in this process, once per session.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -34,6 +43,61 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+GPU_FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
+
+
+@pytest.fixture(scope="session")
+def gpu_index() -> dict:
+    path = GPU_FIXTURES / "index.json"
+    if not path.is_file():
+        pytest.skip("no recorded GPU runs in tests/fixtures/gpu")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def gpu_run(tmp_path_factory):
+    """``gpu_run(name)``: the recorded run ``name`` as a run directory (records unpacked), or a skip."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name in made:
+            return made[name]
+        src = GPU_FIXTURES / name
+        if not (src / "manifest.json").is_file() and not (src / "manifest.json.gz").is_file():
+            pytest.skip(f"tests/fixtures/gpu has no recorded run {name!r}")
+        dest = tmp_path_factory.mktemp("gpu-runs") / name
+        dest.mkdir()
+        for f in sorted(src.iterdir()):
+            if f.name.endswith(".pt.trace.json.gz") or not f.name.endswith(".gz"):
+                shutil.copyfile(f, dest / f.name)  # traces stay gzipped: the parser reads them so
+            else:
+                with gzip.open(f, "rb") as fh:
+                    (dest / f.name[: -len(".gz")]).write_bytes(fh.read())
+        made[name] = dest
+        return dest
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def gpu_report(gpu_run):
+    """``gpu_report(name)``: (the analysed ``RunData``, the ``Report`` of ``gpudoctor analyze``) of a
+    recorded GPU run, made once per session."""
+    from gpudoctor.config import Config
+    from gpudoctor.engine import diagnose
+    from gpudoctor.pipeline import analyze_paths
+
+    made: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in made:
+            run = analyze_paths([str(gpu_run(name))], jobs=1)
+            made[name] = (run, diagnose(run, Config(), kind="analyze"))
+        return made[name]
+
+    return get
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,10 @@ Every metric is a pure function of a ``TraceView`` (numpy views on the ``Timelin
 with its own module and unit tests:
 
 - ``view``: windows (ProfilerStep#N, or the whole trace), correlation lookups;
+- ``timelines``: each step's host span (its ProfilerStep range) and device span (the work it
+  launched, tied by correlation ids), which of the two limits it, and the windows the device-side
+  metrics and the account are measured over (a device-bound step's window is on the device's
+  timeline, docs/account.md);
 - ``utilization``: busy/idle per device over the span, the steps and HTA's window;
   idle gaps and their causes, histogram, busy timeline;
 - ``ledger``: where each step's time went, in exclusive parts that sum to it
@@ -30,6 +34,7 @@ from gpudoctor.analysis.memory import memory_stats
 from gpudoctor.analysis.names import dataloader_iter_kind
 from gpudoctor.analysis.roofline import roofline
 from gpudoctor.analysis.syncs import sync_summary
+from gpudoctor.analysis.timelines import step_timelines, timelines_note
 from gpudoctor.analysis.transfers import transfer_stats
 from gpudoctor.analysis.utilization import HostState, device_utilization, idle_gaps
 from gpudoctor.analysis.view import TraceView
@@ -71,26 +76,28 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     wherever they run."""
     view = TraceView(timeline)
     info = timeline.info
-    windows = view.windows
+    windows = view.windows  # the host's: each ProfilerStep range, where the step's work was enqueued
+    host = HostState(view)
+    # each step on the timeline that limits it (analysis.timelines): the device-side passes and the
+    # account read these windows, the host-side passes the ProfilerStep ranges
+    timelines = step_timelines(view, windows, view.primary_device, host)
+    acct = timelines.account if timelines is not None else windows
     side: list[Callable[[], Any]] = [
         lambda: cpu_summary(view, windows),
         lambda: dispatch_stats(view, windows),
         lambda: sync_summary(view, windows),
-        lambda: transfer_stats(view, windows),
-        lambda: kernel_stats(view, windows),
+        lambda: transfer_stats(view, acct),
+        lambda: kernel_stats(view, acct, launch_windows=windows),
     ]
     side_results = beside(side) if beside is not None else None
     notes: list[str] = []
-    host = HostState(view)
-    gap_tables = {d: idle_gaps(view, d, windows, host) for d in view.devices}
-    utilization = tuple(device_utilization(view, d, windows, host, gaps=gap_tables[d]) for d in view.devices)
+    gap_tables = {d: idle_gaps(view, d, acct, host) for d in view.devices}
+    utilization = tuple(device_utilization(view, d, acct, host, gaps=gap_tables[d]) for d in view.devices)
     win_list: list[Window] = []
-    if windows.from_steps and utilization and utilization[0].steps_window is not None:
+    if acct.from_steps and utilization and utilization[0].steps_window is not None:
         win_list.append(utilization[0].steps_window)
-    elif windows.from_steps:
-        first, last = int(windows.numbers[0]), int(windows.numbers[-1])
-        win_list.append(Window(WindowKind.STEPS, int(windows.starts[0]), int(windows.ends[-1]),
-                               f"{len(windows.steps)} ProfilerStep windows (#{first}..#{last})"))
+    elif acct.from_steps:
+        win_list.append(Window(WindowKind.STEPS, int(acct.starts[0]), int(acct.ends[-1]), acct.describe()))
     primary = view.primary_device
     for u in utilization:
         if u.device == primary:
@@ -110,12 +117,13 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     name = timeline.path.replace("\\", "/").rsplit("/", 1)[-1]
     breakdown, ledger = trace_ledger(
         view,
-        windows,
+        acct,
         gap_tables.get(busiest.device) if busiest is not None else None,
         busiest,
         key=f"trace:{timeline.path}",
         label=f"rank {rank}" if rank is not None else name,
         rank=rank,
+        timelines=timelines.summary if timelines is not None else None,
     )
     if not windows.from_steps:
         notes.append(
@@ -132,12 +140,14 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     if not view.is_activity.any():
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace: CPU-side metrics only")
     memory = memory_stats(view, devices, run, windows)
-    comm = comm_stats(view, windows)
-    compiled = compiled_stats(view, windows)
+    comm = comm_stats(view, acct)
+    compiled = compiled_stats(view, windows, device_windows=acct)
     cpu, dispatch, syncs, transfers, kernels = side_results() if side_results is not None else [f() for f in side]
     for u in utilization:
         if u.hta_window is not None and windows.from_steps:
             notes.append(f"device {u.device}: {u.hta_window.description}")
+    if timelines is not None and timelines.summary.device_bound_steps:
+        notes.append(timelines_note(timelines.summary))
     return TraceMetrics(
         path=timeline.path,
         has_gpu_activity=bool(view.is_activity.any()),
@@ -176,7 +186,8 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         comm=comm,
         backend=info.backend,
         dataloader_iter=dataloader_iter_kind(view),
-        roofline=roofline(view, windows, devices),
+        roofline=roofline(view, acct, devices),
         compiled=compiled,
+        timelines=timelines.summary if timelines is not None else None,
         notes=tuple(notes),
     )

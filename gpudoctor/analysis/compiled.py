@@ -51,13 +51,17 @@ def _pct(part: int, whole: int) -> float | None:
     return round(100.0 * part / whole, 3) if whole > 0 else None
 
 
-def compiled_stats(view: TraceView, windows: Windows | None = None) -> CompiledStats | None:
-    """What the trace shows of torch.compile and of CUDA / HIP graphs (None: neither)."""
+def compiled_stats(view: TraceView, windows: Windows | None = None,
+                   device_windows: Windows | None = None) -> CompiledStats | None:
+    """What the trace shows of torch.compile and of CUDA / HIP graphs (None: neither): host events in
+    ``windows``, device activity in ``device_windows`` (default: the same; the steps on the device's
+    timeline where the device runs behind the host, ``analysis.timelines``)."""
     windows = windows or view.windows
+    device_windows = device_windows or windows
     names = view.names
     # kernels (and the graph-issued activity) in the windows
     kidx = np.flatnonzero(view.is_kernel)
-    kidx = kidx[_in_windows(windows, view.d_ts[kidx])]
+    kidx = kidx[_in_windows(device_windows, view.d_ts[kidx])]
     kdur = view.d_dur[kidx]
     kernel_ns = int(kdur.sum())
     triton = view.dev_is(names.triton_kernel)[kidx]
@@ -73,7 +77,7 @@ def compiled_stats(view: TraceView, windows: Windows | None = None) -> CompiledS
     graph_launch = launch & view.host_is(names.graph_launch_call)
     # what each graph launch issued: the activity correlated with it
     act = np.flatnonzero(view.is_activity)
-    act = act[_in_windows(windows, view.d_ts[act])]
+    act = act[_in_windows(device_windows, view.d_ts[act])]
     issuer = view.dev_launch[act] if len(act) else np.zeros(0, np.int64)
     by_graph = issuer >= 0
     if by_graph.any():

@@ -57,8 +57,13 @@ def name_stats(names: tuple[str, ...], name_ids: np.ndarray, durs: np.ndarray, t
     )
 
 
-def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP_KERNELS) -> KernelStats | None:
+def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP_KERNELS,
+                 launch_windows: Windows | None = None) -> KernelStats | None:
+    """The kernels that start in ``windows`` and the launch calls in ``launch_windows`` (default: the
+    same windows; the host's ProfilerStep windows where ``windows`` are the steps on the device's
+    timeline, ``analysis.timelines``)."""
     windows = windows or view.windows
+    launch_windows = launch_windows or windows
     kidx = np.flatnonzero(view.is_kernel)
     if windows.from_steps and len(kidx):
         kidx = kidx[windows.index_of(view.d_ts[kidx]) >= 0]
@@ -70,8 +75,8 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
     count = len(kidx)
     # launches in the same windows
     lidx = np.flatnonzero(view.is_launch_call)
-    if windows.from_steps and len(lidx):
-        lidx = lidx[windows.index_of(view.h_ts[lidx]) >= 0]
+    if launch_windows.from_steps and len(lidx):
+        lidx = lidx[launch_windows.index_of(view.h_ts[lidx]) >= 0]
     launch_total = int(view.h_dur[lidx].sum()) if len(lidx) else 0
     launch = view.dev_launch[kidx]
     paired = launch >= 0
@@ -86,6 +91,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
     fp32_ns = fp32_tc_ns = 0
     fp32_ops = 0
     fp32_pct = None
+    half = tc & ~tf32  # Tensor Core kernels in a reduced precision: not TF32 by name, not of float32 ops
     if shapes_known:
         op = view.eligible_op_of(kidx)
         eligible = op >= 0
@@ -100,6 +106,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
         sel = eligible & types_ok
         fp32_ns = int(dur[sel].sum())
         fp32_tc_ns = int(dur[sel & tc].sum())
+        half &= ~sel
         fp32_ops = int(len(np.unique(op[sel])))
         fp32_pct = round(100.0 * fp32_ns / total, 3) if total else None
     # optimizer kernels: launched inside Optimizer.step ranges
@@ -133,6 +140,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
         tf32_kernel_ns=int(dur[tf32].sum()),
         fp32_eligible_op_count=fp32_ops,
         fp32_eligible_tensor_core_ns=fp32_tc_ns,
+        half_tensor_core_ns=int(dur[half].sum()),
         window=WindowKind.STEPS if windows.from_steps else WindowKind.TRACE,
     )
 

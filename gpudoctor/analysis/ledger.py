@@ -7,7 +7,8 @@ markers the span of GPU activity, or the whole trace when there is none):
   charged by what ran, first match wins where streams overlap: ``gpu_fp32_conv``,
   ``gpu_fp32_matmul`` (kernels of float32 conv / matmul / linear / attention ops, found
   through the op that launched them; needs recorded shapes), ``gpu_conv`` (other
-  convolution kernels), ``gpu_optimizer`` (kernels launched inside ``Optimizer.step``),
+  convolution kernels), ``gpu_matmul`` (kernels of matmul / linear / attention ops in
+  another precision), ``gpu_optimizer`` (kernels launched inside ``Optimizer.step``),
   ``gpu_compute`` (every other kernel, memset, device-to-device copy), ``h2d``, ``d2h``
   (copies with no kernel beside them), ``comm_exposed`` (NCCL/RCCL kernels with nothing
   beside them, as ``analysis.comm`` measures it). Idle time is charged gap by gap from the
@@ -52,6 +53,7 @@ from gpudoctor.model.metrics import (
     StepBreakdown,
 )
 from gpudoctor.model.run import StepRecord
+from gpudoctor.model.timelines import Timelines
 from gpudoctor.model.trace import DeviceKind
 
 C = Component
@@ -61,6 +63,7 @@ GPU_BUSY_ORDER: tuple[Component, ...] = (
     C.GPU_FP32_CONV,
     C.GPU_FP32_MATMUL,
     C.GPU_CONV,
+    C.GPU_MATMUL,
     C.GPU_OPTIMIZER,
     C.GPU_COMPUTE,
     C.H2D,
@@ -93,12 +96,14 @@ def _copy_direction(view: TraceView) -> np.ndarray:
     return np.where(view.d_kind == DeviceKind.MEMCPY, out, 0)
 
 
-def _fp32_kernels(view: TraceView, kidx: np.ndarray) -> np.ndarray:
-    """Which kernels ``kidx`` were launched by a Tensor-Core-eligible op with float32 inputs
-    (all False without recorded shapes), as ``analysis.kernels`` counts them."""
-    out = np.zeros(len(kidx), bool)
+def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel of ``kidx``: launched by a Tensor-Core-eligible op with float32 inputs (as
+    ``analysis.kernels`` counts them); launched by a matmul / linear / attention op (not a
+    convolution) with inputs of another precision. All False without recorded shapes."""
+    fp32 = np.zeros(len(kidx), bool)
+    other = np.zeros(len(kidx), bool)
     if not (view.tl.info.record_shapes and (view.h_types >= 0).any()) or not len(kidx):
-        return out
+        return fp32, other
     op = view.eligible_op_of(kidx)
     eligible = op >= 0
     cache: dict[int, bool] = {}
@@ -107,8 +112,9 @@ def _fp32_kernels(view: TraceView, kidx: np.ndarray) -> np.ndarray:
         ok = cache.get(t)
         if ok is None:
             ok = cache[t] = is_fp32_types(view.tl.string_of(t))
-        out[j] = ok
-    return out
+        fp32[j] = ok
+        other[j] = not ok and t >= 0 and "conv" not in view.tl.names[int(view.h_name[op[j]])]
+    return fp32, other
 
 
 def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarray, np.ndarray]]:
@@ -122,7 +128,8 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
     compute = on & ~comm & ~h2d & ~d2h
     kidx = np.flatnonzero(compute & view.is_kernel)
     fp32 = np.zeros(len(on), bool)
-    fp32[kidx] = _fp32_kernels(view, kidx)
+    matmul = np.zeros(len(on), bool)
+    fp32[kidx], matmul[kidx] = _eligible_kernels(view, kidx)
     conv = compute & view.is_kernel & view.dev_is(names.conv_kernel)
     opt = np.zeros(len(on), bool)
     oi = np.flatnonzero(view.is_optimizer_step)
@@ -136,6 +143,7 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
         C.GPU_FP32_CONV: fp32 & conv,
         C.GPU_FP32_MATMUL: fp32 & ~conv,
         C.GPU_CONV: conv & ~fp32,
+        C.GPU_MATMUL: matmul & ~conv,
         C.GPU_OPTIMIZER: compute & opt,
         C.GPU_COMPUTE: compute,
         C.H2D: h2d,
@@ -374,19 +382,18 @@ def trace_ledger(
     key: str,
     label: str,
     rank: int | None = None,
+    timelines: Timelines | None = None,
 ) -> tuple[tuple[StepBreakdown, ...], Ledger | None]:
     """The ledger of each window and of all of them. ``gaps``: the GPU-idle gaps of the busiest
-    device (None on a CPU-only trace)."""
+    device (None on a CPU-only trace); ``timelines``: which of the windows are steps on the device's
+    timeline (``analysis.timelines``)."""
     gpu = gaps is not None and len(gaps.w_starts) > 0
     if gpu:
         assert gaps is not None
         parts, after_sync = gpu_parts(view, gaps)
         w_s, w_e = gaps.w_starts, gaps.w_ends
         numbers = windows.numbers if windows.from_steps else np.zeros(1, np.int64)
-        where = (
-            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
-            else "the span of GPU activity (no ProfilerStep markers)"
-        )
+        where = windows.describe(False) if windows.from_steps else "the span of GPU activity (no ProfilerStep markers)"
     else:
         after_sync = {}
         if not len(windows.starts) or windows.total_ns <= 0:
@@ -394,8 +401,7 @@ def trace_ledger(
         parts = cpu_parts(view, windows)
         w_s, w_e, numbers = windows.starts, windows.ends, windows.numbers
         where = (
-            _plural(len(w_s), "ProfilerStep window") if windows.from_steps
-            else "the whole trace (no ProfilerStep markers, no GPU activity)"
+            windows.describe(False) if windows.from_steps else "the whole trace (no ProfilerStep markers, no GPU activity)"
         )
     breakdown = tuple(
         StepBreakdown(
@@ -421,6 +427,10 @@ def trace_ledger(
     notes = []
     if gpu and totals.get(C.UNEXPLAINED, 0):
         notes.append("time neither busy nor in an idle gap: the windows overlap")
+    on_device = timelines.device_bound_steps if gpu and timelines is not None else 0
+    if on_device:
+        notes.append(f"{on_device} of the {len(breakdown)} windows are steps on the device's timeline (the device "
+                     "limits them): busy time is the step's compute, idle instants what the device waited for")
     ledger = Ledger(
         key=key,
         basis="gpu" if gpu else "cpu",
@@ -432,6 +442,8 @@ def trace_ledger(
         device=gaps.device if gpu and gaps is not None else None,
         rank=rank,
         notes=tuple(notes),
+        device_windows=on_device,
+        lead_ns=timelines.lead_ns if on_device and timelines is not None else None,
     )
     return breakdown, ledger
 
@@ -493,6 +505,8 @@ def combine(ledgers: Sequence[Ledger], *, label: str = "") -> Ledger:
         device=first.device,
         rank=first.rank,
         notes=(f"{len(ledgers)} traces of one process: their windows together",),
+        device_windows=sum(led.device_windows for led in ledgers),
+        lead_ns=max((led.lead_ns for led in ledgers if led.lead_ns is not None), default=None),
     )
 
 

@@ -91,6 +91,13 @@ _TENSOR_CORE = re.compile(
     r"ampere_(fp16|bf16|h|tf32)|turing_(fp16|h)|volta_(fp16|h)|hopper_|mfma|_MI\d+x\d+x\d+|bf16gemm|f16gemm)",
     re.IGNORECASE,
 )
+# cuBLAS/CUTLASS single-precision SIMT kernels: their names may carry "xmma" or an "sm80_…gemm" prefix
+# too ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize256x64x8_stage3_warpsize2x2x1_ffma", a real H200
+# trace's FP32 GEMM), but "ffma" (fused multiply-add on the FP32 units) or "simt" says they run on
+# the regular units; unless the name also names a Tensor Core instruction or a half/TF32 type
+_SIMT_KERNEL = re.compile(r"ffma|simt", re.IGNORECASE)
+_TENSOR_CORE_TYPE = re.compile(r"hmma|imma|gmma|tf32|1688|16816|16832|tensorop|tensor_op|bf16|f16|e4m3|e5m2",
+                               re.IGNORECASE)
 _TF32 = re.compile(r"tf32", re.IGNORECASE)
 # Inductor's generated kernels: Triton on a GPU (triton_poi_ pointwise, triton_red_ reduction, triton_per_
 # persistent reduction, triton_tem_ templates such as its own matmuls; "triton__0d1d…" in PyTorch 2.0),
@@ -198,7 +205,8 @@ class NameClasses:
         self.compiled_graph_call = matches(names, _COMPILED_GRAPH_CALL)
         self.triton_kernel = matches(names, _TRITON_KERNEL)
         self.inductor_cpp_kernel = matches(names, _INDUCTOR_CPP_KERNEL)
-        self.tensor_core = matches(names, _TENSOR_CORE)
+        self.tensor_core = matches(names, _TENSOR_CORE) & ~(
+            matches(names, _SIMT_KERNEL) & ~matches(names, _TENSOR_CORE_TYPE))
         self.tf32 = matches(names, _TF32)
         self.conv_kernel = matches(names, _CONV_KERNEL)
         self.comm_kernel = matches(names, _COMM_KERNEL)

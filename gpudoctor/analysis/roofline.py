@@ -22,8 +22,9 @@ GPU activity). A row is *compute-bound* when its FLOPs per byte reach the ridge 
 ÷ the memory bandwidth). An unknown device gets no share of peak, and a note says why.
 
 **Elementwise chains.** Runs of ``CHAIN_MIN_KERNELS`` or more consecutive ATen elementwise kernels
-(by name) on one stream: each reads and writes device memory, where ``torch.compile`` would fuse
-the run into about one kernel's traffic (``chain_fused_ns`` takes the longest kernel of each run).
+(by name) on one stream whose ops work on tensors of one size (the largest recorded input of each
+op, where shapes are recorded): each reads and writes device memory, where ``torch.compile`` would
+fuse the run into about one kernel's traffic (``chain_fused_ns`` takes the longest kernel of each run).
 """
 
 from __future__ import annotations
@@ -149,8 +150,50 @@ def _row(op_class: str, dtype: str, ops: int, kernels: int, ns: int, flops: int,
     )
 
 
+def _largest_numel(dims_text: str) -> int:
+    """The element count of the largest tensor among an op's recorded input dims (-1: none readable)."""
+    try:
+        dims = json.loads(dims_text)
+    except ValueError:
+        return -1
+    best = -1
+    for d in dims if isinstance(dims, list) else ():
+        if isinstance(d, list) and all(isinstance(x, int) for x in d):
+            n = 1
+            for x in d:
+                n *= x
+            best = max(best, n)
+    return best
+
+
+def _kernel_numel(view: TraceView, k: np.ndarray) -> np.ndarray:
+    """Per kernel: the element count of the largest input of the op that launched it (by the kernel's
+    external id), -1 where the op or its shapes are unknown."""
+    out = np.full(len(k), -1, np.int64)
+    if not len(k) or not (view.h_dims >= 0).any():
+        return out
+    op = view.op_of_external(view.d_ext[k])
+    known = op >= 0
+    dims = np.full(len(k), -1, np.int64)
+    dims[known] = view.h_dims[op[known]]
+    cache: dict[int, int] = {}
+    for j in np.flatnonzero(dims >= 0).tolist():
+        d = int(dims[j])
+        n = cache.get(d)
+        if n is None:
+            n = cache[d] = _largest_numel(view.tl.string_of(d))
+        out[j] = n
+    return out
+
+
 def _chains(view: TraceView, kidx: np.ndarray) -> tuple[int, int, int, int, int, int]:
-    """(elementwise kernels, their ns, chains, kernels in chains, chain ns, fused ns) of the kernels."""
+    """(elementwise kernels, their ns, chains, kernels in chains, chain ns, fused ns) of the kernels.
+
+    A chain is a run of elementwise kernels back to back on one stream whose ops (where their shapes
+    are recorded) work on tensors of one size: the largest input of each has as many elements as the
+    one before's. A fused kernel saves the traffic between producer and consumer; kernels on tensors
+    of different sizes (the weight casts of autocast, a bias next to an activation) are not one's
+    output and the next one's input, and fusing them saves nothing."""
     ew = view.dev_is(_name_table(view, _ELEMENTWISE_KERNEL))[kidx]
     n_ew, ns_ew = int(ew.sum()), int(view.d_dur[kidx][ew].sum())
     if not n_ew:
@@ -160,8 +203,10 @@ def _chains(view: TraceView, kidx: np.ndarray) -> tuple[int, int, int, int, int,
     flag = ew[order]
     stream = view.d_stream[k]
     dur = view.d_dur[k]
-    # a run breaks where the stream changes or a kernel is not elementwise
-    start = np.r_[True, (stream[1:] != stream[:-1]) | ~flag[:-1]]
+    numel = _kernel_numel(view, k)
+    other_size = (numel[1:] >= 0) & (numel[:-1] >= 0) & (numel[1:] != numel[:-1])
+    # a run breaks where the stream changes, a kernel is not elementwise or works on tensors of another size
+    start = np.r_[True, (stream[1:] != stream[:-1]) | ~flag[:-1] | other_size]
     run_id = np.cumsum(start) - 1
     sel = np.flatnonzero(flag)
     ids, inv, counts = np.unique(run_id[sel], return_inverse=True, return_counts=True)

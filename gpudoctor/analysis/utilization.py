@@ -357,11 +357,7 @@ def device_utilization(
         steps_total = iv.total(ws, we)
         busy_steps = iv.total(*iv.intersect(s, e, ws, we))
         idle_steps = pct(steps_total - busy_steps, steps_total)
-        first_n, last_n = int(windows.numbers[0]), int(windows.numbers[-1])
-        steps_w = Window(
-            WindowKind.STEPS, int(ws[0]), int(we[-1]),
-            f"{len(windows.steps)} ProfilerStep windows (#{first_n}..#{last_n}), {steps_total} ns in all",
-        )
+        steps_w = Window(WindowKind.STEPS, int(ws[0]), int(we[-1]), f"{windows.describe()}, {steps_total} ns in all")
     hta = hta_idle(view, device)
     host = host or HostState(view)
     if gaps is None:

@@ -42,6 +42,16 @@ class Windows:
     from_steps: bool
     trace_start: int
     trace_end: int
+    what: str = "ProfilerStep window"  # what one window is, as reports name it ("step on the device's timeline" …)
+    what_plural: str = "ProfilerStep windows"
+
+    def describe(self, numbers: bool = True) -> str:
+        """"5 ProfilerStep windows (#10..#14)": how many windows of what kind (and their step numbers)."""
+        n = len(self.starts)
+        text = f"{n} {self.what if n == 1 else self.what_plural}"
+        if numbers and self.from_steps and n:
+            text += f" (#{int(self.numbers[0])}..#{int(self.numbers[-1])})"
+        return text
 
     @property
     def total_ns(self) -> int:

@@ -31,8 +31,11 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "COMPONENT_LABELS", "DEVICE_COMPONENTS", "CommStats", "CompiledStats", "Component", "CpuSummary", "DeviceInfo",
         "DevicePeak", "DeviceUtilization", "DispatchStats", "GapCause", "GapCauseTotal", "HistogramBin", "HostSync",
         "IdleGap", "KernelStats", "Ledger", "LedgerSlice", "MemoryStats", "NameStat", "StepBreakdown",
-        "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics", "TransferStat",
-        "UtilizationBin", "Window", "WindowKind",
+        "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics",
+        "TransferStat", "UtilizationBin", "Window", "WindowKind",
+    ),
+    "timelines": (
+        "StepSpan", "Timelines",
     ),
     "run": (
         "SCHEMA_VERSION", "AppliedInjection", "AutocastUse", "CallSite", "Collected", "CompileEvent", "CompileState",
@@ -170,6 +173,7 @@ if TYPE_CHECKING:
         WrapSetting,
         WriteError,
     )
+    from gpudoctor.model.timelines import StepSpan, Timelines
     from gpudoctor.model.verify import (
         LadderRung,
         RunFigure,

@@ -109,6 +109,7 @@ class Gain(Serde):
     expected_speedup: float | None = None  # 1 / (1 - expected share)
     expected_fraction: float | None = None  # the share of its time at stake the rule's model expects the fix to win
     expected_note: str = ""  # the model, with its factors filled in
+    heads: tuple[str, ...] = ()  # ledger parts this finding heads without claiming them: the findings granted them are its fixes
 
     @property
     def rank_pct(self) -> float | None:

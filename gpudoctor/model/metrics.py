@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gpudoctor.model._serde import Serde
+from gpudoctor.model.timelines import Timelines
 
 
 class WindowKind(str, Enum):
@@ -117,6 +118,7 @@ class Component(str, Enum):
     GPU_FP32_CONV = "gpu_fp32_conv"  # convolution kernels of float32 ops (Tensor-Core eligible)
     GPU_FP32_MATMUL = "gpu_fp32_matmul"  # kernels of float32 matmul / linear / attention ops
     GPU_CONV = "gpu_conv"  # other convolution kernels (half precision, or dtype unknown)
+    GPU_MATMUL = "gpu_matmul"  # kernels of matmul / linear / attention ops in another precision (bf16, fp16 …; needs shapes)
     GPU_OPTIMIZER = "gpu_optimizer"  # kernels launched inside Optimizer.step
     GPU_COMPUTE = "gpu_compute"  # every other kernel, memset, device-to-device copy
     H2D = "h2d"  # only a host→device copy runs
@@ -140,6 +142,7 @@ COMPONENT_LABELS: dict[str, str] = {
     Component.GPU_FP32_CONV.value: "FP32 convolutions",
     Component.GPU_FP32_MATMUL.value: "FP32 matmuls",
     Component.GPU_CONV.value: "convolutions",
+    Component.GPU_MATMUL.value: "matmuls",
     Component.GPU_OPTIMIZER.value: "optimizer kernels",
     Component.GPU_COMPUTE.value: "other kernels",
     Component.H2D.value: "host→device copies",
@@ -163,6 +166,7 @@ DEVICE_COMPONENTS: frozenset[Component] = frozenset(
         Component.GPU_FP32_CONV,
         Component.GPU_FP32_MATMUL,
         Component.GPU_CONV,
+        Component.GPU_MATMUL,
         Component.GPU_OPTIMIZER,
         Component.GPU_COMPUTE,
         Component.H2D,
@@ -210,6 +214,8 @@ class Ledger(Serde):
     device: int | None = None  # the GPU the ledger is of (basis "gpu")
     rank: int | None = None
     notes: tuple[str, ...] = ()
+    device_windows: int = 0  # of the windows, steps on the device's timeline (the device limits them; basis "gpu")
+    lead_ns: int | None = None  # how far the host ran ahead of the device in those steps (median)
 
     @property
     def step_ns(self) -> float:
@@ -282,6 +288,7 @@ class KernelStats(Serde):
     tf32_kernel_ns: int | None = None  # GPU time of kernels whose name says TF32 (None: not measured)
     fp32_eligible_op_count: int = 0  # FP32 conv/matmul/linear/bmm ops that launched kernels (needs shapes)
     fp32_eligible_tensor_core_ns: int = 0  # part of fp32_eligible_op_ns in Tensor Core kernels (TF32 on)
+    half_tensor_core_ns: int | None = None  # Tensor Core kernels neither TF32 by name nor of float32 ops: reduced precision
     window: WindowKind = WindowKind.TRACE  # kernels that start in this window (STEPS when there are steps)
 
 
@@ -573,4 +580,5 @@ class TraceMetrics(Serde):
     dataloader_iter: str = ""  # "multi-process" or "single-process": the DataLoader iterator the trace shows ("" none)
     roofline: Roofline | None = None  # achieved FLOP/s and bandwidth against the device's peak (needs shapes)
     compiled: CompiledStats | None = None  # torch.compile and CUDA graphs in the trace (None: neither seen)
+    timelines: Timelines | None = None  # the profiled steps on the host's and the device's timelines (None: no steps or no GPU work)
     notes: tuple[str, ...] = ()  # "no ProfilerStep markers: the whole trace is one window", …

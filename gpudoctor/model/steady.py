@@ -119,9 +119,30 @@ class StepFigures:
     """The step-time figures of a set of steady steps, as every output prints them."""
 
     steps: int  # steady steps they are of
-    median_ms: float | None  # wall time, rounded to 3 decimals of a ms as the report's summary keeps it
+    median_ms: float | None  # step time (``loop_times``), rounded to 3 decimals of a ms as the report's summary keeps it
     p90_ms: float | None  # nearest rank
     data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
+    source: str = "wall"  # what timed the steps: "CUDA events" or "wall" (the host's time per step)
+
+
+#: The share of steps that must carry a CUDA-event time for those times to be the step time: fewer
+#: (events that lagged too far, a step that never touched CUDA) and the host's wall time stands.
+MIN_EVENT_STEPS_SHARE = 0.5
+
+
+def loop_times(steps: Sequence[StepRecord]) -> tuple[list[int], str]:
+    """The time of each step at the rate the loop sustains, and what measured it.
+
+    The CUDA events recorded at the step boundaries (``StepRecord.gpu_ns``) time the device's passage
+    from one boundary to the next. Where the device keeps up, it passes each boundary as the host
+    records it, and the events measure the host's step; where it runs behind (a GPU-bound loop: the
+    host enqueues a step faster than the device runs it, until the launch queue fills), the host's
+    wall time per step is the time to *enqueue* it, and only the events measure the step. So the
+    events' times, where at least ``MIN_EVENT_STEPS_SHARE`` of the steps carry one, else the wall time."""
+    timed = [s.gpu_ns for s in steps if s.gpu_ns is not None and s.gpu_ns > 0]
+    if steps and len(timed) >= MIN_EVENT_STEPS_SHARE * len(steps):
+        return [int(t) for t in timed], "CUDA events"
+    return [s.wall_ns for s in steps], "wall"
 
 
 def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
@@ -134,17 +155,19 @@ def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
 
 
 def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
-    """Median and p90 wall time and the data-wait share of ``steady`` (:func:`steady_steps`),
+    """Median and p90 step time (:func:`loop_times`) and the data-wait share of ``steady`` (:func:`steady_steps`),
     rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
     everywhere (3.4 ms, not 3.5)."""
     if not steady:
         return StepFigures(0, None, None, None)
-    med = median_int(s.wall_ns for s in steady) or 0
-    p90 = percentile_int((s.wall_ns for s in steady), 90) or 0
+    times, source = loop_times(steady)
+    med = median_int(times) or 0
+    p90 = percentile_int(times, 90) or 0
     wait = data_wait_share_pct(steady)
     return StepFigures(
         steps=len(steady),
         median_ms=round(med / 1e6, 3),
         p90_ms=round(p90 / 1e6, 3),
         data_wait_pct=round(wait, 3) if wait is not None else None,
+        source=source,
     )

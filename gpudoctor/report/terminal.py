@@ -29,6 +29,7 @@ _COMPONENT_ANSI = {
     "gpu_fp32_conv": "92",
     "gpu_fp32_matmul": "32;1",
     "gpu_conv": "92",
+    "gpu_matmul": "32",
     "gpu_optimizer": "36",
     "gpu_compute": "32",
     "h2d": "96",

@@ -2,8 +2,9 @@
 
 Rules claim parts of a ledger (``RuleContext.finding(claims=…)``); ``assign_gains`` hands
 each part of each ledger out once, to its claimants in the order of ``OWNERS`` (the rule
-whose fix removes the whole part first; between two such rules the larger win), so no
-two findings gain the same nanoseconds. A claimant that finds its part taken shows
+whose fix removes the whole part first; between two such rules the larger win: on the
+device-busy parts, which no fix removes, the larger expected win), so no two findings gain
+the same nanoseconds. A claimant that finds its part taken shows
 "included in GDnnn". ``build_account`` makes the account a report opens with: the
 primary ledger, its headline (the GPU-idle or host-bound account and its causes), and
 the top actions with the step time after each, cumulatively.
@@ -17,6 +18,8 @@ from dataclasses import replace
 
 from gpudoctor.model.findings import Account, Action, Finding
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
+from gpudoctor.model.steady import loop_times
+from gpudoctor.model.units import duration_text
 from gpudoctor.model.verify import VerifyStatus
 from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
 
@@ -29,7 +32,9 @@ OWNERS: dict[Component, tuple[str, ...]] = {
     C.LAUNCH_OVERHEAD: ("GD103", "GD104"),
     C.OPTIMIZER: ("GD404", "GD103"),
     C.GPU_OPTIMIZER: ("GD404",),
-    C.OTHER_CPU: ("GD203", "GD702", "GD502"),
+    # the measured causes first (the allocator's calls, the loss on the host: each claims only its own
+    # time), then the loop's Python as a whole (GD203 claims the whole part, whatever its cause)
+    C.OTHER_CPU: ("GD502", "GD702", "GD203"),
     C.GPU_FP32_MATMUL: ("GD401", "GD402"),
     C.GPU_FP32_CONV: ("GD401", "GD403"),
     C.GPU_CONV: ("GD403",),
@@ -48,6 +53,12 @@ def label(component: str) -> str:
     return COMPONENT_LABELS.get(component, component.replace("_", " "))
 
 
+#: Device-busy parts: no fix removes them (faster kernels shorten them), so their claimants are granted
+#: in the order of the share each expects to win (its rule's model), ``OWNERS`` breaking ties.
+BY_EXPECTED: frozenset[Component] = frozenset({C.GPU_FP32_CONV, C.GPU_FP32_MATMUL, C.GPU_CONV, C.GPU_MATMUL,
+                                               C.GPU_COMPUTE})
+
+
 def _owner_rank(code: str, component: str) -> tuple[int, str]:
     """Where a rule stands among the claimants of a part: by ``OWNERS``, then by code."""
     try:
@@ -55,6 +66,18 @@ def _owner_rank(code: str, component: str) -> tuple[int, str]:
     except ValueError:
         order = ()
     return (order.index(code) if code in order else len(order), code)
+
+
+def _claim_order(f: Finding, component: str) -> tuple:
+    """Who is granted a part first: for a device-busy part (``BY_EXPECTED``) the larger expected fraction
+    (a model before none), then ``OWNERS``; for any other part ``OWNERS`` alone."""
+    try:
+        by_expected = Component(component) in BY_EXPECTED
+    except ValueError:
+        by_expected = False
+    frac = f.gain.expected_fraction
+    first = (frac is None, -(frac or 0.0)) if by_expected else (False, 0.0)
+    return (*first, *_owner_rank(f.code, component))
 
 
 def assign_gains(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
@@ -67,7 +90,7 @@ def assign_gains(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
     granted: dict[tuple[int, int], int] = {}
     owners: dict[tuple[int, int], list[str]] = defaultdict(list)
     for (_, part), claims in by_part.items():
-        claims.sort(key=lambda ij: (*_owner_rank(findings[ij[0]].code, part), ij[0]))
+        claims.sort(key=lambda ij: (*_claim_order(findings[ij[0]], part), ij[0]))
         left = findings[claims[0][0]].gain.claims[claims[0][1]].part_ns
         taken_by: list[str] = []
         for i, j in claims:
@@ -110,12 +133,15 @@ def _expected_pct(f: Finding, granted_pct: float) -> float | None:
 
 
 def is_headline(f: Finding) -> bool:
-    return f.code in HEADLINE_CODES
+    """A headline claims no part of a ledger itself: the findings granted the parts it heads are its
+    causes (GD101: the GPU idle time) or its fixes (``Gain.heads``: GD405's precision-capped kernels)."""
+    return f.code in HEADLINE_CODES or bool(f.gain.heads)
 
 
 def point_headline(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
-    """GD101's message and fix name the findings that were granted its causes (parts of the GPU
-    idle time of the same ledger), largest first: they are the causes, GD101 the headline."""
+    """A headline's message and fix name the findings that were granted the parts it heads (GD101: the
+    GPU idle time of the same ledger; a finding with ``Gain.heads``: those parts), largest first: they are
+    its causes or its fixes, the headline is the account of them."""
     out = []
     for f in findings:
         if not is_headline(f):
@@ -123,30 +149,29 @@ def point_headline(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
             continue
         ledger = ctx.ledger(ctx.primary_trace(f.rank))
         key = ledger.key if ledger is not None else ""
+        parts = frozenset(f.gain.heads) or _HOST_PARTS
         causes: dict[str, float] = {}
         for g in findings:
             if g is f or is_headline(g):
                 continue
-            pct = _granted_pct(g, key)
+            pct = _granted_pct(g, key, parts)
             if pct > 0:
                 causes[g.code] = causes.get(g.code, 0.0) + pct
+        what = "fixes" if f.gain.heads else "causes"
         if causes:
             ranked = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
             names = ", ".join(f"{code} ({pct:.1f}% of step time)" for code, pct in ranked)
+            codes = ", ".join(c for c, _ in ranked)
             f = replace(
                 f,
-                message=f"{f.message}; the causes are findings {names}",
-                fix=replace(f.fix, instruction=f"Fix its causes, largest first: {', '.join(c for c, _ in ranked)}."),
+                message=f"{f.message}; the {what} are findings {names}",
+                fix=replace(f.fix, instruction=f"Fix its causes, largest first: {codes}." if not f.gain.heads
+                            else f"Apply its fixes, largest first: {codes}. {f.fix.instruction}"),
             )
         else:
-            f = replace(
-                f,
-                fix=replace(
-                    f.fix,
-                    instruction=f.fix.instruction + " No rule of this report claims these causes: the idle gaps of "
-                    "the evidence show what the host was doing.",
-                ),
-            )
+            tail = (" No rule of this report claims these causes: the idle gaps of the evidence show what the host "
+                    "was doing." if not f.gain.heads else " No other finding of this report claims this time.")
+            f = replace(f, fix=replace(f.fix, instruction=f.fix.instruction + tail))
         out.append(f)
     return out
 
@@ -156,12 +181,12 @@ _HOST_PARTS = frozenset(
 )
 
 
-def _granted_pct(f: Finding, ledger_key: str) -> float:
-    """The share of the GPU idle time of one ledger granted to a finding."""
+def _granted_pct(f: Finding, ledger_key: str, parts: frozenset[str] = _HOST_PARTS) -> float:
+    """The share of some parts of one ledger (default: the GPU idle time) granted to a finding."""
     return sum(
         100.0 * c.granted_ns / c.total_ns
         for c in f.gain.claims
-        if c.total_ns and c.ledger == ledger_key and c.component in _HOST_PARTS
+        if c.total_ns and c.ledger == ledger_key and c.component in parts
     )
 
 
@@ -170,25 +195,41 @@ def _granted_pct(f: Finding, ledger_key: str) -> float:
 
 def headline(ledger: Ledger) -> str:
     """"GPU idle 67.4% of step time: waiting for the DataLoader 50.5%, other host work 14.9%" on a
-    GPU ledger; "CPU-bound (no GPU activity): …" on a CPU ledger; the steps' split otherwise."""
+    GPU ledger whose steps the host limits; "the GPU is the bottleneck: busy 99.9% of the device's
+    step; the host runs 625 ms ahead; …" on one whose steps the device limits (and how many of each
+    where they mix); "CPU-bound (no GPU activity): …" on a CPU ledger; the steps' split otherwise."""
     host = sorted((s for s in ledger.slices if s.side == "host"), key=lambda s: (-s.ns, s.component))
     causes = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in host if s.pct >= _MIN_CAUSE_PCT)
     if ledger.basis == "gpu":
         idle = ledger.idle_pct
         busy = sorted((s for s in ledger.slices if s.side == "device"), key=lambda s: (-s.ns, s.component))
         top_busy = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in busy[:3] if s.pct >= _MIN_CAUSE_PCT)
+        if ledger.device_windows and ledger.device_windows == ledger.windows:
+            # every step runs behind the host: the device's timeline is the step (docs/account.md)
+            # the lead to three figures, as the trace's notes give it: one value of one quantity
+            lead = f"; the host runs {duration_text(ledger.lead_ns)} ahead" if ledger.lead_ns else ""
+            text = f"the GPU is the bottleneck: busy {100.0 - idle:.1f}% of the device's step{lead}"
+            text += f"; busy with {top_busy}" if top_busy else ""
+            return text + (f"; idle {idle:.1f}%: {causes}" if causes else "")
         text = f"GPU idle {idle:.1f}% of step time" + (f": {causes}" if causes else "")
-        return text + (f"; busy with {top_busy}" if top_busy else "")
+        text += f"; busy with {top_busy}" if top_busy else ""
+        if ledger.device_windows:
+            text = (f"the GPU limits {ledger.device_windows} of {ledger.windows} steps, the host the other "
+                    f"{ledger.windows - ledger.device_windows}: " + text)
+        return text
     if ledger.basis == "cpu" or any(s.source == "trace, scaled" for s in ledger.slices):
         return f"host-bound (no GPU activity): {causes}" if causes else "host-bound (no GPU activity)"
     return f"step time over {ledger.window}: {causes}" if causes else f"step time over {ledger.window}"
 
 
 def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
+    """The step time the account projects: the median of the steady steps at the rate the loop sustains
+    (CUDA events where the steps carry them, ``model.steady.loop_times``), else the mean window."""
     steps = ctx.steady_steps_of(ledger.rank)
-    med = median_int(s.wall_ns for s in steps)
+    times, source = loop_times(steps)
+    med = median_int(times)
     if med:
-        return med, f"median of {len(steps)} steady steps"
+        return med, f"median of {len(steps)} steady steps" + (f", {source}" if source != "wall" else "")
     if ledger.windows:
         return int(round(ledger.step_ns)), f"mean of {ledger.window}"
     return None, ""

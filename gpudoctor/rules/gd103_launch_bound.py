@@ -15,7 +15,10 @@ a launch call (`cudaLaunchKernel` and friends) takes about as long as a
 typical kernel (the mean launch call against the median kernel, as Holistic
 Trace Analysis's kernel launch statistics compare them), the step is
 launch-bound; otherwise the host's own per-op work (the op named in the
-finding) is what the GPU waits for: dispatch-bound.
+finding) is what the GPU waits for: dispatch-bound. Only where the GPU waits:
+when the device limits every profiled step (it runs behind the host and waited
+for it under 5% of each step, docs/account.md "Two timelines"), launches do not
+set the step time, whatever the kernels' sizes, and the rule stays quiet.
 
 On a CPU-only run, the same overhead shows on the host ("dispatch-bound"). In
 a typical step (each op's self time and each gap between ops at its median over
@@ -200,7 +203,7 @@ from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRa
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
 from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call, too_few_steps
+from gpudoctor.rules.helpers import dataloader_call, device_limited, too_few_steps
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
 
@@ -225,6 +228,9 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     kernels_text = f"{fmt_pct(short)} of {k.count} kernels under 10 µs (median {fmt_ns(k.p50_ns)})"
     if ratio is not None:
         kernels_text += f", a launch call {fmt_ns(launch_mean_ns)} ({ratio:.2f}× the median kernel)"
+    limited = device_limited(m)
+    if limited is not None:  # the device never waits for the launches: they do not set the step time
+        return RuleResult.fine(f"{limited}: launches do not set the step time; {kernels_text}")
     if at_stake < t.launch_gap_min_share_pct:
         return RuleResult.fine(
             f"launch and dispatch overhead idles the GPU {fmt_pct(at_stake)} of step time (threshold "

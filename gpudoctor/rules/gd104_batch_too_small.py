@@ -4,7 +4,11 @@ What it detects
 ---------------
 The peak GPU memory of the run (from the allocator events of the trace or the
 NVML samples) stays below half of the device's memory while the GPU is idle
-for a large share of the step or most kernels are tiny.
+for a large share of the step or most kernels are tiny. Only where the GPU
+waits: when the device limits every profiled step (it runs behind the host,
+docs/account.md "Two timelines"), a larger batch fills no wait and the rule
+stays quiet; when it limits some of them, tiny kernels alone do not fire it,
+the GPU-idle share must.
 
 Why it matters
 --------------
@@ -111,7 +115,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import memory_peak
+from gpudoctor.rules.helpers import device_limited, memory_peak
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 from gpudoctor.rules.static_api.text import at
@@ -200,6 +204,11 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     short_under = short is not None and short >= t.launch_short_kernel_share_pct
     if idle_pct is None and short is None:
         return RuleResult.cannot_judge("no GPU utilization figures in the trace")
+    limited = device_limited(m)
+    if limited is not None:  # a larger batch fills no wait: the device is the bottleneck already
+        return RuleResult.fine(f"peak memory {fmt_pct(peak.pct)} of the device, but {limited}")
+    if m.timelines is not None and m.timelines.device_bound_steps and not idle_under:
+        short_under = False  # short kernels matter only where the device waits (some steps the device limits)
     if not (idle_under or short_under):
         return RuleResult.fine(
             f"peak memory {fmt_pct(peak.pct)} of the device, but the GPU is busy "

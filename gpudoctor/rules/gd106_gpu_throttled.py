@@ -99,6 +99,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.run import GpuSample
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct
+from gpudoctor.rules.helpers import steps_span
 from gpudoctor.rules.registry import Need, Rule
 
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
@@ -148,10 +149,11 @@ class DeviceThrottle:
 
 
 def _in_steps(ctx: RuleContext, samples: tuple[GpuSample, ...]) -> tuple[tuple[GpuSample, ...], str]:
-    steps = ctx.steps()
-    if steps:
-        lo = steps[0].start_ns
-        hi = max(s.start_ns + s.wall_ns for s in steps)
+    """The samples taken while the steps ran: on the device's timeline too (``helpers.steps_span``: a
+    GPU-bound loop's device runs its steps after the host has enqueued them)."""
+    span = steps_span(ctx, ctx.steps())
+    if span is not None:
+        lo, hi = span
         inside = tuple(g for g in samples if lo <= g.t_ns <= hi)
         if inside:
             return inside, "while the steps ran"

@@ -7,8 +7,11 @@ What it detects
 ---------------
 A GPU of compute capability 7.0 or later (Volta and newer) where
 convolution/matmul/linear/bmm operators with float32 inputs account for a
-large share of GPU kernel time and no Tensor Core kernels run (the
-recommendation torch-tb-profiler makes on its overview page).
+large share of GPU kernel time and no half-precision Tensor Core kernels run
+(the recommendation torch-tb-profiler makes on its overview page). The TF32
+Tensor Core kernels that float32 ops run on (cuDNN's `allow_tf32` is on by
+default on Ampere and later) are FP32 work, not mixed precision: with input
+dtypes recorded, they do not count as Tensor Core use.
 
 Why it matters
 --------------
@@ -83,7 +86,8 @@ Thresholds
 ----------
 - `amp_min_compute_capability` (7.0), `bf16_min_compute_capability` (8.0).
 - `amp_fp32_share_pct` (30): FP32 eligible kernel time, % of kernel time.
-- `amp_tensor_core_max_pct` (1): Tensor Core kernel share below which "none run".
+- `amp_tensor_core_max_pct` (1): share of kernel time in Tensor Core kernels of
+  other than float32 ops below which "none run".
 - `tensor_core_speedup_max_ratio` (3): the most a kernel is expected to speed up
   on Tensor Cores (the expected gain's cap).
 - `error_share_pct`, `warning_share_pct`: severity from the eligible kernels'
@@ -201,6 +205,17 @@ def fp32_kernel_name_pct(k: KernelStats) -> float | None:
     return 100.0 * _named_ns(k) / k.total_ns
 
 
+def half_tensor_core_pct(k: KernelStats) -> float:
+    """Share of kernel time in Tensor Core kernels (by name) that are neither TF32 kernels by name nor
+    kernels of float32 ops: the TF32 kernels that cuDNN (``allow_tf32``, on by default) and the matmul
+    flags run float32 ops on are FP32 work, not mixed precision."""
+    if k.total_ns <= 0:
+        return 0.0
+    if k.half_tensor_core_ns is not None:  # neither TF32 by name nor of a float32 op
+        return 100.0 * k.half_tensor_core_ns / k.total_ns
+    return 100.0 * max(0, k.tensor_core_ns - k.fp32_eligible_tensor_core_ns) / k.total_ns
+
+
 def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResult:
     t = ctx.thresholds
     if not m.has_gpu_activity:
@@ -208,9 +223,12 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     k = m.kernels
     if k is None or k.count == 0:
         return RuleResult.cannot_judge("no kernels in the trace")
-    if k.tensor_core_pct >= t.amp_tensor_core_max_pct:
+    half_pct = half_tensor_core_pct(k)
+    if half_pct >= t.amp_tensor_core_max_pct:
         return RuleResult.fine(
-            f"Tensor Core kernels run {fmt_pct(k.tensor_core_pct)} of kernel time: reduced precision is in use",
+            f"Tensor Core kernels run {fmt_pct(half_pct)} of kernel time"
+            + (" (not counting the TF32 kernels of float32 ops)" if k.fp32_eligible_tensor_core_ns else "")
+            + ": reduced precision is in use",
             applied=True,
         )
     inferred = not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None
@@ -236,9 +254,11 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     ledger = ctx.ledger(m)
     expected, expected_note = _expected(ctx, ledger, name, cc, inferred, _named_ns(k, gemm=True))
     dtype = "torch.bfloat16" if bf16 else "torch.float16 with torch.amp.GradScaler"
+    tf32_note = (f"; {fmt_pct(100.0 * k.fp32_eligible_tensor_core_ns / k.total_ns)} of kernel time runs float32 ops "
+                 "on TF32 Tensor Cores" if k.fp32_eligible_tensor_core_ns and k.total_ns else "")
     message = (
-        f"{fmt_pct(fp32)} of GPU kernel time is FP32 conv/matmul and no Tensor Core kernels run "
-        f"({fmt_pct(k.tensor_core_pct)}) on {name or 'a GPU'} (compute capability {cc:g}): no mixed precision"
+        f"{fmt_pct(fp32)} of GPU kernel time is FP32 conv/matmul and no half-precision Tensor Core kernels run "
+        f"({fmt_pct(half_pct)}{tf32_note}) on {name or 'a GPU'} (compute capability {cc:g}): no mixed precision"
     )
     instruction = (
         f"Wrap the forward pass and the loss in `torch.autocast(\"cuda\", dtype={dtype.split(' ')[0]})`"
@@ -253,7 +273,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     metrics = [
         Metric("fp32_eligible_kernel_pct", round(fp32, 1), "%", "kernel time"),
         Metric("fp32_eligible_kernel_ns", eligible_ns, "ns"),
-        Metric("tensor_core_kernel_pct", round(k.tensor_core_pct, 2), "%", "kernel time"),
+        Metric("tensor_core_kernel_pct", round(half_pct, 2), "%", "kernel time, not counting float32 ops' TF32"),
         Metric("compute_capability", cc, ""),
     ]
     if share is not None:

@@ -25,7 +25,8 @@ A busy GPU is not a fast one. FP32 matrix math on an A100 cannot pass
 it). An elementwise kernel does one or two operations per element it moves:
 its time is the memory traffic, so three kernels in a row move the same
 tensors three times. Both are GPU-busy time that the idle-time findings
-cannot see.
+cannot see: where the device limits the loop (docs/account.md, "Two
+timelines"), they are what sets the step time.
 
 How to fix
 ----------
@@ -65,6 +66,12 @@ paper's fusion: one kernel per run of pointwise ops): the expected gain is the
 chains' time less the longest kernel of each. The bounds are the whole time
 of the flagged kernels.
 
+The FP32 finding is the headline of that time, not a competitor of its fixes:
+like GD101 for the idle time, it claims no part of the ledger itself. GD401
+(AMP) and GD402 (TF32) claim the same kernels, their fixes are what lowers the
+precision, and the finding names those granted them; its severity is the share
+of step time at stake.
+
 Evidence used
 -------------
 Trace: input shapes, dtypes and Concrete Inputs of the ops
@@ -72,9 +79,9 @@ Trace: input shapes, dtypes and Concrete Inputs of the ops
 op class and precision, the device matched in the peak table), kernel names
 (Tensor Core kernels, ATen elementwise kernels) and streams; settings:
 `torch.compile` use. The FP32 gain claims the `gpu_fp32_matmul` and
-`gpu_fp32_conv` parts of the ledger after GD401 and GD402 (the kernels the
-ledger could not tie to a float32 op from `gpu_compute` and `gpu_conv`); the
-chains claim their time of `gpu_compute` (docs/account.md).
+`gpu_fp32_conv` parts of the ledger are what the FP32 finding heads (the
+kernels the ledger could not tie to a float32 op in `gpu_compute` and
+`gpu_conv`); the chains claim their time of `gpu_compute` (docs/account.md).
 
 Thresholds
 ----------
@@ -96,8 +103,9 @@ which PyTorch records from 2.x on; einsum, custom and fused ops (vLLM, aiter,
 Triton) are not modelled, and their time shows as unmodelled. Peaks are dense
 datasheet figures at boost clocks: a power- or heat-capped GPU reaches less.
 A device missing from the table gets throughput without a share of peak.
-Elementwise chains are read from kernel names and order, not from the data
-flow: two unrelated kernels in a row count as one chain.
+Elementwise chains are read from kernel names and order and from the sizes of
+their ops' tensors, not from the data flow: two unrelated kernels in a row on
+tensors of one size count as one chain (without recorded shapes, any two).
 
 References
 ----------
@@ -112,6 +120,8 @@ References
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef, SummaryStat
 from gpudoctor.model.metrics import Component, Roofline, RooflineRow, TraceMetrics
@@ -211,7 +221,7 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
            "(GD402's fix: TF32)")
         + "."
     )
-    ledger = ctx.ledger(m)
+    ledger = ctx.ledger(m)  # the parts the flagged kernels are in (the ledger files some elsewhere)
     mm_ns = sum(x.kernel_ns for x in flagged if x.op_class != "conv")
     conv_ns = sum(x.kernel_ns for x in flagged if x.op_class == "conv")
     claims = _claims(ledger, [(Component.GPU_FP32_MATMUL, mm_ns)], Component.GPU_COMPUTE) + _claims(
@@ -235,14 +245,17 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
         notes=[f"FLOPs estimated from the ops' input shapes; peaks: {peak.source}",
                f"compute-bound: intensity at or above {src} peak ÷ memory bandwidth "
                f"({peak.memory_gbps:g} GB/s)"],
-        gain_note=f"GPU time of the compute-bound {src} kernels (upper bound)",
+        gain_note=(f"GPU time of the compute-bound {src} kernels (upper bound): the findings whose fixes lower "
+                   "their precision (GD401, GD402) claim it"),
         rank=m.rank,
-        claims=claims,
-        ledger=ledger,
         expected=expected,
         expected_note=(f"half-precision Tensor Cores on the {peak.name}: the peak ratio over {src}, at most "
                        f"{cap:g}x realized"),
     )
+    # the headline of the precision-capped kernel time: it claims none of it (GD401's and GD402's fixes
+    # lower the precision and claim it), its severity is the share at stake (as GD101's is the idle share)
+    heads = tuple(dict.fromkeys(c.value for c, _ in claims))
+    finding = replace(finding, severity=ctx.severity(share), gain=replace(finding.gain, heads=heads))
     return finding, "", Verdict.FIRED
 
 

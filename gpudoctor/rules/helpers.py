@@ -5,12 +5,22 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudoctor.model.findings import Finding, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
-from gpudoctor.model.run import DataLoaderSetting, FlagSetting, Injection, PstatsEntry, StepRecord
-from gpudoctor.rules.context import RuleContext, location_of
+from gpudoctor.model.run import (
+    DataLoaderSetting,
+    FlagSetting,
+    GpuSample,
+    Injection,
+    PstatsEntry,
+    StepRecord,
+)
+from gpudoctor.model.steady import loop_times
+from gpudoctor.model.units import duration_text
+from gpudoctor.rules.context import RuleContext, fmt_pct, location_of
 from gpudoctor.rules.edits import dataloader_args, edit_fix
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
@@ -167,6 +177,45 @@ def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
         if total and top.mem_used_bytes is not None:
             return MemoryPeak(top.mem_used_bytes, total, "NVML used")
     return None
+
+
+def device_limited(m: TraceMetrics) -> str | None:
+    """Why the host's launches and batch size do not set the step time, when the device limits every
+    profiled step of ``m`` (``TraceMetrics.timelines``: the device ran behind the host, waiting for it
+    under the cut): the reason in words; None when some step waits for the host (or no timelines)."""
+    t = m.timelines
+    if t is None or not t.steps or t.device_bound_steps < len(t.steps):
+        return None
+    return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host under "
+            f"{t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
+            + (f"; the host runs {duration_text(t.lead_ns)} ahead)" if t.lead_ns else ")"))
+
+
+def steps_span(ctx: RuleContext, steps: Sequence[StepRecord] | None = None) -> tuple[int, int] | None:
+    """When ``steps`` (default: the steady steps) ran, from the run's start (ns): from the first one's
+    start to the later of the last one's end on the host and the end of their time at the rate the
+    loop sustains (``model.steady.loop_times``: a GPU-bound loop's device runs its steps long after the
+    host enqueued them); None without steps."""
+    steps = ctx.steady_steps() if steps is None else steps
+    if not steps:
+        return None
+    lo = min(s.start_ns for s in steps)
+    host_end = max(s.start_ns + s.wall_ns for s in steps)
+    times, _ = loop_times(steps)
+    return lo, max(host_end, lo + sum(times))
+
+
+def gpu_samples_in_steps(ctx: RuleContext, device: int | None = None) -> tuple[tuple[GpuSample, ...], str]:
+    """NVML samples of ``device`` (every device when None) taken while the steady steps ran
+    (``steps_span``), and which they are ("while the steady steps ran"); every sample ("over the run")
+    when none was taken then or the run has no steps."""
+    samples = tuple(g for g in ctx.samples_gpu() if device is None or g.index == device)
+    span = steps_span(ctx)
+    if span is not None:
+        inside = tuple(g for g in samples if span[0] <= g.t_ns <= span[1])
+        if inside:
+            return inside, "while the steady steps ran"
+    return samples, "over the run"
 
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python", "\\lib\\python", "<frozen", "gpudoctor")

@@ -219,3 +219,32 @@ COMM_COMPRESSION_FRACTION = 0.5
 # rest. No published figure: gpudoctor's conservative estimate of 10% of convolution time, which
 # --verify measures (the flag is injectable).
 CUDNN_BENCHMARK_FRACTION = 0.1
+
+
+def autotune_fraction(rows, tf32_allowed: bool, memory_gbps: float | None) -> tuple[float, int, float] | None:
+    """The share of convolution kernel time autotuning is expected to win, measured on the run itself:
+    (fraction, the kernel ns of the rows below the reference, the reference TFLOP/s); None where the
+    run's convolutions give no reference (fewer than two convolution rows of the roofline with a rate).
+
+    cuDNN's heuristic picks an algorithm per shape; autotuning times the candidates and keeps the
+    fastest, which for a shape the heuristic served badly is one that runs at about the rate the same
+    device reached on the run's other convolutions. So each row of convolution ops (``Roofline.rows``,
+    by precision) below the fastest row's achieved TFLOP/s is expected to reach it, but not beyond its
+    memory roof (arithmetic intensity × bandwidth), nor switch to TF32 where cuDNN's ``allow_tf32`` is
+    off: saved time = kernel time × (1 − achieved ÷ reachable)."""
+    conv = [x for x in rows if x.op_class == "conv" and x.achieved_tflops and x.kernel_ns > 0]
+    if len(conv) < 2:
+        return None
+    total = sum(x.kernel_ns for x in conv)
+    won = 0.0
+    slow_ns = 0
+    best_any = max(x.achieved_tflops for x in conv)
+    for x in conv:
+        same = [y.achieved_tflops for y in conv if y.dtype == x.dtype or (tf32_allowed and y.dtype == "tf32")]
+        reach = max(same) if same else best_any
+        if memory_gbps and x.intensity_flop_per_byte:
+            reach = min(reach, x.intensity_flop_per_byte * memory_gbps / 1e3)
+        if reach > x.achieved_tflops:
+            won += x.kernel_ns * (1.0 - x.achieved_tflops / reach)
+            slow_ns += x.kernel_ns
+    return won / total if total else 0.0, slow_ns, best_any

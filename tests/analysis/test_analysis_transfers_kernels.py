@@ -135,3 +135,18 @@ def test_a_sync_on_another_thread_does_not_make_a_copy_blocking():
     b.add_host(H.RUNTIME, "cudaStreamSynchronize", 30 * US, 40 * US, correlation=2, thread="1/2")
     (t,) = transfer_stats(TraceView(b.build()))
     assert t.blocking_count == 0 and t.blocking_dur_ns == 0
+
+
+def test_simt_kernels_are_not_tensor_core_kernels_whatever_their_prefix():
+    """cuBLAS names its FP32 SIMT GEMMs like its Tensor Core ones ("sm80_xmma_gemm_…"): "ffma" (and
+    CUTLASS's "simt") say they run on the FP32 units, unless the name also names a Tensor Core type."""
+    from gpudoctor.analysis.names import NameClasses
+
+    names = (
+        "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize256x64x8_stage3_warpsize2x2x1_ffma",  # a real H200 trace's
+        "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(cutlass_80_simt_sgemm_256x128_8x4_nt_align1::Params)",
+        "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT",
+        "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn",
+    )
+    assert NameClasses(names).tensor_core.tolist() == [False, False, True, True, True]

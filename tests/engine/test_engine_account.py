@@ -55,11 +55,32 @@ def test_a_partial_claimant_keeps_what_the_owner_left():
                              _finding("GD502", ("other_cpu", 5 * MS, other))])
     loss, alloc = out
     assert loss.gain.share_pct == 12.0 and alloc.gain.share_pct == 5.0  # 10 + 5 of 40 ms: both fit
+    # the loop's Python as a whole (GD203) comes after the measured causes inside it: they keep their own
+    # time, it gets the rest of the part
     out = assign_gains(ctx, [_finding("GD203", ("other_cpu", other, other)), *out])
     python, loss, alloc = out
-    assert python.gain.share_pct == 40.0
-    assert loss.gain.share_pct == 2.0 and loss.gain.included_in == ("GD203",)  # only its own d2h is left
-    assert alloc.gain.share_pct == 0.0
+    assert loss.gain.share_pct == 12.0 and alloc.gain.share_pct == 5.0
+    assert python.gain.share_pct == 25.0 and python.gain.included_in == ("GD502", "GD702")
+
+
+def test_faster_kernels_are_granted_by_their_expected_win():
+    """No fix removes kernel time: on a device-busy part the claimant that expects to win more owns it
+    (GD403's measured autotuning gain over GD401's AMP model on the convolutions), OWNERS breaking ties."""
+    ctx = RuleContext(run())
+    conv = 40 * MS
+
+    def claimant(code: str, frac: float | None) -> Finding:
+        f = _finding(code, ("gpu_fp32_conv", conv, conv))
+        return dataclasses.replace(f, gain=dataclasses.replace(f.gain, expected_fraction=frac))
+
+    amp, bench = assign_gains(ctx, [claimant("GD401", 0.5), claimant("GD403", 0.7)])
+    assert bench.gain.share_pct == 40.0 and amp.gain.share_pct == 0.0 and amp.gain.included_in == ("GD403",)
+    amp, bench = assign_gains(ctx, [claimant("GD401", 0.5), claimant("GD403", 0.1)])
+    assert amp.gain.share_pct == 40.0 and bench.gain.included_in == ("GD401",)
+    amp, bench = assign_gains(ctx, [claimant("GD401", 0.5), claimant("GD403", 0.5)])
+    assert amp.gain.share_pct == 40.0  # a tie: OWNERS (GD401 first)
+    amp, bench = assign_gains(ctx, [claimant("GD401", None), claimant("GD403", 0.05)])
+    assert bench.gain.share_pct == 40.0  # a model before none
 
 
 def _gpu_run():

@@ -38,13 +38,15 @@ def gemm_trace(*, dtype: str = '"float"', kernel: str = "volta_sgemm_128x64_nn",
     return analyze_trace(b.build(TraceInfo(platform="cuda", devices=(device,), record_shapes=True, event_count=4)))
 
 
-def chain_trace(n: int = 10, us: int = 500):
-    """One 10 ms step with ``n`` back-to-back elementwise kernels (aten::add of 1M floats each)."""
+def chain_trace(n: int = 10, us: int = 500, sizes: tuple[int, ...] = (1048576,)):
+    """One 10 ms step with ``n`` back-to-back elementwise kernels (aten::add of 1M floats each; with
+    ``sizes``, the i-th op adds tensors of ``sizes[i % len(sizes)]`` elements)."""
     b = TimelineBuilder("chain.pt.trace.json")
     b.add_host(HostKind.USER_ANNOTATION, "ProfilerStep#1", 0, 10 * MS)
     t = 100 * US
     for i in range(n):
-        b.add_host(HostKind.CPU_OP, "aten::add", t, 10 * US, external_id=i + 1, input_dims="[[1048576], [1048576], []]",
+        size = sizes[i % len(sizes)]
+        b.add_host(HostKind.CPU_OP, "aten::add", t, 10 * US, external_id=i + 1, input_dims=f"[[{size}], [{size}], []]",
                    input_types='["float", "float", "Scalar"]')
         b.add_host(HostKind.RUNTIME, "cudaLaunchKernel", t + 2 * US, 5 * US, correlation=100 + i, external_id=i + 1)
         b.add_device(DeviceKind.KERNEL, EW, 200 * US + i * us * US, us * US, correlation=100 + i, external_id=i + 1)
@@ -64,16 +66,17 @@ def test_fires_on_compute_bound_fp32_matmuls_far_below_the_tensor_core_peak():
     assert "compute-bound FP32 matmul at 17.2 TFLOP/s" in f.message
     assert "5.5% of the A100 SXM4 80GB's BF16/FP16 Tensor Core peak (312 TFLOP/s)" in f.message
     assert "torch.bfloat16" in f.fix.after and "GD401's fix" in f.fix.instruction and "GD402's fix" in f.fix.instruction
-    assert _claims(f) == {Component.GPU_FP32_MATMUL.value: 8 * MS}
+    # the headline of the precision-capped time: GD401 and GD402 claim it, this finding heads it
+    assert _claims(f) == {} and f.gain.heads == (Component.GPU_FP32_MATMUL.value,)
     assert f.gain.expected_fraction == pytest.approx(2 / 3, abs=1e-3)  # min(312 / 19.5, 3) = 3x
     assert f.gain.share_pct == pytest.approx(80.0)
 
 
 def test_pytorch_1_traces_file_their_fp32_matmuls_through_the_launch_call():
     """PyTorch 1.x kernels carry only their correlation id: the ledger finds their op around the launch
-    call (TraceView.eligible_op_of), so their time is FP32 matmul there too, and GD405 claims it as such."""
+    call (TraceView.eligible_op_of), so their time is FP32 matmul there too, and GD405 heads it as such."""
     (f,) = judge("GD405", run(metrics=(gemm_trace(old_style=True),))).findings
-    assert _claims(f) == {Component.GPU_FP32_MATMUL.value: 8 * MS}
+    assert f.gain.heads == (Component.GPU_FP32_MATMUL.value,)
     assert f.gain.share_pct == pytest.approx(80.0)
 
 
@@ -116,6 +119,17 @@ def test_compiled_code_is_told_to_look_for_graph_breaks_not_to_compile():
     (f,) = judge("GD405", run(metrics=(chain_trace(),), settings=s)).findings
     assert "graph breaks" in f.fix.instruction and "Compile the model" not in f.fix.instruction
     assert f.evidence.settings[0].name == "torch.compile"
+
+
+def test_kernels_on_tensors_of_other_sizes_are_no_chain():
+    """Back to back on one stream but not producer and consumer: an op on 1M elements next to one on
+    64M (autocast's weight casts beside an activation) shares no tensor, and fusing them saves no
+    traffic. Alternating sizes break every run; pairs of one size make runs of two, under the three a
+    chain needs; runs of three of one size are chains again."""
+    res = judge("GD405", run(metrics=(chain_trace(sizes=(1048576, 67108864)),)))
+    assert res.verdict == Verdict.FINE and "no runs of 3+" in res.reason
+    m = chain_trace(n=6, sizes=(1048576,) * 3 + (67108864,) * 3)
+    assert m.roofline is not None and m.roofline.chains == 2 and m.roofline.chain_kernels == 6
 
 
 def test_short_chains_are_no_finding():

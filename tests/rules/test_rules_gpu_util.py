@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rule_builders import (
     GB,
     MS,
@@ -185,3 +187,50 @@ def test_gd103_quiet_when_launch_gaps_cost_nothing():
     assert res.verdict == Verdict.FINE and "idles the GPU 0.0% of step time" in res.reason
     res = judge("GD103", run(metrics=(m,)), launch_gap_min_share_pct=0.0)  # the threshold is read
     assert res.verdict == Verdict.FIRED
+
+
+# ---------------------------------------------------------------- where the device limits the steps
+
+
+def _timelines(device_bound: int, steps: int = 5):
+    """Five 10 ms device steps enqueued by 2 ms host steps; the first ``device_bound`` waited for nothing."""
+    from gpudoctor.model import StepSpan, Timelines
+
+    spans = tuple(
+        StepSpan(step=i, host_start_ns=2 * MS * i, host_end_ns=2 * MS * (i + 1), device_start_ns=30 * MS + 10 * MS * i,
+                 device_end_ns=40 * MS + 10 * MS * i, window_start_ns=30 * MS + 10 * MS * i,
+                 window_end_ns=40 * MS + 10 * MS * i, activities=10, busy_ns=10 * MS if i < device_bound else 4 * MS,
+                 host_wait_ns=0 if i < device_bound else 6 * MS, limit="device" if i < device_bound else "host")
+        for i in range(steps)
+    )
+    return Timelines(device=0, steps=spans, device_bound_steps=device_bound, host_bound_steps=steps - device_bound,
+                     tied_by="launch calls (correlation ids)", tied=10 * steps, untied=0, host_step_ns=2 * MS,
+                     device_step_ns=10 * MS, device_busy_pct=99.0, device_wait_pct=0.0, lead_ns=30 * MS,
+                     device_bound_wait_pct=5.0)
+
+
+def test_gd103_and_gd104_are_quiet_where_the_device_limits_every_step():
+    """Tiny kernels and free memory, but the device ran behind the host through every profiled step:
+    neither launches nor the batch size set the step time there."""
+    m = trace(
+        kernels=kernels(under_10us_pct=76.0, launch_total_ns=5_600_000, launch_count=1000, p50_ns=4000),
+        utilization=(utilization(80.0, causes={GapCause.LAUNCH_BOUND: 0.6, GapCause.SHORT: 0.2, GapCause.OTHER: 0.2}),),
+        memory=(MemoryStats(0, peak_allocated_bytes=8 * GB, peak_reserved_bytes=10 * GB, total_bytes=80 * GB),),
+    )
+    assert judge("GD103", run(metrics=(m,))).verdict == Verdict.FIRED  # the same trace, no timelines
+    limited = dataclasses.replace(m, timelines=_timelines(5))
+    for code in ("GD103", "GD104"):
+        res = judge(code, run(metrics=(limited,)))
+        assert res.verdict == Verdict.FINE and "the GPU limits all 5 profiled steps" in res.reason, (code, res)
+
+
+def test_gd104_needs_the_device_to_wait_when_some_steps_are_device_bound():
+    """With steps the device limits, tiny kernels alone do not fire GD104: the GPU-idle share must."""
+    m = trace(
+        kernels=kernels(under_10us_pct=80.0),
+        utilization=(utilization(10.0),),
+        memory=(MemoryStats(0, peak_allocated_bytes=8 * GB, peak_reserved_bytes=10 * GB, total_bytes=80 * GB),),
+    )
+    assert judge("GD104", run(metrics=(m,))).verdict == Verdict.FIRED  # tiny kernels, no timelines
+    mixed = dataclasses.replace(m, timelines=_timelines(3))
+    assert judge("GD104", run(metrics=(mixed,))).verdict == Verdict.FINE

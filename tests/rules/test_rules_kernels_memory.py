@@ -288,3 +288,49 @@ def test_gd402_recognises_the_fp32_precision_api():
     ))
     res = judge("GD402", run(metrics=(trace(kernels=_fp32()),), settings=s))
     assert res.verdict == Verdict.FINE and "fp32_precision" in res.reason
+
+
+def test_gd401_tf32_kernels_of_float32_ops_are_no_mixed_precision():
+    """cuDNN's allow_tf32 (on by default) runs float32 convolutions on TF32 Tensor Core kernels: that is
+    FP32 work, and GD401 still fires; Tensor Core kernels of other ops are reduced precision."""
+    tf32 = kernels(eligible_dtypes_known=True, fp32_eligible_pct_of_gpu=70.0, tensor_core_ns=24 * MS,
+                   tensor_core_pct=60.0, fp32_eligible_tensor_core_ns=24 * MS, half_tensor_core_ns=0)
+    (f,) = judge("GD401", run(metrics=(trace(kernels=tf32),))).findings
+    assert "no half-precision Tensor Core kernels run (0.0%; 60.0% of kernel time runs float32 ops on TF32" in f.message
+    half = kernels(eligible_dtypes_known=True, fp32_eligible_pct_of_gpu=40.0, tensor_core_ns=24 * MS,
+                   tensor_core_pct=60.0, fp32_eligible_tensor_core_ns=0, half_tensor_core_ns=24 * MS)
+    res = judge("GD401", run(metrics=(trace(kernels=half),)))
+    assert res.verdict == Verdict.FINE and "reduced precision is in use" in res.reason
+
+
+def _conv_rows(slow_tflops: float, fast_tflops: float):
+    from gpudoctor.model import Roofline, RooflineRow
+    from gpudoctor.model.metrics import DevicePeak
+
+    peak = DevicePeak("H200 SXM", 67.0, 494.7, 989.4, 1978.9, 4800.0, "test")
+    rows = (RooflineRow("conv", "fp32", 10, 100, 40 * MS, int(slow_tflops * 40e9), 400_000_000, slow_tflops,
+                        intensity_flop_per_byte=slow_tflops * 40e9 / 400e6, bound="compute"),
+            RooflineRow("conv", "tf32", 10, 100, 10 * MS, int(fast_tflops * 10e9), 100_000_000, fast_tflops,
+                        intensity_flop_per_byte=fast_tflops * 10e9 / 100e6, bound="compute"))
+    return Roofline(device=0, device_name="NVIDIA H200", peak=peak, rows=rows)
+
+
+def test_gd403_expects_what_the_run_s_own_fastest_convolutions_reach():
+    """Convolutions whose kernels ran at a tenth of the rate this GPU reached on the run's other
+    convolutions are expected to reach it once autotuned: 40 ms at 9.3 TFLOP/s against 93 saves 36 ms
+    of the 50 ms of convolutions (72%); convolutions that all ran near one rate expect little."""
+    from gpudoctor.rules.speedups import autotune_fraction
+
+    slow = _conv_rows(9.3, 93.0)
+    fraction, slow_ns, best = autotune_fraction(slow.rows, True, 4800.0)
+    assert fraction == pytest.approx(0.72) and slow_ns == 40 * MS and best == 93.0
+    assert autotune_fraction(slow.rows, False, 4800.0) is not None  # without TF32: only fp32 rows as a reference
+    assert autotune_fraction(slow.rows, False, 4800.0)[0] == 0.0
+    even, _, _ = autotune_fraction(_conv_rows(88.0, 93.0).rows, True, 4800.0)
+    assert even < 0.05
+    m = trace(kernels=kernels(conv_kernel_ns=20 * MS), conv_shapes_total=20, conv_shapes_max_per_step=20, roofline=slow)
+    (f,) = judge("GD403", run(metrics=(m,), settings=_bench(False, SITE))).findings
+    assert f.gain.expected_fraction == pytest.approx(0.72) and "93.0 TFLOP/s" in f.gain.expected_note
+    plain = trace(kernels=kernels(conv_kernel_ns=20 * MS), conv_shapes_total=20, conv_shapes_max_per_step=20)
+    (g,) = judge("GD403", run(metrics=(plain,), settings=_bench(False, SITE))).findings
+    assert g.gain.expected_fraction == pytest.approx(0.1)  # no reference in the run: the estimate
