@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from gpudoctor.cli_options import fail_on_exit_code, report_options, rule_config, rule_options
-from gpudoctor.console import check_output_writable, emit_report, print_stdout, say
+from gpudoctor.console import check_output_writable, emit_report, format_of, print_stdout, say
 from gpudoctor.errors import EXIT_FINDINGS, UsageError
 
 
@@ -61,10 +61,8 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color, fix, 
     if fix and diff:
         raise UsageError("--fix and --diff cannot be combined: --diff shows what --fix would write")
     if output:  # -o is judged before anything is written: its format, that it can be written, not a source
-        from gpudoctor.report import format_from_path
-
         if not fmt:
-            format_from_path(output)
+            format_of(output)
         guard_output(output, targets)
         check_output_writable(output)
     if not (fix or diff):

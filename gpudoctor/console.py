@@ -95,6 +95,13 @@ def check_output_writable(path: str | None) -> None:
     check(path)
 
 
+def format_of(path: str) -> str:
+    """The report format ``-o PATH``'s name asks for; a one-line ``UsageError`` when it names none."""
+    from gpudoctor.report import format_from_path
+
+    return format_from_path(path)
+
+
 def emit_report(report, fmt: str, output: str | None, quiet: bool, color_flag: bool | None = None) -> None:  # noqa: ANN001
     """``report`` rendered in ``fmt`` (from ``-o``'s suffix when not given; terminal by default), written to
     ``output`` or printed on stdout."""
