@@ -39,7 +39,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "DataLoaderSetting",
         "Device", "ExceptionInfo", "FlagSetting", "GpuSample", "HostLoad", "HostSample", "Injection", "Manifest",
         "OptimizerSetting", "ProcessSample", "ProfilerSchedule", "PstatsEntry", "RankEnd", "RootModuleUse", "RunStatus",
-        "Samples", "Settings", "StepMarker", "StepRecord", "WrapSetting", "WriteError",
+        "Samples", "Settings", "StepMarker", "StepRecord", "WrapSetting", "WriteError", "status_text",
     ),
     "verify": (
         "LadderRung", "RunFigure", "Verification", "VerifyStatus",
