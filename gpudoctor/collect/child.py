@@ -171,6 +171,7 @@ class Child:
         self.timewindow: Any = None
         self.driver: Any = None
         self.cprof: Any = None
+        self.loader_prof: Any = None  # collect.loaderprof.LoaderProfile: the DataLoader's calls, apart
         self.capture: Any = None
         self.writer: Any = None
         self.notes: list[str] = []
@@ -270,6 +271,7 @@ class Child:
         self.write_state()
 
     def _install(self, torch: Any) -> None:
+        from gpudoctor.collect.loaderprof import LoaderProfile  # noqa: PLC0415
         from gpudoctor.collect.patches import Patcher  # noqa: PLC0415
         from gpudoctor.collect.settings_capture import SettingsCapture  # noqa: PLC0415
         from gpudoctor.collect.steps import CprofileWindow, StepTracker  # noqa: PLC0415
@@ -324,7 +326,8 @@ class Child:
         )
         self.tracker.on_first_step = self.timewindow.give_way
         self.capture = SettingsCapture(torch, frames)
-        patcher = Patcher(torch, self.capture, self.tracker, frames)
+        self.loader_prof = LoaderProfile(self.cprof, self.run_dir / layout.rank_tagged(layout.LOADER_PSTATS, self.rank))
+        patcher = Patcher(torch, self.capture, self.tracker, frames, self.loader_prof)
         for err in patcher.install():
             self.notes.append(err)
         if cfg.get("injections"):  # a --verify trial: over the patches, so they still see every call
@@ -389,7 +392,7 @@ class Child:
                     os.close(fd)
                 except OSError:
                     pass
-        for part in (self.tracker, self.driver, self.cprof, self.writer, self.timewindow):
+        for part in (self.tracker, self.driver, self.cprof, self.loader_prof, self.writer, self.timewindow):
             if part is not None:
                 part.in_child_after_fork()
         if self.capture is not None:
@@ -529,6 +532,8 @@ class Child:
             pass
         if self.cprof is not None:
             self.cprof.stop()
+        if self.loader_prof is not None:
+            self.loader_prof.write()
         if self.tracker is not None:
             try:
                 self.tracker.finish()
@@ -684,6 +689,11 @@ class Child:
             detail = c.detail()
             if c.error:
                 detail += f"; {c.error}"
+            lp = self.loader_prof
+            if lp is not None and lp.written:
+                detail += f"; the DataLoader's own calls apart in {lp.path.name}"
+            elif lp is not None and lp.error:
+                detail += f"; {lp.error}"
             out.append(Collected("cprofile", True, detail=detail))
         elif steps == 0:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))

@@ -117,10 +117,11 @@ deepen the oversubscription.
 **How it tells a waiting load from a computing one**: the loading's CPU time
 against its wall time, measured three ways.
 
-- `num_workers=0`, cProfile (`profile.pstats`): the time inside the
-  DataLoader's fetch (`torch.utils.data._utils.fetch`: the dataset's
-  `__getitem__` and the `collate_fn`), shared out along cProfile's caller edges
-  at parse time (`PstatsEntry.loader_tottime_s`), and of it the self time of
+- `num_workers=0`, cProfile (`loader.pstats`: the DataLoader's own calls,
+  profiled apart from the rest of the step, so none of the model's code is in
+  it; docs/run-directory.md): the time inside the DataLoader's fetch
+  (`torch.utils.data._utils.fetch`: the dataset's `__getitem__` and the
+  `collate_fn`; `PstatsEntry.loader_tottime_s`), and of it the self time of
   calls that wait (`time.sleep`, `select`/`poll`, socket and file reads, lock
   and queue waits): CPU share ≈ 1 − waiting ÷ fetch.
 - `num_workers=0`, getrusage (`user_cpu_ns` + `sys_cpu_ns` of each step,
