@@ -118,6 +118,11 @@ def disagreements(texts: Iterable[str]) -> list[str]:
     return out
 
 
+def checked(text: str) -> int:
+    """How many sentences of ``text`` the checks read (a check that found nothing to read proves nothing)."""
+    return sum(len(p.findall(text)) for p in (SHARE_OF, WON, SPEEDUP, ACTION))
+
+
 def report_texts(report: Report) -> list[str]:
     """Every sentence of a report that carries figures: each finding's message, fix, gain and notes."""
     out = []

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from figures_agree import disagreements, report_disagreements
+from figures_agree import _action_checks, checked, disagreements, report_disagreements
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUNS = ROOT.parent / "shared" / "gpu-runs"
@@ -37,6 +37,15 @@ def test_the_check_catches_figures_of_two_statistics() -> None:
     assert not disagreements(["expected −28.4% of step time, about 1.40× faster, at most 28.9% of step time at "
                               "stake, up to 1.41× faster"])
     assert disagreements(["expected −28.4% of step time, about 1.20× faster"])
+
+
+def test_the_readme_example_agrees_with_itself() -> None:
+    """The README's worked example is a real run's output: its sentences check out as a report's do."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## What you get", 1)[1].split("```", 2)[1]
+    flat = " ".join(block.split())  # its lines are wrapped
+    assert checked(flat) >= 4, flat
+    assert disagreements([flat]) == [] and list(_action_checks(flat)) == []
 
 
 def _skewed_cpu_run():
