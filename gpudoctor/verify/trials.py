@@ -260,9 +260,12 @@ class _Session:
         asked = self.opts.trials
         want = self.opts.budget_s + max(need - left, 0.0)
         held = f"{done} round{'s' if done != 1 else ''}" if done else "no whole round"
-        return (f"the --verify-budget of {self.opts.budget_s:g} s held {held} of the {asked} asked (round {rnd} "
-                f"needed about {need:.0f} s, {max(left, 0.0):.0f} s were left): give --verify-budget "
-                f"{math.ceil(want / 10.0) * 10:g} or more")
+        budget = f"the --verify-budget of {self.opts.budget_s:g} s"
+        if done >= asked:  # the rounds asked ran: more rounds for an undecided fix, or the ladder's, did not
+            return (f"{budget} held {held} ({asked} asked, the rest for what stayed undecided); the next needed "
+                    f"about {need:.0f} s, {max(left, 0.0):.0f} s were left")
+        return (f"{budget} held {held} of the {asked} asked (round {rnd} needed about {need:.0f} s, "
+                f"{max(left, 0.0):.0f} s were left): give --verify-budget {math.ceil(want / 10.0) * 10:g} or more")
 
 
 def measure(

@@ -258,3 +258,18 @@ def test_a_round_the_budget_cannot_hold_is_not_started_and_the_verdict_says_why(
            "give --verify-budget 120 or more")
     assert why in v.reason
     assert any(why in line for line in lines)
+
+
+def test_the_budget_note_after_the_rounds_asked_asks_for_nothing(tmp_path: Path) -> None:
+    """A budget spent on the rounds an undecided fix gets beyond those asked said "held 5 rounds of the 3
+    asked": it says the rounds asked ran."""
+    from gpudoctor.verify.trials import _Session
+
+    data = _data(tmp_path)
+    session = _Session(data.manifest, tmp_path, tmp_path, dataclasses.replace(OPTS, budget_s=300.0), 1.0)
+    session.short = (6, 62.0, 35.0)
+    note = session.budget_note()
+    assert note == ("the --verify-budget of 300 s held 5 rounds (3 asked, the rest for what stayed undecided); the next "
+                    "needed about 62 s, 35 s were left")
+    session.short = (2, 57.0, 43.0)
+    assert session.budget_note().startswith("the --verify-budget of 300 s held 1 round of the 3 asked")
