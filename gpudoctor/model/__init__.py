@@ -169,6 +169,7 @@ if TYPE_CHECKING:
         StepRecord,
         WrapSetting,
         WriteError,
+        status_text,
     )
     from gpudoctor.model.verify import (
         LadderRung,

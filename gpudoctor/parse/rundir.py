@@ -363,16 +363,14 @@ def loader_times(stats: dict[Any, Any], strict: bool = False) -> dict[Any, tuple
 
 
 def _load_pstats(p: Path) -> dict[Any, Any]:
-    with open(p, "rb") as fh:
-        stats = marshal.load(fh)
+    stats = marshal.loads(p.read_bytes())
     if not isinstance(stats, dict):
         raise ValueError("not a pstats dictionary")
     return stats
 
 
 def _added(a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
-    """Two cProfile statistics dictionaries as one (``pstats.Stats.add``): counts and times summed by
-    function, and by caller edge."""
+    """Two cProfile statistics dictionaries as one (``pstats.Stats.add``): summed by function and caller."""
     out = dict(a)
     for key, value in b.items():
         if key not in out:
