@@ -24,6 +24,11 @@ SKIP_DIRS = frozenset(
      "gpudoctor-runs", ".eggs", ".ipynb_checkpoints"}
 )
 
+#: The largest file ``gpudoctor check`` reads (bytes): a file over it is skipped with one line, the others
+#: are checked. A check costs about 15-30 µs a byte where every function has fixes to cut (a 1 MiB file in
+#: under 30 s on 2 cores; benchmarks/check_speed.py --scaling); a larger .py file is generated code or data.
+MAX_SOURCE_BYTES = 1 << 20
+
 _SUPPRESS = re.compile(r"#\s*gpudoctor:\s*ignore\b(?:\[([A-Za-z0-9,\s]*)\])?", re.IGNORECASE)
 
 
@@ -226,6 +231,12 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
     if kind and kind != "a folder":
         return None, FileError(shown, f"{shown}: not a regular file ({kind}); not read")
     try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # the read below says why
+    if size > MAX_SOURCE_BYTES:
+        return None, FileError(shown, too_large(shown, size))
+    try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None, FileError(shown, f"{shown}: no such file; check the path")
@@ -233,6 +244,8 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
         return None, FileError(shown, f"{shown}: is a folder, not a file")
     except OSError as err:
         return None, FileError(shown, f"{shown}: cannot be read ({err.strerror or err})")
+    if len(data) > MAX_SOURCE_BYTES:  # it grew since
+        return None, FileError(shown, too_large(shown, len(data)))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as err:
@@ -253,6 +266,11 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text, None
+
+
+def too_large(shown: str, size: int) -> str:
+    return (f"{shown}: {size:,} bytes, over the {MAX_SOURCE_BYTES:,} (1 MiB) that `gpudoctor check` reads "
+            "(generated code or data?); not checked")
 
 
 def parse_source(text: str, shown: str) -> tuple[ast.Module | None, FileError | None]:
