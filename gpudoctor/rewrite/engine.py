@@ -23,7 +23,11 @@ returned for it. Kinds (``Edit.kind``):
 ``code`` that names ``torch.`` uses the module's own name for torch (``import torch as
 th``), and ``import torch`` is added after the leading imports when the module has none.
 ``requires`` "main-guard": a call at module level must sit under ``if __name__ ==
-"__main__":`` (DataLoader workers started by spawn or forkserver import the script again).
+"__main__":`` (DataLoader workers started by spawn or forkserver import the script again);
+"workers": ``persistent_workers=True`` only where the call's ``num_workers`` is above 0: kept
+``True`` beside a literal count, written ``persistent_workers=<count> > 0`` beside a count the
+call computes when evaluating it twice is safe (``_twice_safe``), refused otherwise
+(``rules.edits.dataloader_args``).
 
 The file is read a part at a time (``parts.py``: a top-level statement, or a few small
 ones together, parsed by LibCST when an edit falls in it); each edit is located, checked
@@ -38,7 +42,7 @@ import ast
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import libcst as cst
@@ -159,6 +163,75 @@ def _check_call(ix: _Index, call: cst.Call, e: Edit) -> None:
                 "script again")
 
 
+#: Calls whose result is the same when evaluated twice in one expression, and that change nothing.
+_PURE_CALLS = frozenset({"int", "float", "bool", "abs", "round", "min", "max", "len", "os.cpu_count",
+                         "multiprocessing.cpu_count", "mp.cpu_count", "os.sched_getaffinity", "psutil.cpu_count",
+                         "torch.get_num_threads"})
+
+
+def _twice_safe(node: cst.BaseExpression) -> bool:
+    """Whether evaluating the expression a second time is safe: names, attributes, constants, operators
+    and the calls of ``_PURE_CALLS`` of such (``int(opt.workers)``, ``min(8, os.cpu_count())``)."""
+    if isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _twice_safe(node.value)
+    if isinstance(node, cst.UnaryOperation):
+        return _twice_safe(node.expression)
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+        return _twice_safe(node.left) and _twice_safe(node.right)
+    if isinstance(node, cst.Comparison):
+        return _twice_safe(node.left) and all(_twice_safe(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.IfExp):
+        return _twice_safe(node.test) and _twice_safe(node.body) and _twice_safe(node.orelse)
+    if isinstance(node, cst.Subscript):
+        return _twice_safe(node.value) and all(
+            isinstance(el.slice, cst.Index) and _twice_safe(el.slice.value) for el in node.slice)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return all(isinstance(el, cst.Element) and _twice_safe(el.value) for el in node.elements)
+    if isinstance(node, cst.Call):
+        return (code_of(node.func).replace(" ", "") in _PURE_CALLS
+                and all(a.star == "" and a.keyword is None and _twice_safe(a.value) for a in node.args))
+    return False
+
+
+def _persistent_value(call: cst.Call, e: Edit) -> str:
+    """The value of ``persistent_workers`` that keeps the call valid for every count of workers (requirement
+    "workers"); RewriteError when none can be written."""
+    new = dict(e.args).get("num_workers")
+    if new is not None:
+        count: cst.BaseExpression = _expression(new)
+    else:
+        arg = _keyword(call, "num_workers")
+        at = dict(e.positions).get("num_workers")
+        positional = [a for a in call.args if a.keyword is None and a.star == ""]
+        if arg is None and at is not None and at < len(positional) and not any(
+                a.star == "*" for a in call.args[:call.args.index(positional[at])]):
+            arg = positional[at]
+        if arg is None:
+            double = next((a for a in call.args if a.star), None)
+            if double is not None:
+                raise RewriteError(f"the call passes {double.star}{code_of(double.value)}, which may hold num_workers: "
+                                   "persistent_workers=True raises with 0 workers")
+            raise RewriteError("the DataLoader passes no num_workers (0: no workers to keep alive; persistent_workers="
+                               "True would raise)")
+        count = arg.value
+    shown = code_of(count)
+    try:
+        literal = ast.literal_eval(shown)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        literal = None
+    if isinstance(literal, int) and not isinstance(literal, bool):
+        if literal > 0:
+            return "True"
+        raise RewriteError(f"num_workers={shown}: no workers to keep alive (persistent_workers=True would raise)")
+    if not _twice_safe(count):
+        raise RewriteError(f"num_workers={shown} may be 0 and is computed by code that gpudoctor would not run twice: "
+                           f"write persistent_workers=... > 0 by hand (persistent_workers=True raises with 0 workers)")
+    simple = isinstance(count, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not count.lpar
+    return f"{shown if simple or count.lpar else f'({shown})'} > 0"
+
+
 def _same_args(call: cst.Call, e: Edit) -> bool:
     """Whether the call already passes every keyword as the edit would set it."""
     positions = dict(e.positions)
@@ -208,11 +281,15 @@ def _plan_one(ix: _Index, plan: _Plan, e: Edit,
             raise RewriteError("a call_args edit names no call or no argument")
         call = _locate_call(ix, e)
         _check_call(ix, call, e)
-        if _same_args(call, e):
-            raise RewriteError(f"already so: {', '.join(f'{k}={v}' for k, v in e.args if v is not None)}")
-        for value in (v for _, v in e.args if v is not None):
+        made = e
+        if "workers" in e.requires and dict(e.args).get("persistent_workers") == "True":
+            value = _persistent_value(call, e)
+            made = replace(e, args=tuple((k, value if k == "persistent_workers" else v) for k, v in e.args))
+        if _same_args(call, made):
+            raise RewriteError(f"already so: {', '.join(f'{k}={v}' for k, v in made.args if v is not None)}")
+        for value in (v for _, v in made.args if v is not None):
             _expression(value)
-        plan.calls[call].append(e)
+        plan.calls[call].append(made)
         return ix.statement_of(call), False
     if e.kind == "wrap":
         stmt = _locate_statement(ix, e)

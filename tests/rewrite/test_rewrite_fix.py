@@ -15,6 +15,7 @@ import difflib
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ CASES = [
     ("dataloader", "mnist_loader.py", "GD201,GD301",
      ("+        num_workers=4,", "+        persistent_workers=True,", "+        pin_memory=True,")),
     ("persistent_workers", "epochs.py", "GD202", ("persistent_workers=True)",)),
+    # a count of workers computed from --workers: every count the script accepts keeps working (issue 38)
+    ("persistent_workers_expression", "dcgan_workers.py", "GD202", ("persistent_workers=int(opt.workers) > 0)",)),
     ("no_grad", "eval_loop.py", "GD701", ("+    with torch.no_grad():",)),
     ("cudnn_benchmark_insert", "convnet_cudnn.py", "GD403", ("+torch.backends.cudnn.benchmark = True",)),
     ("cudnn_benchmark_assign", "cudnn_off.py", "GD403", ("+    cudnn.benchmark = True  # was True",)),
@@ -238,3 +241,29 @@ def test_output_to_another_file_still_writes_the_report(tmp_path, monkeypatch, c
     code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "-o", "review.md")
     assert code == 0, err
     assert (tmp_path / "review.md").read_text().startswith("#")
+
+
+@pytest.mark.slow
+def test_the_fixed_dcgan_style_script_runs_with_every_count_of_workers(tmp_path, monkeypatch, capsys):
+    """`check --fix` on dcgan wrote persistent_workers=True beside num_workers=int(opt.workers), and the fixed
+    script then crashed with --workers 0, which the original accepts (issue 38): it now runs with 0 and 1."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "dcgan_workers.py")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "--select", "GD202", "dcgan_workers.py")
+    assert code == 0 and "fixed 1 (GD202" in err
+    fixed = script.read_text(encoding="utf-8")
+    assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
+
+    def run(path: Path, workers: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(path), "--workers", workers], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+
+    for workers in ("0", "1"):
+        done = run(script, workers)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "[1/2] Loss_D" in done.stdout
+    # what --fix wrote before: a real DataLoader refuses it with --workers 0
+    naive = tmp_path / "naive.py"
+    naive.write_text(fixed.replace("persistent_workers=int(opt.workers) > 0", "persistent_workers=True"), encoding="utf-8")
+    done = run(naive, "0")
+    assert done.returncode != 0 and "persistent_workers option needs num_workers > 0" in done.stderr
