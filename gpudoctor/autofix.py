@@ -52,6 +52,7 @@ class FileFix:
     fixed: list[Finding] = field(default_factory=list)  # the findings whose fix was made
     skipped: list[tuple[Finding, str]] = field(default_factory=list)  # automatic fixes that could not be made, and why
     error: str = ""  # why the file was left untouched
+    unwritten: bool = False  # its fixes were made but could not be written (exit 1, as ruff's E902)
 
     @property
     def changed(self) -> bool:
@@ -68,6 +69,11 @@ class FixResult:
     @property
     def changed(self) -> list[FileFix]:
         return [f for f in self.files if f.changed]
+
+    @property
+    def unwritten(self) -> list[FileFix]:
+        """Files whose fixes could not be written (read-only, a full disk, changed meanwhile): exit 1."""
+        return [f for f in self.files if f.unwritten]
 
     @property
     def fixed_count(self) -> int:
@@ -101,9 +107,11 @@ class FixResult:
                 out.append(f"{where}: {x.code} left as it is: {why}")
         remaining = len(self.report.findings)
         files = len(self.changed)
+        lost = len(self.unwritten)
         out.append(f"{verb} {self.fixed_count} finding{'s' if self.fixed_count != 1 else ''} in {files} "
                    f"file{'s' if files != 1 else ''}; {remaining} finding{'s' if remaining != 1 else ''} "
-                   + ("remain" if self.written else "would remain"))
+                   + ("remain" if self.written else "would remain")
+                   + (f"; {lost} file{'s' if lost != 1 else ''} could not be written" if lost else ""))
         return out
 
 
@@ -113,9 +121,10 @@ def _decoded(data: bytes) -> str:
     return decode_source(data).text
 
 
-def _targets(paths: Sequence[Path]) -> set[str]:
+def _targets(paths: Sequence[Path]) -> dict[str, Path | None]:
+    """The files --fix may change (absolute path → the real path of the folder given it was found in)."""
     targets, _errors, _roots = discover(list(paths))
-    return {str(t.path) for t in targets}
+    return {str(t.path): t.folder for t in targets}
 
 
 def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = None, write: bool = True) -> FixResult:
@@ -172,31 +181,49 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
             ff.text = decoded[path].text if path in decoded else ""
     result = FixResult(report, sorted(files.values(), key=lambda f: f.display), passes, write)
     if write:
-        _write(result, decoded)
+        _write(result, decoded, targets)
         if any(f.fixed and f.error for f in result.files):  # a file was not written: what remains is on disk
-            result.report = check_paths(paths, config, sizing=sizing)
+            try:
+                result.report = check_paths(paths, config, sizing=sizing)
+            except UsageError:  # nothing is left to check (the files went away meanwhile): the last report
+                pass
     return result
 
 
-def _write(result: FixResult, decoded: dict) -> None:
+def _write(result: FixResult, decoded: dict, targets: dict[str, Path | None]) -> None:
     from gpudoctor.output import replace_file
     from gpudoctor.rewrite import encode_like
+    from gpudoctor.static.sources import within
 
     for f in result.changed:
+        folder = targets.get(f.path)
+        if folder is not None and not within(os.path.realpath(f.path), str(folder)):
+            # a file of a folder given now leads out of it (a symlink put in its place): never written
+            f.error = f"it now leads out of {folder} (a symlink); not written"
+            f.unwritten = True
+            continue
+        if not os.access(f.path, os.W_OK):
+            f.error = "the file is read-only; not written (make it writable to have it fixed)"
+            f.unwritten = True
+            continue
         try:
             now = Path(f.path).read_bytes()
         except OSError as err:
             f.error = f"cannot be read again before writing ({err.strerror or err}); not written"
+            f.unwritten = True
             continue
         if now != f.original:
             f.error = "it changed on disk while gpudoctor was fixing it; not written (run --fix again)"
+            f.unwritten = True
             continue
         try:
             data = encode_like(f.text, decoded[f.path])
         except UnicodeEncodeError as err:
             f.error = f"the fixed text cannot be saved in the file's encoding ({err}); not written"
+            f.unwritten = True
             continue
         try:
             replace_file(f.path, data, "fixed file")
         except UsageError as err:
             f.error = str(err)
+            f.unwritten = True

@@ -36,6 +36,7 @@ _SUPPRESS = re.compile(r"#\s*gpudoctor:\s*ignore\b(?:\[([A-Za-z0-9,\s]*)\])?", r
 class Target:
     path: Path  # absolute
     display: str  # as shown to the user
+    folder: Path | None = None  # found in this folder given (its real path): --fix writes only inside it
 
 
 def display_path(path: Path) -> str:
@@ -74,8 +75,9 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
             continue
         if absolute.is_dir():
             roots.append(absolute)
+            real = Path(os.path.realpath(absolute))
             for f in _walk(absolute, errors):
-                targets.setdefault(f, Target(f, display_path(f)))
+                targets.setdefault(f, Target(f, display_path(f), real))
             continue
         if absolute.suffix not in (".py", ".pyw"):
             errors.append(
@@ -88,7 +90,12 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
 
 
 def _walk(folder: Path, errors: list[FileError]) -> list[Path]:
+    """The .py files under ``folder``, without leaving it: symlinked folders are not entered, and a
+    symlinked file counts only when it leads to a file inside the folder, under that file's own name
+    (found once, and --fix writes the file inside). One that leads out is left alone, as ``git`` and
+    ruff's walk leave it."""
     found: list[Path] = []
+    real_folder = os.path.realpath(folder)
 
     def onerror(err: OSError) -> None:
         name = getattr(err, "filename", None) or str(folder)
@@ -97,9 +104,21 @@ def _walk(folder: Path, errors: list[FileError]) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(folder, onerror=onerror, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         for name in filenames:
-            if name.endswith(".py"):
-                found.append(Path(dirpath) / name)
+            if not name.endswith(".py"):
+                continue
+            path = Path(dirpath) / name
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if not within(real, real_folder) or not os.path.isfile(real):
+                    continue  # out of the folder (or dangling): not read, never written
+                path = Path(folder) / os.path.relpath(real, real_folder)
+            found.append(path)
     return found
+
+
+def within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def package_root(folder: Path) -> Path:

@@ -267,3 +267,98 @@ def test_the_fixed_dcgan_style_script_runs_with_every_count_of_workers(tmp_path,
     naive.write_text(fixed.replace("persistent_workers=int(opt.workers) > 0", "persistent_workers=True"), encoding="utf-8")
     done = run(naive, "0")
     assert done.returncode != 0 and "persistent_workers option needs num_workers > 0" in done.stderr
+
+
+# --------------------------------------------------------------------------- the user's source is sacred (issue 38)
+
+
+def test_a_folder_walk_leaves_a_symlink_out_of_the_folder_alone(tmp_path, monkeypatch, capsys):
+    """`check --fix DIR` followed a symlink in DIR and rewrote a file outside it."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    victim = _copy(outside, "optimizers.py")
+    before = victim.read_bytes()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "linked.py").symlink_to(victim)  # leads out of proj
+    own = _copy(proj, "epochs.py")
+    (proj / "alias.py").symlink_to(own)  # leads to a file of proj: that file, once
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj")
+    assert code == 0, err
+    assert victim.read_bytes() == before and (proj / "linked.py").is_symlink()
+    assert "persistent_workers=True" in own.read_text(encoding="utf-8") and (proj / "alias.py").is_symlink()
+    assert "linked.py" not in err and "elsewhere" not in err
+    assert err.count("epochs.py: fixed 1") == 1, err  # the file and its alias are one file
+    # given by name, a symlink is the user's choice: its target is fixed, the link kept
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj/linked.py")
+    assert code == 0 and victim.read_bytes() != before and (proj / "linked.py").is_symlink(), err
+    assert "betas=(0.5, 0.999), fused=True)" in victim.read_text(encoding="utf-8")
+
+
+def test_a_file_swapped_for_a_symlink_out_of_the_folder_is_not_written(tmp_path, monkeypatch, capsys):
+    """Between the walk and the write, a file of the folder replaced by a symlink that leads out of it."""
+    import gpudoctor.autofix as autofix
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    script = _copy(proj, "optimizers.py")
+    victim = tmp_path / "victim.py"
+    original = script.read_bytes()
+    victim.write_bytes(original)
+    real_write = autofix._write
+
+    def swap_then_write(result, decoded, targets):
+        script.unlink()
+        script.symlink_to(victim)
+        real_write(result, decoded, targets)
+
+    monkeypatch.setattr(autofix, "_write", swap_then_write)
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj")
+    assert code == 1, err
+    assert victim.read_bytes() == original
+    assert "leads out of" in err and "not written" in err
+
+
+@pytest.mark.parametrize("errno_name", ["EROFS", "ENOSPC", "EACCES"])
+def test_a_fix_that_cannot_be_written_exits_1(errno_name, tmp_path, monkeypatch, capsys):
+    """`--fix` on a read-only mount or a full disk said so and exited 0: now exit 1 (ruff reports an I/O
+    error, E902, as an error that remains), the file intact, the reason on stderr."""
+    import errno
+
+    from gpudoctor import output
+
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "optimizers.py")
+    before = script.read_bytes()
+    number = getattr(errno, errno_name)
+
+    def refuse(self, data):
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(output.Target, "_replace", refuse)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "optimizers.py")
+    assert code == 1, err
+    assert script.read_bytes() == before
+    assert "optimizers.py: not fixed:" in err and f"({errno_name})" in err and "could not be written" in err
+    assert "Traceback" not in err
+    # --diff writes nothing: the same failure cannot happen, and it exits as before
+    assert gpudoctor(monkeypatch, capsys, "check", "--diff", "optimizers.py")[0] == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files and folders")
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_read_only_file_or_folder_is_not_fixed_and_exits_1(what, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ro").mkdir()
+    script = _copy(tmp_path / "ro", "optimizers.py")
+    before = script.read_bytes()
+    locked = script if what == "file" else tmp_path / "ro"
+    locked.chmod(0o444 if what == "file" else 0o555)
+    try:
+        code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "ro/optimizers.py")
+    finally:
+        locked.chmod(0o644 if what == "file" else 0o755)
+    assert code == 1 and script.read_bytes() == before, err
+    assert "not fixed" in err
