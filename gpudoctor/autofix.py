@@ -85,7 +85,7 @@ class FixResult:
         for f in self.changed:
             before = _decoded(f.original)
             lines = difflib.unified_diff(before.splitlines(keepends=True), f.text.splitlines(keepends=True),
-                                         fromfile=f"a/{f.display}", tofile=f"b/{f.display}")
+                                         fromfile=diff_name("a/", f.display), tofile=diff_name("b/", f.display))
             for line in lines:
                 out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
         return "".join(out)
@@ -113,6 +113,33 @@ class FixResult:
                    + ("remain" if self.written else "would remain")
                    + (f"; {lost} file{'s' if lost != 1 else ''} could not be written" if lost else ""))
         return out
+
+
+_GIT_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+                '"': '\\"', "\\": "\\\\"}
+
+
+def diff_name(prefix: str, name: str) -> str:
+    """A file's name on a ``---`` / ``+++`` line, as ``git diff`` writes it: ``a/`` and the path (an
+    absolute one without its leading ``/``: ``a/tmp/x.py``); in double quotes with C escapes when it holds
+    a control character, a ``"``, a backslash or a byte over 0x7f (``"a/new\\nline.py"``,
+    ``\\033`` for ESC, octal for each byte of UTF-8, as core.quotePath does); and a tab after it when it
+    holds a space, for patch. A hostile name can then neither split the header nor drive a terminal."""
+    path = prefix + (name[1:] if name.startswith("/") else name)
+    raw = path.encode("utf-8", "surrogateescape")
+    tab = "\t" if " " in path else ""
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
+        return path + tab
+    out = []
+    for b in raw:
+        c = chr(b)
+        if c in _GIT_ESCAPES:
+            out.append(_GIT_ESCAPES[c])
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:03o}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"' + tab
 
 
 def _decoded(data: bytes) -> str:

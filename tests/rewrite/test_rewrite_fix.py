@@ -362,3 +362,30 @@ def test_a_read_only_file_or_folder_is_not_fixed_and_exits_1(what, tmp_path, mon
         locked.chmod(0o644 if what == "file" else 0o755)
     assert code == 1 and script.read_bytes() == before, err
     assert "not fixed" in err
+
+
+@pytest.mark.parametrize(("name", "header"), [
+    ("new\nline.py", '--- "a/new\\nline.py"\n+++ "b/new\\nline.py"\n'),
+    ("esc\x1b[31mred.py", '--- "a/esc\\033[31mred.py"\n'),
+    ('quote"back\\slash.py', '--- "a/quote\\"back\\\\slash.py"\n'),
+    ("caf\u00e9.py", '--- "a/caf\\303\\251.py"\n'),
+    ("sp ace.py", "--- a/sp ace.py\t\n+++ b/sp ace.py\t\n"),
+])
+def test_diff_headers_escape_hostile_names_as_git_does(name, header, tmp_path, monkeypatch, capsys):
+    """The --diff header carried the name raw: a newline split it, an ESC coloured the terminal."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(SCRIPTS / "optimizers.py", tmp_path / name)
+    code, out, _err = gpudoctor(monkeypatch, capsys, "check", "--diff", name)
+    assert code == 1
+    assert out.startswith(header), out[:200]
+    head = out.split("@@", 1)[0]
+    assert "\x1b" not in head and head.count("\n") == 2
+
+
+def test_diff_of_an_absolute_path_is_named_as_git_names_it(tmp_path, monkeypatch, capsys):
+    script = _copy(tmp_path, "optimizers.py")
+    monkeypatch.chdir(SCRIPTS)  # elsewhere: the path is shown absolute
+    code, out, _err = gpudoctor(monkeypatch, capsys, "check", "--diff", str(script))
+    rel = str(script).lstrip("/")
+    assert code == 1 and out.startswith(f"--- a/{rel}\n+++ b/{rel}\n"), out[:200]
+    assert "a//" not in out
