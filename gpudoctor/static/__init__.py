@@ -14,7 +14,10 @@ How scripts are judged
   ``torch.cuda.is_available()`` is taken as True. Checks about GPU costs (GD102,
   GD301, GD302, GD303, GD401, GD403, GD404) need CUDA to appear in the program
   (``.cuda()``, ``"cuda"``, ``"gpu"``, ``torch.cuda.*``, an Accelerate
-  ``Accelerator``): a CPU-only script is not told about GPU costs.
+  ``Accelerator``): a CPU-only script is not told about GPU costs. The device is
+  read the same way for every script, from where the script chooses it: a device
+  that comes from its argparse defaults (``--accel`` off: the CPU), never from a
+  device copied from a tensor (``.to(src.device)`` follows ``src`` wherever it is).
 - **Training loops**: a loop is a *step loop* when it calls ``.backward()`` or
   ``optimizer.step()`` (itself or through a function of the project) and no loop
   inside it does; a loop around step loops is an *epoch loop*. Functions called
