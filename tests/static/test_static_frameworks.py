@@ -10,6 +10,7 @@ any ``*_tuned.py``.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,54 @@ for x in torch.randn(10, 8, 4):
     assert not [f for f in _check(path).findings if f.code == "GD102"]
     path.write_text(script.replace("device = x.device", 'device = "cuda"'), encoding="utf-8")
     assert [f for f in _check(path).findings if f.code == "GD102"]
+
+
+def _meter_class(path: Path) -> type:
+    """The script's own AverageMeter, run as it is written."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AverageMeter"]
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102 - our own test script
+    return namespace["AverageMeter"]
+
+
+def test_gd102_keeps_the_running_loss_imagenet_prints(tmp_path):
+    """GD102's after moved `losses.update(loss.item(), ...)` under `if i % 100 == 0`: imagenet's running loss
+    average then counted every 100th batch (issue 38). The meter is now given the tensor, which keeps every
+    batch in its sum, on the device, and prints the same."""
+    torch = pytest.importorskip("torch")
+    path = EXAMPLES / "imagenet.py"
+    (f,) = [f for f in _check(path).findings if f.code == "GD102"]
+    assert f.location.line == _line(path, "losses.update(loss.item()")
+    assert f.fix.after.startswith("losses.update(loss.detach(), images.size(0))"), f.fix.after
+    assert "% 100" not in f.fix.after and "every batch" in f.fix.instruction
+    meter = _meter_class(path)
+    floats, tensors = meter("Loss", ":.4e"), meter("Loss", ":.4e")
+    for value, n in ((2.5, 16), (1.25, 16), (0.8125, 8)):
+        floats.update(value, n)
+        tensors.update(torch.tensor(value), n)  # what the after gives it
+    assert str(tensors) == str(floats) == "Loss 8.1250e-01 (1.6625e+00)"
+
+
+def test_gd102_says_what_a_statement_moved_under_the_if_changes(tmp_path):
+    script = """\
+import torch
+
+model = torch.nn.Linear(4, 1).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for step, x in enumerate(torch.randn(10, 8, 4)):
+    loss = model(x.cuda()).sum()
+    loss.backward()
+    opt.step()
+    history.append(loss.item())
+    print(loss.item())
+print(sum(history) / len(history))
+"""
+    path = tmp_path / "train.py"
+    path.write_text(script, encoding="utf-8")
+    found = {f.location.line: f for f in _check(path).findings if f.code == "GD102"}
+    recorded, shown = found[_line(path, "history.append")], found[_line(path, "    print(loss.item())")]
+    assert recorded.fix.after.startswith("if step % 100 == 0:")
+    assert "counts every 100th batch" in recorded.fix.instruction and "changes" in recorded.fix.instruction
+    assert "the same values, less often" in shown.fix.instruction
