@@ -185,3 +185,21 @@ def test_a_file_edited_a_part_at_a_time_is_edited_as_the_whole_file(newline, mon
         assert parts == whole
         compared += len(alone) + len(groups)
     assert compared > 100
+
+
+def test_the_one_walk_gives_libcsts_own_positions_and_parents():
+    """``parts._walk`` renders a module once for positions and parents, through LibCST's internals: it must
+    give what LibCST's own providers give (a LibCST that changes them is caught here)."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+    for text in (ODD, ODD.replace("\n", "\r\n"), (ROOT / "tests" / "rewrite" / "scripts" / "mnist_loader.py").read_text()):
+        module = cst.parse_module(text)
+        positions, parents, calls, statements = rewrite_parts._walk(module)
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        assert dict(positions) == dict(wrapper.resolve(PositionProvider))
+        theirs = wrapper.resolve(ParentNodeProvider)
+        assert parents.keys() == theirs.keys() and all(parents[n] is theirs[n] for n in parents)
+        collected = rewrite_parts._Collect()
+        module.visit(collected)
+        assert calls == collected.calls and statements == collected.statements
