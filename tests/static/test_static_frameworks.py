@@ -212,6 +212,24 @@ def test_word_language_model_as_the_examples_ship_it_is_judged_on_the_cpu_as_dcg
     assert _line(tmp_path / "main.py", "total_loss += loss.item()") in host_reads
 
 
+def test_word_language_models_evaluation_is_seen_and_judged(tmp_path):
+    """Its evaluation loop runs over indices (`for i in range(0, n, bptt)`) and calls `model`, a name that
+    was the imported module `model` before `model = model.RNNModel(...)` rebound it: the checklist said "no
+    evaluation loop" (issue 38). It is one, under no_grad; without no_grad GD701 says so."""
+    report = _check(WLM / "main.py")
+    (item,) = [c for c in report.checklist if c.key == "no-grad-eval"]
+    assert item.status.value == "applied" and "1 of 1 evaluation loops" in item.reason, item.reason
+    for name in ("main.py", "model.py", "data.py"):
+        text = (WLM / name).read_text(encoding="utf-8")
+        if name == "main.py":
+            text = text.replace("    with torch.no_grad():\n        for i in range(0, data_source.size(0) - 1, args.bptt):",
+                                "    if True:\n        for i in range(0, data_source.size(0) - 1, args.bptt):")
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    bare = _check(tmp_path / "main.py")
+    gd701 = [f for f in bare.findings if f.code == "GD701"]
+    assert len(gd701) == 1 and "`model.eval()` before it" in gd701[0].message, [f.message for f in bare.findings]
+
+
 def test_a_device_copied_from_a_tensor_is_not_a_device_chosen(tmp_path):
     """``.to(x.device)`` follows ``x``: alone, it does not make a script a CUDA script; ``.to("cuda")`` does."""
     script = """\
