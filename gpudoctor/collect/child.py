@@ -260,7 +260,10 @@ class Child:
         if faulthandler.is_enabled():
             return
         try:
-            self._crash_file = open(self.run_dir / layout.rank_tagged(layout.CRASH, self.rank), "w")  # noqa: SIM115
+            fd = os.open(self.run_dir / layout.rank_tagged(layout.CRASH, self.rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                         0o644)
+            # above 0-2: with stdout closed (>&-) it would take fd 1, and what the script writes there would land in it
+            self._crash_file = os.fdopen(rundir.above_stdio(fd), "w")
             faulthandler.enable(file=self._crash_file, all_threads=True)
         except (OSError, ValueError, RuntimeError):
             self._crash_file = None
