@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from gpudoctor.model.metrics import WindowWeight
 from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
 
 
@@ -171,3 +172,39 @@ def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
         data_wait_pct=round(wait, 3) if wait is not None else None,
         source=source,
     )
+
+
+# --------------------------------------------------------------------------- the profiler's weight
+
+#: Unprofiled steady steps enough for figures of their own (a median to weigh a window against, the
+#: means of GD201's model): with fewer, the figures that prefer them take every steady step. GD201's
+#: choice since issue 24; a 30-step run on the profiler's default schedule keeps 8-10.
+MIN_BARE_STEPS = 5
+
+
+def unprofiled_steps(steady: Sequence[StepRecord], every: Sequence[StepRecord] = ()) -> tuple[StepRecord, ...]:
+    """The steps of ``steady`` that ran with no instrument (``StepRecord.window`` empty: neither
+    torch.profiler's warm-up or active steps nor cProfile's), nor right after one (``every``: the
+    run's steps, to look the one before up): the step that follows a window pays for its end (the
+    profiler's export, cProfile's stop), 35 ms on a 11 ms step of fp32_convnet on the H200. These
+    are the steps a ``--verify`` trial run resembles: it runs no instrument at all."""
+    window = {(s.rank, s.index): s.window for s in (every or steady)}
+    return tuple(s for s in steady if not s.window and not window.get((s.rank, s.index - 1), ""))
+
+
+def window_weight(recorded: Sequence[StepRecord], bare: Sequence[StepRecord]) -> WindowWeight | None:
+    """How much slower the steps a trace recorded ran than the unprofiled ones (:func:`unprofiled_steps`):
+    the median of each, at the rate the loop sustains (:func:`loop_times`: CUDA events where both sets
+    carry them, else the host's wall time for both). None with fewer than ``MIN_BARE_STEPS`` unprofiled
+    steps or no recorded one."""
+    if len(bare) < MIN_BARE_STEPS or not recorded:
+        return None
+    rec, rec_src = loop_times(recorded)
+    base, base_src = loop_times(bare)
+    if rec_src != base_src:  # one set timed by events, the other not: compare the host's times
+        rec, base, rec_src = [s.wall_ns for s in recorded], [s.wall_ns for s in bare], "wall"
+    num, den = median_int(rec), median_int(base)
+    if not num or not den:
+        return None
+    return WindowWeight(ratio=num / den, window_step_ns=num, bare_step_ns=den,
+                        window_steps=len(rec), bare_steps=len(base), source=rec_src)
