@@ -242,8 +242,8 @@ def weight_note(ledger: Ledger, max_ratio: float) -> str:
     w = ledger.weight
     if w is None:
         return ""
-    steps = "steps" if ledger.basis != "steps" else "steps of the trace that splits the rest"
-    text = (f"profiled {steps} ran {w.ratio:.2f}× the unprofiled ones (median of the {w.window_steps} the account's "
+    whose = "" if ledger.basis != "steps" else " (their trace splits the rest)"
+    text = (f"profiled steps{whose} ran {w.ratio:.2f}× the unprofiled ones (median of the {w.window_steps} the account's "
             f"window recorded, {fmt_ns(w.window_step_ns)}, over the median of {w.bare_steps} unprofiled steady steps, "
             f"{fmt_ns(w.bare_step_ns)}" + (f"; {w.source}" if w.source != "wall" else "; wall time") + ")")
     if w.scaled:

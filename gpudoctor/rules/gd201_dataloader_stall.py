@@ -92,7 +92,13 @@ cores), load_cpu the loading's CPU time per batch and training_cpu the training
 process's own (getrusage); the last two terms say the workers' CPU cannot run
 faster than the cores left to them, nor all the CPU faster than every core.
 `expected` is the share of the finding's time at stake (its `data_loading`
-part) the fix is expected to win. Sources: workers run `__getitem__` and
+part) the fix is expected to win. The finding's figures and the model's means
+are of the account's steps (the unprofiled ones where there are enough,
+docs/account.md); on a run without a GPU so is the share at stake, a share of
+their sums, as `--verify` measures a run (time per step): the expected speed-up
+is then step_now ÷ step_after, and the bound (the whole wait) one that a trial
+run without the wait cannot beat. On a GPU run the share at stake is the GPU's
+idle time while the loop waited, in the account's window. Sources: workers run `__getitem__` and
 `collate_fn` in parallel processes, each with `prefetch_factor` batches in
 flight (PyTorch data docs); the hand-over (unpickling a batch, mapping its
 shared memory) measured at 1.2-1.4 ms per batch on a 2-core VM
@@ -218,6 +224,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
+from gpudoctor.model.steady import data_wait_share_pct
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -479,8 +486,10 @@ def _hot_text(load: Load) -> str:
 
 def _from_steps(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    steps = ctx.steady_steps()
-    share = ctx.data_wait_share_pct()
+    # the account's steps: the unprofiled ones where there are enough, as --verify's trial runs carry no
+    # instrument (docs/account.md, "The accounting window"), else every steady step
+    steps = ctx.account_steps(every_rank=True)
+    share = data_wait_share_pct(steps)
     dl = ctx.main_dataloader()
     if share is None:
         return RuleResult.cannot_judge("no per-step records")

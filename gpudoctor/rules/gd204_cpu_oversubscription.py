@@ -48,7 +48,9 @@ what the cores less one serve at each worker's measured CPU.
 
 Expected gain
 -------------
-Per batch, with means over the steady steps. At stake: the loop's wait for
+Per batch, with means over the steady steps that ran without an instrument
+(all steady steps when fewer than 5 did: docs/account.md, "The accounting
+window"; `--verify`'s trial runs carry none). At stake: the loop's wait for
 the starved workers (the ledger's `data_loading` part, which GD201 leaves to
 this rule when the workers are short of CPU) and, on a run without a GPU, the
 training process's compute stretched by waiting for a core (its host parts of
@@ -199,8 +201,9 @@ class Stake:
 
 def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_after: int | None,
           pools: bool) -> Stake | None:
-    """The model (see the docs), from the steady steps; None without per-step records or a ledger."""
-    steps = ctx.steady_steps()
+    """The model (see the docs), from the account's steps (the unprofiled ones where there are enough:
+    ``RuleContext.account_steps``); None without per-step records or a ledger."""
+    steps = ctx.account_steps(every_rank=True)
     ledger = ctx.ledger()
     if not steps or ledger is None or ledger.total_ns <= 0:
         return None
