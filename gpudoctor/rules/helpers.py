@@ -152,12 +152,14 @@ class MemoryPeak:
 
 
 def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
-    """The highest memory figure known for the run's GPU: the trace's allocator peak (reserved,
-    else allocated), else NVML's used memory."""
+    """The highest memory figure known for the run's GPU: the allocator peak (reserved, else allocated)
+    of ``m`` or another trace of its process (``--memory`` records it in the detailed window only), else
+    NVML's used memory."""
     total_default = ctx.device_total_bytes()
     if m is not None:
         best: MemoryPeak | None = None
-        for mem in m.memory:
+        mine = [m, *(x for x in ctx.metrics if x.rank == m.rank and x is not m)]
+        for mem in (mem for x in mine for mem in x.memory):
             total = mem.total_bytes or total_default
             for value, src in (
                 (mem.peak_reserved_bytes, "reserved (trace)"),
