@@ -233,8 +233,9 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if marker:
             out.append(_stat("step_marker", "steps marked by", marker))
         # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
-        figs = step_figures(steady)
-        window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
+        figs = step_figures(steady)  # of the unprofiled steps where there are enough (model.steady.figure_steps)
+        window = (f"{figs.steps} {'unprofiled ' if figs.unprofiled else ''}steady steps"
+                  + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else ""))
         # the rate the loop sustains: CUDA events where the steps carry them (a GPU-bound loop's host
         # wall time is the time to enqueue a step, not to run it)
         timed = f"{window}, {figs.source}" if figs.source != "wall" else window

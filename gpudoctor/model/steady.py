@@ -119,11 +119,12 @@ def steady_steps(
 class StepFigures:
     """The step-time figures of a set of steady steps, as every output prints them."""
 
-    steps: int  # steady steps they are of
+    steps: int  # steady steps they are of (``figure_steps``)
     median_ms: float | None  # step time (``loop_times``), rounded to 3 decimals of a ms as the report's summary keeps it
     p90_ms: float | None  # nearest rank
     data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
     source: str = "wall"  # what timed the steps: "CUDA events" or "wall" (the host's time per step)
+    unprofiled: bool = False  # the steps are the unprofiled ones (instrumented steps were left out)
 
 
 #: The share of steps that must carry a CUDA-event time for those times to be the step time: fewer
@@ -156,21 +157,24 @@ def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
 
 
 def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
-    """Median and p90 step time (:func:`loop_times`) and the data-wait share of ``steady`` (:func:`steady_steps`),
-    rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
+    """Median and p90 step time (:func:`loop_times`) and the data-wait share of the steps of ``steady``
+    (:func:`steady_steps`) the figures are of (:func:`figure_steps`: the unprofiled ones where there are
+    enough), rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
     everywhere (3.4 ms, not 3.5)."""
     if not steady:
         return StepFigures(0, None, None, None)
-    times, source = loop_times(steady)
+    steps = figure_steps(steady)
+    times, source = loop_times(steps)
     med = median_int(times) or 0
     p90 = percentile_int(times, 90) or 0
-    wait = data_wait_share_pct(steady)
+    wait = data_wait_share_pct(steps)
     return StepFigures(
-        steps=len(steady),
+        steps=len(steps),
         median_ms=round(med / 1e6, 3),
         p90_ms=round(p90 / 1e6, 3),
         data_wait_pct=round(wait, 3) if wait is not None else None,
         source=source,
+        unprofiled=len(steps) < len(steady),
     )
 
 
@@ -182,14 +186,23 @@ def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
 MIN_BARE_STEPS = 5
 
 
-def unprofiled_steps(steady: Sequence[StepRecord], every: Sequence[StepRecord] = ()) -> tuple[StepRecord, ...]:
+def unprofiled_steps(steady: Sequence[StepRecord]) -> tuple[StepRecord, ...]:
     """The steps of ``steady`` that ran with no instrument (``StepRecord.window`` empty: neither
-    torch.profiler's warm-up or active steps nor cProfile's), nor right after one (``every``: the
-    run's steps, to look the one before up): the step that follows a window pays for its end (the
-    profiler's export, cProfile's stop), 35 ms on a 11 ms step of fp32_convnet on the H200. These
-    are the steps a ``--verify`` trial run resembles: it runs no instrument at all."""
-    window = {(s.rank, s.index): s.window for s in (every or steady)}
+    torch.profiler's warm-up or active steps nor cProfile's), nor right after one (the step before it
+    in ``steady``): the step that follows a window pays for its end (the profiler's export, cProfile's
+    stop), 35 ms on a 11 ms step of fp32_convnet on the H200. These are the steps a ``--verify`` trial
+    run resembles: it runs no instrument at all."""
+    window = {(s.rank, s.index): s.window for s in steady}
     return tuple(s for s in steady if not s.window and not window.get((s.rank, s.index - 1), ""))
+
+
+def figure_steps(steady: Sequence[StepRecord]) -> tuple[StepRecord, ...]:
+    """The steps the run's step figures are of (the report's summary and account, the line ``gpudoctor
+    profile`` prints, GD201's and GD204's models): the unprofiled ones (:func:`unprofiled_steps`) where
+    there are ``MIN_BARE_STEPS``, since a verdict must hold for the loop as it runs without the profiler
+    (docs/account.md, "The accounting window"), else every steady step."""
+    bare = unprofiled_steps(steady)
+    return bare if len(bare) >= MIN_BARE_STEPS else tuple(steady)
 
 
 def window_weight(recorded: Sequence[StepRecord], bare: Sequence[StepRecord]) -> WindowWeight | None:

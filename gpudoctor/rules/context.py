@@ -326,9 +326,10 @@ class RuleContext:
         return median_int(s.micro_batches or 0 for s in steps) if steps else None
 
     def data_wait_share_pct(self) -> float | None:
-        """Time the loop waited for the next batch, % of the steady steps' wall time (the figure
-        the summary prints as "waiting for data")."""
-        return steady.data_wait_share_pct(self.steady_steps())
+        """Time the loop waited for the next batch, % of the wall time of the steps the run's figures are
+        of (``account_steps``: the unprofiled steady steps where there are enough; the figure the summary
+        prints as "waiting for data")."""
+        return steady.data_wait_share_pct(self.account_steps(every_rank=True))
 
     # ---------------------------------------------------------------- trace windows
 
@@ -451,17 +452,13 @@ class RuleContext:
         """The steady steps (of ``rank``: ``steady_steps_of``; of every rank with ``every_rank``) that ran
         without an instrument, nor right after one (``model.steady.unprofiled_steps``): the steps a
         ``--verify`` trial run resembles."""
-        pool = self.steady_steps() if every_rank else self.steady_steps_of(rank)
-        return steady.unprofiled_steps(pool, self.run.steps)
+        return steady.unprofiled_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
 
     def account_steps(self, rank: int | None = None, *, every_rank: bool = False) -> tuple[StepRecord, ...]:
         """The steps the account's step-time figures are of: the unprofiled steady steps where the run has
         ``model.steady.MIN_BARE_STEPS`` of them (what ``--verify`` measures: time per step over a run that
         carries no instrument), else every steady step."""
-        bare = self.unprofiled_steps(rank, every_rank=every_rank)
-        if len(bare) >= steady.MIN_BARE_STEPS:
-            return bare
-        return self.steady_steps() if every_rank else self.steady_steps_of(rank)
+        return steady.figure_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
 
     def accounting_traces(self) -> tuple[TraceMetrics, ...]:
         """The traces the account is charged on: of each process (rank), those recorded without stacks

@@ -162,9 +162,9 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable("the recorded steps cover one epoch: no restart seen")
     firsts = {e: min(epochs[e], key=lambda st: st.index) for e in order}
     first_ids = {st.index for st in firsts.values()}
-    # the other steps: the steady ones (without the workers' first batches either) when there are,
-    # whose median step is the one the summary prints
-    others = list(ctx.steady_steps()) or [st for st in steps if st.index not in first_ids]
+    # the other steps: the steady ones (without the workers' first batches either) when there are, the
+    # unprofiled ones where there are enough: the steps whose median the summary prints (account_steps)
+    others = list(ctx.account_steps(every_rank=True)) or [st for st in steps if st.index not in first_ids]
     base_wait = median_int(st.data_wait_ns for st in others) or 0
     step_med = median_int(st.wall_ns for st in others) or 0
     later = [firsts[e] for e in order[1:]]  # the first epoch's start-up is paid with or without persistence

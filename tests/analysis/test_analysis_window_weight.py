@@ -10,7 +10,13 @@ from dataclasses import replace
 from gpudoctor.analysis.weight import WEIGHED_PARTS, reweigh, split_like
 from gpudoctor.model.metrics import Ledger, LedgerSlice, WindowWeight
 from gpudoctor.model.run import StepRecord
-from gpudoctor.model.steady import MIN_BARE_STEPS, unprofiled_steps, window_weight
+from gpudoctor.model.steady import (
+    MIN_BARE_STEPS,
+    figure_steps,
+    step_figures,
+    unprofiled_steps,
+    window_weight,
+)
 
 MS = 1_000_000
 DEVICE = {"gpu_fp32_conv", "gpu_fp32_matmul", "gpu_conv", "gpu_matmul", "gpu_optimizer", "gpu_compute", "h2d", "d2h"}
@@ -43,9 +49,16 @@ def _step(i: int, wall_ms: float, window: str = "", gpu_ms: float | None = None)
 
 def test_unprofiled_steps_leave_out_every_instrumented_step_and_the_one_after_it():
     windows = {10: "warmup", 11: "active", 12: "active", 13: "cprofile"}
-    every = tuple(_step(i, 10.0, windows.get(i, "")) for i in range(20))
-    bare = unprofiled_steps(every[1:], every)
+    steady = tuple(_step(i, 10.0, windows.get(i, "")) for i in range(1, 20))
+    bare = unprofiled_steps(steady)
     assert [s.index for s in bare] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 19]  # 14 follows cProfile's window
+    # the run's figures are of them where there are enough (the summary, the account, the stderr line)
+    figs = step_figures(tuple(replace(s, wall_ns=s.wall_ns * (3 if s.window else 1)) for s in steady))
+    assert figs.steps == len(bare) and figs.unprofiled and figs.median_ms == 10.0
+    few = figure_steps(steady[8:])  # steps 9-19: 9 and 15-19 unprofiled (6)
+    assert [s.index for s in few] == [9, 15, 16, 17, 18, 19]
+    assert [s.index for s in figure_steps(steady[9:])] == [15, 16, 17, 18, 19]  # 5: enough
+    assert figure_steps(steady[9:18]) == steady[9:18]  # 10-18: 4 unprofiled, too few: every steady step
 
 
 def test_a_window_is_weighed_by_cuda_events_where_both_sides_carry_them():
