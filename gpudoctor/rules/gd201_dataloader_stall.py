@@ -83,14 +83,16 @@ instrument (torch.profiler's and cProfile's windows slow the loading and the
 step unevenly, and `--verify`'s trial runs carry neither; all steady steps when
 fewer than 5 ran bare):
 
-    step_after = max(compute, load ÷ w, load_cpu ÷ usable_cores,
-                     (training_cpu + load_cpu) ÷ cores) + hand-over
+    step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
+                     (training_cpu + hand-over + load_cpu) ÷ cores)
     expected   = (step_now − step_after) ÷ wait, clipped to [0, 1]
 
 where w is the workers recommended (for a computing load, at most the usable
 cores), load_cpu the loading's CPU time per batch and training_cpu the training
 process's own (getrusage); the last two terms say the workers' CPU cannot run
 faster than the cores left to them, nor all the CPU faster than every core.
+A pipeline runs at the rate of its slowest stage: the hand-over is the
+training process's work (its stage), not the workers'.
 `expected` is the share of the finding's time at stake (its `data_loading`
 part) the fix is expected to win. The finding's figures and the model's means
 are of the account's steps (the unprofiled ones where there are enough,
@@ -445,12 +447,13 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
                            usable_cores=usable, cores=cores, main_cpu_ns=main_cpu_ns, handover_ns=handover)
     now = compute_ns + wait_ns
     fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 else 0.0
-    terms = [f"compute {fmt_ns(compute_ns)}", f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
+    terms = [f"compute {fmt_ns(compute_ns)} + hand-over {fmt_ns(handover)}",
+             f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
     if cpu is not None and usable:
         terms.append(f"load CPU {fmt_ns(cpu)} ÷ {usable} usable core(s)")
         if main_cpu_ns is not None and cores:
-            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + load CPU) ÷ {cores} cores")
-    model = (f"step per batch = max({', '.join(terms)}) + hand-over {fmt_ns(handover)} = {fmt_ns(after)}, "
+            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cores} cores")
+    model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
              f"against {fmt_ns(now)} now: {fmt_pct(100.0 * fraction)} of the {fmt_ns(wait_ns)} wait won")
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
                       after <= (compute_ns + handover) * 1.01, model)

@@ -58,8 +58,8 @@ the ledger, in the proportion the model shortens them).
 The model:
 
     compute_after = compute × cores_got ÷ cores_after        (no GPU; else compute)
-    step_after    = max(compute_after, load_cpu ÷ workers_after,
-                        load_cpu ÷ cores_left_to_workers) + hand-over
+    step_after    = max(compute_after + hand-over, load_cpu ÷ workers_after,
+                        load_cpu ÷ cores_left_to_workers)
     expected      = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
 When the workers run thread pools of their own and the loop waits for them,
@@ -235,8 +235,9 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
         after = loader_step_ns(compute_ns=compute_after, load_ns=load_cpu, load_cpu_ns=load_cpu,
                                workers=max(1, workers_after), usable_cores=usable, cores=None, main_cpu_ns=None,
                                handover_ns=handover)
-        terms += [f"load CPU {fmt_ns(load_cpu)} ÷ {max(1, workers_after)} worker(s)",
-                  f"÷ {usable} core(s) left to them", f"+ hand-over {fmt_ns(handover)}"]
+        terms = [f"compute {fmt_ns(compute_after)} + hand-over {fmt_ns(handover)}",
+                 f"load CPU {fmt_ns(load_cpu)} ÷ {max(1, workers_after)} worker(s)",
+                 f"÷ {usable} core(s) left to them"]
     after = min(after, step)
     compute_stake = compute - compute_after
     claims: list[tuple[Component, int | None]] = [(Component.DATA_LOADING, None)]
