@@ -28,6 +28,7 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     DEFAULT_STEPS,
     DEFAULT_TRIALS,
     VERIFY_HELP,
+    ScriptCommand,
     color_option,
     fail_on_exit_code,
     parallel_options,
@@ -137,7 +138,7 @@ def cli(ctx: click.Context) -> None:
     """Why is my GPU waiting, and what should I change?
 
     \b
-      gpudoctor profile train.py -- --epochs 1   run, measure, diagnose
+      gpudoctor profile train.py --epochs 1      run, measure, diagnose
       gpudoctor analyze RUN_OR_TRACE             diagnose a saved run or any Kineto trace
       gpudoctor report RUN -o review.md          render terminal | md | json | html | sarif
       gpudoctor check train.py                   review a script without running it
@@ -151,7 +152,7 @@ def cli(ctx: click.Context) -> None:
     signals.pause_point("command")
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
+@cli.command(cls=ScriptCommand)
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module, like python -m.")
@@ -191,7 +192,10 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             fail_on, fmt, output, quiet, color):
     """Run SCRIPT under the profilers and diagnose it.
 
-    Arguments after `--` go to the script: gpudoctor profile train.py -- --epochs 1
+    \b
+    Everything after the script goes to it, as with python and torchrun:
+      gpudoctor profile --steps 40 train.py --epochs 1
+    gpudoctor's options come before the script (a `--` right after it is dropped).
 
     With --verify, each fix gpudoctor can apply itself is then measured in trial runs
     of the script (see `gpudoctor verify --help`).
@@ -203,7 +207,7 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
         script_args = (script, *script_args)
         script = None
     if not module and not script:
-        _fail("give a script to profile: gpudoctor profile train.py -- ARGS (or -m module)")
+        _fail("give a script to profile: gpudoctor profile [OPTIONS] train.py ARGS (or -m module ARGS)")
     if verify and no_report:
         _fail("--verify needs the diagnosis: drop --no-report")
     if verify:

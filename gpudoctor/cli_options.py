@@ -114,3 +114,48 @@ def fail_on_exit_code(report, level: str | None) -> int:  # noqa: ANN001
 
     limit = Severity(level).rank
     return EXIT_FINDINGS if any(f.severity.rank <= limit for f in report.findings) else EXIT_OK
+
+
+class ScriptCommand(click.Command):
+    """A command that runs a script, as ``python`` and ``torchrun`` do: ``gpudoctor profile [OPTIONS]
+    SCRIPT [ARGS]...`` (or ``-m MODULE [ARGS]...``). gpudoctor's options come before the script;
+    everything after it is the script's, options included (``train.py --epochs 1``). A ``--`` right
+    after the script (or the module) is gpudoctor's older separator, accepted and dropped
+    (``train.py -- --epochs 1``); one before the script ends gpudoctor's options as usual.
+
+    click alone would read ``--epochs`` after the script as one of gpudoctor's options (options
+    and arguments may interleave), so the command line is split here, before click parses
+    gpudoctor's part: at the first argument that is not an option or an option's value."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        head, tail = self._split(list(args))
+        return super().parse_args(ctx, head if tail is None else [*head, "--", *tail])
+
+    def _takes_value(self, name: str) -> bool:
+        """Whether gpudoctor's option ``name`` takes a value (False for a flag or no such option)."""
+        for param in self.params:
+            if isinstance(param, click.Option) and name in (*param.opts, *param.secondary_opts):
+                return not (param.is_flag or param.count)
+        return False
+
+    def _split(self, args: list[str]) -> tuple[list[str], list[str] | None]:
+        """(gpudoctor's options, the script or module and what follows it; None when there is none)."""
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--":  # the options end here; the script comes next
+                return args[:i], args[i + 1:]
+            if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+                end = i + 2 if a == "-m" else i + 1  # -m MODULE or -mMODULE: its arguments follow
+                return args[:end], _drop_separator(args[end:])
+            if not a.startswith("-") or a == "-":
+                return args[:i], [a, *_drop_separator(args[i + 1:])]
+            # --name=value and -oVALUE hold their value; an unknown option is click's to refuse
+            attached = "=" in a or (not a.startswith("--") and len(a) > 2)
+            i += 2 if not attached and self._takes_value(a) else 1
+        return args, None
+
+
+def _drop_separator(rest: list[str]) -> list[str]:
+    """What follows the script, less a first ``--`` (``gpudoctor profile train.py -- --epochs 1``)."""
+    return rest[1:] if rest[:1] == ["--"] else rest

@@ -217,8 +217,7 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
     out: list[SummaryStat] = []
     mf = run.manifest
     if mf is not None:
-        status = mf.status.value + (f" ({mf.status_detail})" if mf.status_detail else "")
-        out.append(_stat("run_status", "run", status))
+        out.append(_stat("run_status", "run", mf.status_text))
         if mf.duration_s is not None:
             out.append(_stat("duration", "duration", mf.duration_s, "s"))
     if run.steps:

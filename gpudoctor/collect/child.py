@@ -31,6 +31,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -56,7 +57,41 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    now = time.monotonic()
+    if now - _raised_at[0] < _SAME_SIGNAL_S:
+        # one is on its way already: the parent's death is signalled once per thread of it that dies
+        # (PR_SET_PDEATHSIG follows the thread), and a second exception would land in the first one's
+        # unwinding (an except or finally block, or _unraisable below) and be printed there
+        return
+    _raised_at[0] = now
     raise Terminated(signum)
+
+
+_raised_at = [-1e9]  # when _raise_terminated last raised (time.monotonic)
+_SAME_SIGNAL_S = 0.5  # a signal within this long of the last raise is the same event (the script is ending)
+_prior_unraisablehook = sys.unraisablehook
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while the script runs: a :class:`Terminated` raised where Python can only
+    swallow it (a ``__del__``, such as a DataLoader iterator's joining its workers; an at-fork handler,
+    such as logging's while a worker is forked; a weakref callback) would print an "Exception ignored
+    in" traceback into the script's output and be lost: the signal is delivered again a moment later,
+    silently. Anything else goes to the hook that was in place."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Terminated):
+        threading.Thread(target=_redeliver, args=(exc.signum,), name="gpudoctor-signal", daemon=True).start()
+        return
+    _prior_unraisablehook(unraisable)
+
+
+def _redeliver(signum: int) -> None:
+    time.sleep(0.02)  # by then, the call that swallowed it has most likely returned
+    _raised_at[0] = -1e9  # this one raises again
+    try:
+        os.kill(os.getpid(), signum)
+    except OSError:
+        pass
 
 
 # Signals held back during gpudoctor's start-up in this process (see _signals_in_place): torch's
@@ -82,6 +117,7 @@ def _script_signals() -> int | None:
         if signal.getsignal(sig) is not _defer:  # ignored by who started gpudoctor (nohup): stays so
             continue
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else _raise_terminated)
+    sys.unraisablehook = _unraisable
     return _deferred[0] if _deferred else None
 
 
@@ -135,6 +171,7 @@ class Child:
         self.timewindow: Any = None
         self.driver: Any = None
         self.cprof: Any = None
+        self.loader_prof: Any = None  # collect.loaderprof.LoaderProfile: the DataLoader's calls, apart
         self.capture: Any = None
         self.writer: Any = None
         self.notes: list[str] = []
@@ -252,6 +289,7 @@ class Child:
         self.write_state()
 
     def _install(self, torch: Any) -> None:
+        from gpudoctor.collect.loaderprof import LoaderProfile  # noqa: PLC0415
         from gpudoctor.collect.patches import Patcher  # noqa: PLC0415
         from gpudoctor.collect.settings_capture import SettingsCapture  # noqa: PLC0415
         from gpudoctor.collect.steps import CprofileWindow, StepTracker  # noqa: PLC0415
@@ -306,7 +344,8 @@ class Child:
         )
         self.tracker.on_first_step = self.timewindow.give_way
         self.capture = SettingsCapture(torch, frames)
-        patcher = Patcher(torch, self.capture, self.tracker, frames)
+        self.loader_prof = LoaderProfile(self.cprof, self.run_dir / layout.rank_tagged(layout.LOADER_PSTATS, self.rank))
+        patcher = Patcher(torch, self.capture, self.tracker, frames, self.loader_prof)
         for err in patcher.install():
             self.notes.append(err)
         if cfg.get("injections"):  # a --verify trial: over the patches, so they still see every call
@@ -371,14 +410,14 @@ class Child:
             signal.set_wakeup_fd(-1)
         except ValueError:
             pass
-        for key in ("signal_fd", "state_fd"):  # the parent reads until every writer has closed
+        for key in ("signal_fd", "state_fd", "signal_read_fd"):  # the parent reads until every writer has closed
             fd = self.cfg.get(key)
             if isinstance(fd, int) and fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        for part in (self.tracker, self.driver, self.cprof, self.writer, self.timewindow):
+        for part in (self.tracker, self.driver, self.cprof, self.loader_prof, self.writer, self.timewindow):
             if part is not None:
                 part.in_child_after_fork()
         from gpudoctor.collect import profslot  # noqa: PLC0415
@@ -521,6 +560,8 @@ class Child:
             pass
         if self.cprof is not None:
             self.cprof.stop()
+        if self.loader_prof is not None:
+            self.loader_prof.write()
         if self.tracker is not None:
             try:
                 self.tracker.finish()
@@ -688,6 +729,11 @@ class Child:
             detail = c.detail()
             if c.error:
                 detail += f"; {c.error}"
+            lp = self.loader_prof
+            if lp is not None and lp.written:
+                detail += f"; the DataLoader's own calls apart in {lp.path.name}"
+            elif lp is not None and lp.error:
+                detail += f"; {lp.error}"
             out.append(Collected("cprofile", True, detail=detail))
         elif c.gave_way:
             out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
@@ -775,6 +821,12 @@ def _signals_in_place(cfg: dict[str, Any]) -> None:
     for sig in HANDLED:
         if signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, _defer)
+    keep = cfg.get("signal_read_fd")  # held open, never read: see collect.runner (no EPIPE once the parent is gone)
+    if isinstance(keep, int) and keep >= 0:
+        try:
+            os.set_inheritable(keep, False)  # not passed on to the script's own subprocesses
+        except OSError:
+            pass
     fd = cfg.get("signal_fd")
     if isinstance(fd, int) and fd >= 0:
         try:

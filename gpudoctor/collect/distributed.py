@@ -1,7 +1,7 @@
 """Distributed profiling: the job starts through PyTorch's own launcher, one gpudoctor child per rank.
 
 ``gpudoctor profile --nproc-per-node N [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT
---master-port P] train.py -- args`` runs::
+--master-port P] train.py args`` runs::
 
     python -m torch.distributed.run <those options> -m gpudoctor.collect._child
 

@@ -1,3 +1,6 @@
+# Why this file is long: the two hooks behind the `backward` and `module` markers share one watch of the
+# root module (its search, its hot-path hooks, and the record of its calls GD701 reads); the root's part
+# would move to its own module (collect/rootwatch.py) if it grows again.
 """The hooks behind the ``backward`` and ``module`` step markers (``steps.StepTracker``).
 
 ``backward()``: ``torch.autograd.backward`` is wrapped (``Tensor.backward`` calls it).
@@ -47,6 +50,7 @@ What could change the script is kept out:
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -78,6 +82,8 @@ from gpudoctor.collect.steps.limit import limited_call
 from gpudoctor.model import CallSite
 
 _TRAINING = ("optimizer", "backward")  # markers under which the root's calls mark nothing
+_UNTIMED = ("untimed",)  # a root hook's token for a call made while step tracking is off
+_TIMED, _UNTIMED_TOP = 1, 2  # a top-level call while the root is searched for: step tracking on, off
 
 _HOOK_DICTS = (
     "_forward_pre_hooks",
@@ -237,9 +243,16 @@ class RootModuleWatch:
         self._global: list[Any] = []  # global hook handles while searching
         self._hooks: list[Any] = []  # hook handles on the root instance
         self._wrapped: tuple[type, Any] | None = None  # (root's class, what its own forward was: None if inherited)
-        self._stack: list[bool] = []  # while searching: each module call in progress, top-level with parameters?
+        self._stack: list[int] = []  # while searching: each module call in progress: _TIMED or _UNTIMED_TOP top-level
+        # with parameters (step tracking on or off as it began), else 0
         self._top = 0  # top-level calls with parameters in progress (0 or 1)
         self._seen: dict[int, int] = {}  # while searching: top-level calls by id(module)
+        # while searching, by top-level module: [calls made while step tracking was off (the tracker counts the
+        # others), those whose output carried a graph, calls in eval mode, those whose output carried a graph,
+        # the user's file:line of the first of those]; the root's become the tracker's when it is adopted
+        self._counts: dict[int, list[Any]] = {}
+        self._pid = os.getpid()  # a forked DataLoader worker is not the training process
+        self._root_class = ""  # the class of the root last adopted (its calls carry over to a new root of it)
         self.gave_up = ""  # why the root is not watched
 
     # ------------------------------------------------------------------ set-up
@@ -257,7 +270,7 @@ class RootModuleWatch:
         if self.searching or self.gave_up:
             return
         mm = self.torch.nn.modules.module
-        self._stack, self._top, self._seen = [], 0, {}
+        self._stack, self._top, self._seen, self._counts = [], 0, {}, {}
         pre = mm.register_module_forward_pre_hook(self._search_pre)
         try:
             post = mm.register_module_forward_hook(self._search_post, always_call=True)
@@ -280,7 +293,7 @@ class RootModuleWatch:
         ref = weakref.ref(module, self._root_gone)
         if self._wrap_class_forward(module, ref):
             self.root_ref = ref
-            self.tracker.adopt_root(id(module), type(module).__qualname__)
+            self._adopt(module)
             self.tracker.forward_watched = True
             return
         pre, post = self._root_hooks(ref, id(module))
@@ -293,8 +306,32 @@ class RootModuleWatch:
             return
         self._hooks = handles
         self.root_ref = ref
-        self.tracker.adopt_root(id(module), type(module).__qualname__)
+        self._adopt(module)
         self.tracker.forward_watched = True
+
+    def _adopt(self, module: Any) -> None:
+        """The tracker's root becomes ``module``, with its calls made while it was searched for. A root of
+        the class of the one before (a model rebuilt, or reloaded with ``torch.load`` for a last test)
+        carries that one's calls on: the manifest's counts, all calls and those in eval mode, then cover
+        the same calls (the calls were the new object's alone, the eval-mode calls every object's: "10
+        calls, 19 of them in eval mode")."""
+        tr = self.tracker
+        name = type(module).__qualname__
+        same = bool(self._root_class) and name == self._root_class
+        before = (tr.root_calls, tr.root_grad_calls, tr.eval_calls, tr.eval_grad_calls, tr.eval_grad_site)
+        tr.adopt_root(id(module), name)  # its calls while step tracking was on
+        calls, grads, evals, eval_grads, site = self._counts.pop(id(module), (0, 0, 0, 0, None))
+        self._counts = {}
+        tr.root_calls += calls
+        tr.root_grad_calls += grads
+        if same:
+            tr.root_calls += before[0]
+            tr.root_grad_calls += before[1]
+            tr.eval_calls, tr.eval_grad_calls = before[2] + evals, before[3] + eval_grads
+            tr.eval_grad_site = before[4] if before[4] is not None else site
+        else:
+            tr.eval_calls, tr.eval_grad_calls, tr.eval_grad_site = evals, eval_grads, site
+        self._root_class = name
 
     def _root_hooks(self, ref: weakref.ref[Any], key: int) -> tuple[Callable[..., None], Callable[..., None]]:
         """The root instance's pre-hook and forward hook: the hot path of every call of
@@ -311,15 +348,18 @@ class RootModuleWatch:
         watch = self
 
         def pre(module: Any, args: Any) -> None:
-            if is_compiling() or module is not ref() or not tracker.active:
+            if is_compiling() or module is not ref():
                 return  # DataParallel replicas carry the hooks: only the root counts
             loop = tracker.loop_thread
             if loop is not None and get_ident() != loop:
                 return
+            if not tracker.active:  # step tracking is off: the call is still counted (see _count_untimed)
+                entry[0] = _UNTIMED
+                return
             if not tracker.started:
                 tracker.open_first()
             stale = entry[0]
-            if stale is not None:
+            if stale is not None and stale is not _UNTIMED:
                 acc[PHASE] = stale[0]
             entry[0] = tracker.phase_start(FORWARD)
 
@@ -333,6 +373,9 @@ class RootModuleWatch:
             if loop is not None and get_ident() != loop:
                 return
             entry[0] = None
+            if token is _UNTIMED:
+                watch._count_untimed(module, result)
+                return
             t = tracker.phase_end(token, FORWARD)
             if not module.training or not tracker.first_grad_site_seen:  # an evaluation's call (see _note_call)
                 watch._note_call(module, result)
@@ -379,8 +422,14 @@ class RootModuleWatch:
 
         def slow(self: Any, args: Any, kwargs: Any) -> Any:
             """Every case but the training loop's call of the root outside any other phase (below)."""
-            if not tracker.active and self is ref() and not is_compiling():  # --steps goes on counting (StepLimit)
-                return limited_call(tracker.limit, depth, lambda: orig(self, *args, **kwargs), "module", key)
+            if not tracker.active and self is ref() and not is_compiling() and not depth[0]:
+                # step tracking is off: --steps goes on counting (StepLimit), and the call is still counted
+                # for the evaluation's figures (_count_untimed)
+                loop = tracker.loop_thread
+                result = limited_call(tracker.limit, depth, lambda: orig(self, *args, **kwargs), "module", key)
+                if loop is None or get_ident() == loop:
+                    watch._count_untimed(self, result)
+                return result
             if depth[0] or acc[PHASE] == IN_FORWARD or self is not ref() or is_compiling() or not tracker.active:
                 return orig(self, *args, **kwargs)  # other instances (DataParallel replicas) go through
             loop = tracker.loop_thread
@@ -450,7 +499,7 @@ class RootModuleWatch:
             self._hooks = []
             self._unhook()  # its class's own forward back
             self.tracker.forward_watched = False
-            if self.tracker.active:
+            if self.tracker.active or os.getpid() == self._pid:  # counted when step tracking is off too
                 self._arm()
 
     # ------------------------------------------------------------------ the search
@@ -460,14 +509,18 @@ class RootModuleWatch:
         return loop is None or threading.get_ident() == loop
 
     def _search_pre(self, module: Any, args: Any) -> None:
-        if not self.searching or self.is_compiling() or not self.tracker.active or not self._loop_thread():
+        if not self.searching or self.is_compiling() or not self._loop_thread():
+            return
+        active = self.tracker.active
+        if not active and os.getpid() != self._pid:
             return
         try:
             top = self._top == 0 and next(module.parameters(), None) is not None
-            self._stack.append(top)
+            self._stack.append((_TIMED if active else _UNTIMED_TOP) if top else 0)
             if top:
                 self._top = 1
-                self.tracker.forward_enter()
+                if active:
+                    self.tracker.forward_enter()
         except Exception as err:
             self._fail(err)
 
@@ -475,7 +528,8 @@ class RootModuleWatch:
         if not self.searching or self.is_compiling() or not self._stack or not self._loop_thread():
             return
         try:
-            if not self._stack.pop():
+            how = self._stack.pop()
+            if not how:
                 return
             self._top = 0
             key = id(module)
@@ -488,7 +542,10 @@ class RootModuleWatch:
         except Exception as err:
             self._fail(err)
             return
-        self._report(not _failed(result), key, module, result)
+        if how == _TIMED:
+            self._report(not _failed(result), key, module, result)
+        elif not _failed(result):
+            self._count_untimed(module, result)
 
     # ------------------------------------------------------------------ reporting
 
@@ -496,14 +553,24 @@ class RootModuleWatch:
         """A call of the root (or, while it is searched for, of a top-level module) returned outside the
         training loop's inline path: count it when the module was in eval mode (``module.eval()``: an
         evaluation, inside a run that trains or not), and keep the user's ``file:line`` of the first
-        call whose output carried an autograd graph, in eval mode and at all (GD701 points there)."""
+        call whose output carried an autograd graph, in eval mode and at all (GD701 points there).
+
+        The root's eval-mode calls are the tracker's (``eval_calls`` beside ``root_calls``: the same
+        module's calls); another top-level module's are kept by module until the root is adopted
+        (:meth:`_adopt`), so that a module that never becomes the root counts nowhere."""
         tracker = self.tracker
         try:
             grad = _carries_graph(result)
             eval_mode = not getattr(module, "training", True)
+            root = module is self.root()
+            own = None if root else self._own_counts(module)
             if eval_mode:
-                tracker.eval_calls += 1
-                tracker.eval_grad_calls += grad
+                if root:
+                    tracker.eval_calls += 1
+                    tracker.eval_grad_calls += grad
+                elif own is not None:
+                    own[2] += 1
+                    own[3] += grad
             if not grad or self.site_of is None:
                 if grad:
                     tracker.first_grad_site_seen = True
@@ -511,11 +578,42 @@ class RootModuleWatch:
             if not tracker.first_grad_site_seen:
                 tracker.first_grad_site_seen = True
                 tracker.first_grad_site = self.site_of(sys._getframe(1))
-            if eval_mode and tracker.eval_grad_site is None:
+            if eval_mode and root and tracker.eval_grad_site is None:
                 tracker.eval_grad_site = self.site_of(sys._getframe(1))
+            elif eval_mode and own is not None and own[4] is None:
+                own[4] = self.site_of(sys._getframe(1))
         except Exception as err:  # never the script's failure: the record is only incomplete
             tracker.first_grad_site_seen = True
             self.on_error("root module eval record", err)
+
+    def _own_counts(self, module: Any) -> list[Any] | None:
+        """The counts kept for a top-level module while the root is searched for (None past 10,000 modules)."""
+        own = self._counts.get(id(module))
+        if own is None and len(self._counts) < 10_000:
+            own = self._counts[id(module)] = [0, 0, 0, 0, None]
+        return own
+
+    def _count_untimed(self, module: Any, result: Any) -> None:
+        """A call of the root (or, while it is searched for, of a top-level module) while step tracking is
+        off (it stopped: ``--steps`` reached, or an error in gpudoctor's bookkeeping): not timed, and it
+        marks no step, but counted as every other call is, so that the manifest's calls and eval-mode calls
+        still cover the whole run (GD701 reads them)."""
+        tracker = self.tracker
+        try:
+            grad = _carries_graph(result)
+            if module is self.root():
+                tracker.root_calls += 1
+                tracker.root_grad_calls += grad
+            else:
+                own = self._own_counts(module)
+                if own is not None:
+                    own[0] += 1
+                    own[1] += grad
+        except Exception as err:
+            self.on_error("root module call count", err)
+            return
+        if not getattr(module, "training", True) or not tracker.first_grad_site_seen:
+            self._note_call(module, result)
 
     def _report(self, ok: bool, key: int, module: Any, result: Any) -> None:
         try:

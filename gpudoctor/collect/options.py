@@ -251,7 +251,7 @@ def validate(opts: ProfileOptions, cwd: str | None = None) -> Target:
             )
         return Target(None, None, opts.module, origin, (origin, *opts.args))
     if not opts.script:
-        raise UsageError("give a script to profile: gpudoctor profile train.py -- ARGS (or -m module)")
+        raise UsageError("give a script to profile: gpudoctor profile [OPTIONS] train.py ARGS (or -m module ARGS)")
     path = Path(opts.script)
     if not path.is_absolute():
         path = Path(cwd) / path

@@ -33,6 +33,7 @@ from typing import Any
 
 from gpudoctor.collect.callsite import FrameClassifier
 from gpudoctor.collect.compile_watch import CompileWatch, monotonic_clock
+from gpudoctor.collect.loaderprof import LoaderProfile
 from gpudoctor.collect.markers import BackwardWatch, RootModuleWatch, compiling_probe
 from gpudoctor.collect.settings_capture import SettingsCapture
 from gpudoctor.collect.steps import (
@@ -121,11 +122,13 @@ class _RecordingProp:
 
 
 class Patcher:
-    def __init__(self, torch: Any, capture: SettingsCapture, tracker: StepTracker, frames: FrameClassifier) -> None:
+    def __init__(self, torch: Any, capture: SettingsCapture, tracker: StepTracker, frames: FrameClassifier,
+                 loader_profile: LoaderProfile | None = None) -> None:
         self.torch = torch
         self.capture = capture
         self.tracker = tracker
         self.frames = frames
+        self.loader_profile = loader_profile  # cProfile of the DataLoader's own work (collect.loaderprof)
         self.errors: list[str] = []
         self.root_watch: RootModuleWatch | None = None
 
@@ -365,6 +368,9 @@ class Patcher:
         get_ident = threading.get_ident
         monotonic_ns = time.monotonic_ns
         acc = tracker.acc
+        window = tracker.cprofile
+        lp = self.loader_profile
+        profiled = lp.call if lp is not None else None  # (written at the first batch after the window)
 
         def next_(self: Any) -> Any:
             if get_ident() == acc[BATCH_THREAD] and not acc[PHASE]:
@@ -373,7 +379,8 @@ class Patcher:
                 start = monotonic_ns()
                 acc[PHASE] = IN_WAIT
                 try:
-                    out = orig_next(self)
+                    out = (profiled(orig_next, self) if profiled is not None and (window.running or lp.dirty)
+                           else orig_next(self))
                 except StopIteration:
                     acc[PHASE] = 0
                     tracker.dataloader_next_exit((0, start), True, getattr(self, "_gpudoctor_epoch", None))
@@ -399,7 +406,7 @@ class Patcher:
                 return out
             entered = tracker.dataloader_next_enter(epoch_ends(self))
             try:
-                out = orig_next(self)
+                out = profiled(orig_next, self) if profiled is not None else orig_next(self)
             except StopIteration:
                 tracker.dataloader_next_exit(entered, True, getattr(self, "_gpudoctor_epoch", None))
                 raise

@@ -227,7 +227,11 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
         state_r, state_w = (rundir.above_stdio(fd) for fd in os.pipe())
         os.set_blocking(sig_w, False)  # set_wakeup_fd requires it
         fds = [sig_w, state_w]
-        config.update(signal_fd=sig_w, state_fd=state_w)
+        # the training process also holds the signal pipe's read end, never reading it: were gpudoctor's
+        # process killed, a signal's byte would meet a pipe without a reader, and Python would print a
+        # BrokenPipeError traceback into the script's output ("Exception ignored when trying to write to
+        # the signal wakeup fd") for every signal after; a full pipe is silent (warn_on_full_buffer=False)
+        config.update(signal_fd=sig_w, state_fd=state_w, signal_read_fd=sig_r)
     env = os.environ.copy()
     if opts.injections:
         from gpudoctor.collect.inject import child_env  # noqa: PLC0415
@@ -250,7 +254,8 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
             argv, preexec = [sys.executable, *flags, "-m", CHILD_MODULE], None
         log = open(run_dir / layout.OUTPUT_LOG, "wb") if opts.output_log else None  # noqa: SIM115
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec, pass_fds=fds, stdout=log, stderr=log)
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, preexec_fn=preexec,
+                                    pass_fds=[*fds, sig_r] if sig_r >= 0 else fds, stdout=log, stderr=log)
         finally:
             if log is not None:
                 log.close()  # the child holds its own descriptor

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
+from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord, status_text
 from gpudoctor.model.steady import compile_steps, main_dataloader, steady_steps, step_figures
 from gpudoctor.model.units import duration_text
 
@@ -115,7 +115,7 @@ def summary_lines(
     else:
         lines.append("gpudoctor: no training steps seen (no optimizer step, backward(), model call or DataLoader batch)")
     lines.extend(f"gpudoctor: warning: {w}" for w in warnings or ())
-    how = status + (f": {detail}" if detail else "")
+    how = status_text(status, detail, ": {}")
     if exit_code is not None:
         how += f", exit code {exit_code}"
     lines.append(f"gpudoctor: run {how}")

@@ -42,7 +42,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "DataLoaderSetting",
         "Device", "ExceptionInfo", "FlagSetting", "GpuSample", "HostLoad", "HostSample", "Injection", "Manifest",
         "OptimizerSetting", "ProcessSample", "ProfilerSchedule", "PstatsEntry", "RankEnd", "RootModuleUse", "RunStatus",
-        "Samples", "Settings", "StepMarker", "StepRecord", "WrapSetting", "WriteError",
+        "Samples", "Settings", "StepMarker", "StepRecord", "WrapSetting", "WriteError", "status_text",
     ),
     "verify": (
         "LadderRung", "RunFigure", "Verification", "VerifyStatus",
@@ -173,6 +173,7 @@ if TYPE_CHECKING:
         StepRecord,
         WrapSetting,
         WriteError,
+        status_text,
     )
     from gpudoctor.model.timelines import StepSpan, Timelines
     from gpudoctor.model.verify import (

@@ -47,7 +47,7 @@ class RunSide(Serde):
     module: str | None = None
     args: tuple[str, ...] = ()  # the script's arguments (sys.argv[1:])
     started_at: str = ""
-    status: str = ""  # "stopped (stopped after 40 steps)", "completed", "failed (…)"
+    status: str = ""  # "stopped after 40 steps", "completed", "failed (…)" (Manifest.status_text)
     devices: tuple[str, ...] = ()  # GPU names, from the manifest or the traces
     device_type: str = ""  # "cuda" / "cpu" from the settings
     host: str = ""

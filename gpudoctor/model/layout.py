@@ -24,6 +24,7 @@ SETTINGS = "settings.json"  # the configuration the script actually used, with f
 STEPS = "steps.jsonl"  # one line per training step
 SAMPLES = "samples.jsonl"  # psutil and NVML samples
 PSTATS = "profile.pstats"  # cProfile of a window of steps
+LOADER_PSTATS = "loader.pstats"  # … the DataLoader's own calls in it, profiled apart (collect.loaderprof)
 REPORT = "report.json"  # the diagnosis, written by `profile`, `analyze` and `verify` (not by collect)
 REPORT_TMP = ".report.json.tmp"  # report.json while it is written
 OUTPUT_LOG = "output.log"  # a --verify trial: the script's stdout and stderr

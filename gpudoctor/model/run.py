@@ -177,6 +177,11 @@ class Manifest(Serde):
     def collected_ok(self, name: str) -> bool:
         return any(c.name == name and c.ok for c in self.collected)
 
+    @property
+    def status_text(self) -> str:
+        """How the run ended, in words: :func:`status_text` of the status and its detail."""
+        return status_text(self.status.value, self.status_detail)
+
     def not_collected_reason(self, name: str) -> str:
         for c in self.collected:
             if c.name == name and not c.ok:
@@ -188,6 +193,17 @@ class Manifest(Serde):
         partial (step tracking stopped, or ``steps.jsonl`` could not all be written), and why."""
         return [f"the step figures are partial: {c.reason}" for c in self.collected
                 if c.name == "steps" and c.partial and c.reason]
+
+
+def status_text(status: str, detail: str, sep: str = " ({})") -> str:
+    """A run's status with its detail: ``completed (stopped after 40 steps)``. A detail that begins
+    with the status's own word stands alone: ``interrupted (SIGINT / Ctrl-C)``, never ``interrupted
+    (interrupted (SIGINT / Ctrl-C))``; ``sep`` places the detail (``": {}"``: ``failed: …``)."""
+    if not detail:
+        return status
+    if detail == status or detail.startswith(status + " "):
+        return detail
+    return status + sep.format(detail)
 
 
 # --------------------------------------------------------------------------- settings

@@ -26,6 +26,7 @@ from gpudoctor.model._serde import FieldTypeError, check
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.layout import (  # noqa: F401 - RUN_DIR_FILES and is_run_dir: re-exported
     CHILD_STATE,
+    LOADER_PSTATS,
     MANIFEST,
     PSTATS,
     RUN_DIR_FILES,
@@ -297,16 +298,23 @@ def _is_loader_fetch(key: tuple[Any, ...]) -> bool:
     return func == "fetch" and str(file).replace("\\", "/").endswith("utils/data/_utils/fetch.py")
 
 
-def loader_times(stats: dict[Any, Any]) -> dict[Any, tuple[float, float]]:
+def loader_times(stats: dict[Any, Any], strict: bool = False) -> dict[Any, tuple[float, float]]:
     """Each function's (self, cumulative) seconds spent inside the DataLoader's fetch, from a
     cProfile statistics dictionary (``{(file, line, func): (cc, nc, tt, ct, callers)}``).
 
     A fetch call counts whole. Any other function gets, along each caller edge, the edge's time
     (cProfile records a callee's tt and ct per caller) times the share of that caller's own time
     that lies inside the fetch; its share is its time inside over its cumulative time, capped at
-    1. Exact where each function is called from one place; where a caller is partly inside,
-    the edge's time is assumed spread evenly over its calls. Self-recursive edges are skipped
-    (the outer call's times cover them). Empty when no fetch ran in this process (workers)."""
+    1. Self-recursive edges are skipped (the outer call's times cover them). Empty when no fetch
+    ran in this process (workers).
+
+    Exact on a profile of the loading alone (``loader.pstats``: nothing in it but the DataLoader's
+    calls). On a whole process's profile the shares are a guess where a function is called from
+    inside the fetch and from outside it, and a wrong one where such a function leads into the
+    model: ``nn.Module.__call__`` runs a transform and the model's layers alike, so the model's
+    forward (and through its own calls, a cycle of caller edges) got a share of the fetch. With
+    ``strict`` (a run without ``loader.pstats``), a function counts only when every caller of it is
+    wholly inside: never the model's code, and the loading's code under a shared caller is missed."""
     roots = [k for k in stats if _is_loader_fetch(k)]
     if not roots:
         return {}
@@ -318,6 +326,18 @@ def loader_times(stats: dict[Any, Any]) -> dict[Any, tuple[float, float]]:
                 callees.setdefault(caller, []).append(key)
     share: dict[Any, float] = {k: 1.0 for k in roots}
     out: dict[Any, tuple[float, float]] = {k: (float(stats[k][2]), float(stats[k][3])) for k in roots}
+    if strict:
+        todo = list(roots)
+        while todo:
+            for key in callees.get(todo.pop(), ()):
+                if key in share:
+                    continue
+                callers = [c for c in stats[key][4] if c != key]
+                if callers and all(share.get(c) == 1.0 for c in callers):
+                    share[key] = 1.0
+                    out[key] = (float(stats[key][2]), float(stats[key][3]))
+                    todo.append(key)
+        return out
     todo = list(roots)
     budget = 50 * len(stats) + 1000  # a bound on updates: cycles converge slowly, never loop forever
     while todo and budget > 0:
@@ -342,22 +362,59 @@ def loader_times(stats: dict[Any, Any]) -> dict[Any, tuple[float, float]]:
     return out
 
 
+def _load_pstats(p: Path) -> dict[Any, Any]:
+    stats = marshal.loads(p.read_bytes())
+    if not isinstance(stats, dict):
+        raise ValueError("not a pstats dictionary")
+    return stats
+
+
+def _added(a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
+    """Two cProfile statistics dictionaries as one (``pstats.Stats.add``): summed by function and caller."""
+    out = dict(a)
+    for key, value in b.items():
+        if key not in out:
+            out[key] = value
+            continue
+        cc, nc, tt, ct, callers = out[key][:5]
+        callers = dict(callers) if isinstance(callers, dict) else {}
+        for c, edge in (value[4] if isinstance(value[4], dict) else {}).items():
+            old = callers.get(c)
+            callers[c] = edge if old is None else tuple(x + y for x, y in zip(old, edge, strict=False))
+        out[key] = (cc + value[0], nc + value[1], tt + value[2], ct + value[3], callers)
+    return out
+
+
 def read_pstats(run_dir: Path, notes: list[str], top: int = PSTATS_TOP) -> tuple[PstatsEntry, ...]:
     """The ``top`` functions of ``profile.pstats`` by cumulative time (marshal format of cProfile),
     and, when the training process ran the DataLoader's fetch itself (``num_workers=0``), the
     ``PSTATS_LOADER_TOP`` functions with the most self time inside it and the fetch itself, each
-    with its time inside the fetch (:func:`loader_times`)."""
+    with its time inside the fetch (:func:`loader_times`).
+
+    The DataLoader's own calls were profiled apart (``loader.pstats``, ``collect.loaderprof``): the
+    two files add up to the process's profile, and the time inside the fetch comes from the
+    loader's alone. A run without it (recorded before it existed, or whose loader profile could
+    not be written) is read with :func:`loader_times`' ``strict`` rule."""
     files = rank_files(run_dir, PSTATS, notes)  # a distributed run: the lowest rank's profile.rank<R>.pstats
     if not files:
         notes.append(f"{PSTATS} is missing: no cProfile of the script")
         return ()
-    p = files[0][1]
+    rank, p = files[0]
+    loader_stats: dict[Any, Any] | None = None
+    for r, lp in rank_files(run_dir, LOADER_PSTATS, notes):
+        if r == rank:
+            try:
+                loader_stats = _load_pstats(lp)
+            except (OSError, EOFError, ValueError, TypeError) as err:
+                notes.append(f"{lp.name} could not be read ({type(err).__name__}: {err}): the DataLoader's time "
+                             "is estimated from the whole profile")
     try:
-        with open(p, "rb") as fh:
-            stats = marshal.load(fh)
-        if not isinstance(stats, dict):
-            raise ValueError("not a pstats dictionary")
-        loader = loader_times(stats)
+        stats = _load_pstats(p)
+        if loader_stats is not None:
+            loader = loader_times(loader_stats)
+            stats = _added(stats, loader_stats)
+        else:
+            loader = loader_times(stats, strict=True)
         rows = []
         for key, value in stats.items():
             file, line, func = key

@@ -451,10 +451,7 @@ def run_line(manifest: Manifest | None) -> str:
     parts = []
     if manifest.command:
         parts.append("gpudoctor profile " + " ".join(manifest.command))
-    status = manifest.status.value
-    if manifest.status_detail:
-        status += f" ({manifest.status_detail})"
-    parts.append(status)
+    parts.append(manifest.status_text)
     if manifest.duration_s is not None:
         parts.append(duration(manifest.duration_s * 1e9))
     return " · ".join(parts)

@@ -613,9 +613,10 @@ class RuleContext:
         if expected is not None and math.isfinite(expected):
             fraction = round(max(0.0, min(float(expected), 1.0)), 4)
             exp_share = round(share * fraction, 4)
-            exp_speedup = round(1.0 / (1.0 - exp_share / 100.0), 3)
-        # 4 decimals, as the ledger's parts: one quantity shows one value in every table
-        return Gain(round(share, 4), round(1.0 / (1.0 - share / 100.0), 3), note,
+            exp_speedup = round(1.0 / (1.0 - exp_share / 100.0), 6)
+        # 4 decimals, as the ledger's parts: one quantity shows one value in every table. The speed-ups keep 6:
+        # rounded to 3 and then printed to 3 figures, 1/(1 - 21.0%) = 1.2650 read "up to 1.26× faster"
+        return Gain(round(share, 4), round(1.0 / (1.0 - share / 100.0), 6), note,
                     expected_share_pct=exp_share, expected_speedup=exp_speedup, expected_fraction=fraction,
                     expected_note=expected_note if fraction is not None else "")
 

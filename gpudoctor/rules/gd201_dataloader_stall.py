@@ -125,10 +125,11 @@ deepen the oversubscription.
 **How it tells a waiting load from a computing one**: the loading's CPU time
 against its wall time, measured three ways.
 
-- `num_workers=0`, cProfile (`profile.pstats`): the time inside the
-  DataLoader's fetch (`torch.utils.data._utils.fetch`: the dataset's
-  `__getitem__` and the `collate_fn`), shared out along cProfile's caller edges
-  at parse time (`PstatsEntry.loader_tottime_s`), and of it the self time of
+- `num_workers=0`, cProfile (`loader.pstats`: the DataLoader's own calls,
+  profiled apart from the rest of the step, so none of the model's code is in
+  it; docs/run-directory.md): the time inside the DataLoader's fetch
+  (`torch.utils.data._utils.fetch`: the dataset's `__getitem__` and the
+  `collate_fn`; `PstatsEntry.loader_tottime_s`), and of it the self time of
   calls that wait (`time.sleep`, `select`/`poll`, socket and file reads, lock
   and queue waits): CPU share ≈ 1 − waiting ÷ fetch.
 - `num_workers=0`, getrusage (`user_cpu_ns` + `sys_cpu_ns` of each step,
@@ -414,13 +415,15 @@ def memory_cap(ctx: RuleContext, dl: DataLoaderSetting | None) -> tuple[int, str
 
 
 def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: int, cores: int | None,
-                 main_cpu_ns: float | None, mem_cap: tuple[int, str] | None, t: Thresholds) -> WorkerPlan:
+                 main_cpu_ns: float | None, mem_cap: tuple[int, str] | None, t: Thresholds,
+                 basis: str = "") -> WorkerPlan:
     """The workers to recommend for ``load`` and the step the model expects with them (per batch).
 
     Enough workers to hide the load: ceil(load ÷ (compute + hand-over)) + spare. A waiting load is not
     capped at the cores: the usable cores run usable ÷ (CPU share of a worker) of them; a computing (or
     unmeasured) load at most the usable cores. Always at most ``dataloader_max_workers_count`` and what
-    memory holds. The model is ``loader_step_ns`` with the workers that can run at once."""
+    memory holds. The model is ``loader_step_ns`` with the workers that can run at once; ``basis`` names
+    the steps its figures are means of, beside "now" (the summary's step time is another statistic)."""
     handover = t.dataloader_handover_ms * 1e6
     usable = max(1, cores - t.dataloader_reserved_cores) if cores else None
     needed = max(1, math.ceil(load.load_ns / (compute_ns + handover))) + t.dataloader_spare_workers_count
@@ -454,7 +457,8 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
         if main_cpu_ns is not None and cores:
             terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cores} cores")
     model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
-             f"against {fmt_ns(now)} now: {fmt_pct(100.0 * fraction)} of the {fmt_ns(wait_ns)} wait won")
+             f"against {fmt_ns(now)} now{f' ({basis})' if basis else ''}: {fmt_pct(100.0 * fraction)} of the "
+             f"{fmt_ns(wait_ns)} wait won")
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
                       after <= (compute_ns + handover) * 1.01, model)
 
@@ -541,14 +545,20 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     compute_ns = max(step_batch_ns - wait_ns, 1.0)
     load, main_cpu = measure_load(ctx, dl, steps, micro, step_batch_ns, wait_ns)
     mem = memory_cap(ctx, dl)
+    basis = (f"means per batch over the {len(model_steps)} steps no instrument ran in" if model_steps is plain
+             else f"means per batch over {len(model_steps)} steps")
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
-                        main_cpu_ns=main_cpu, mem_cap=mem, t=t)
+                        main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis)
     n = plan.workers
+    # the share is one of sums (the summary's "waiting for data"): its figures are the means, so that the
+    # sentence checks out (a median wait of a median step said 30.64 ms of a 32.03 ms step beside 87.4%)
+    wait_mean = sum(min(s.data_wait_ns, s.wall_ns) for s in steps) // max(len(steps), 1)
+    step_mean = sum(s.wall_ns for s in steps) // max(len(steps), 1)
     if micro > 1:
-        per = (f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} optimizer step over its {micro} micro-batches, "
-               f"{fmt_ns(wait_med // micro)} per batch; median over {len(steps)} steps")
+        per = (f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} optimizer step over its {micro} micro-batches, "
+               f"{fmt_ns(wait_mean // micro)} per batch; means over {len(steps)} steps")
     else:
-        per = f"{fmt_ns(wait_med)} of a {fmt_ns(step_med)} step, median over {len(steps)} steps"
+        per = f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} step, means over {len(steps)} steps"
     ledger = ctx.ledger()
     gpu_wait = _gpu_wait_text(ledger)
     kind_text = _kind_text(load)
@@ -590,6 +600,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         notes.append(f"{plan.needed} workers would hide the load; {plan.cap_reason}")
     metrics = [
         Metric("data_wait_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
+        Metric("data_wait_mean_ns", wait_mean, "ns", f"{len(steps)} steps"),
+        Metric("step_mean_ns", step_mean, "ns", f"{len(steps)} steps"),
         Metric("data_wait_median_ns", wait_med, "ns"),
         Metric("step_median_ns", step_med, "ns"),
         Metric("per_batch_load_ns", int(load.load_ns), "ns"),
@@ -609,7 +621,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         metrics.append(Metric("workers_memory_cap_count", mem[0], "count", mem[1]))
     if micro > 1:
         metrics.append(Metric("micro_batches_per_step", micro, "count", "backward() calls per optimizer step"))
-        metrics.append(Metric("data_wait_per_batch_ns", wait_med // micro, "ns"))
+        metrics.append(Metric("data_wait_per_batch_ns", wait_mean // micro, "ns", "mean"))
     finding = ctx.finding(
         message,
         dataloader_fix(instruction, dl, changes),

@@ -58,6 +58,11 @@ Thresholds
 
 Known limits
 ------------
+The counts cover every call of the root module: a model of the same class rebuilt
+or reloaded (`torch.load` of the best model for a last test) carries the calls of
+the one before it, and calls made once step tracking has stopped (`--steps`
+reached, or an error in gpudoctor's bookkeeping) are still counted. A model of
+another class that becomes the root starts the counts afresh.
 In a run that trains, an evaluation is told from training by the module's mode:
 one that never calls `model.eval()` looks like training and is
 `gpudoctor check`'s to find, and a script that trains with the model in eval
@@ -230,7 +235,13 @@ def _judge_eval_in_training(ctx: RuleContext, how: str) -> RuleResult:
         return RuleResult.not_applicable(
             f"the run trains ({how}) and never called {root.name} in eval mode: no evaluation pass seen"
         )
-    if root.eval_calls >= root.calls:
+    if root.eval_calls > root.calls:
+        return RuleResult.cannot_judge(
+            f"the run's record of {root.name} says {root.eval_calls} calls in eval mode but {root.calls} calls in "
+            "all: recorded by a gpudoctor that counted the calls of a model rebuilt or reloaded apart from its "
+            "calls in eval mode; profile the script again"
+        )
+    if root.eval_calls == root.calls:
         return RuleResult.cannot_judge(
             f"every one of the {root.calls} calls of {root.name} ran in eval mode, the training ones too: an "
             "evaluation cannot be told from the training by the module's mode"

@@ -52,8 +52,12 @@ budget allows. The rungs share one error rate (Bonferroni over the rungs planned
 confirmed setting becomes the finding's verification, and its fix names that value.
 
 Bounded and safe: no run starts once the time budget (``--verify-budget``) cannot hold
-it (its length estimated from the runs so far), and a run still going when the budget
-ends is stopped; Ctrl-C stops the trials and what was measured so far is judged. The
+it (its length estimated from the runs so far: each arm's own longest run, the profiled
+run's estimate before any), nor a round once the budget cannot hold the whole of it (a
+baseline run alone judges nothing); a run still going when the budget ends is stopped;
+Ctrl-C stops the trials and what was measured so far is judged. When the budget held fewer
+rounds than ``--verify-trials`` asked, the verdict and the line on stderr say how many, and
+the budget that would hold them (never "give --verify-trials N" to one who gave N). The
 script's side effects (files it writes, network, checkpoints) are the user's: each
 trial is a real run of it. With nothing to try, one line on stderr and the report's
 "verified" summary say so.

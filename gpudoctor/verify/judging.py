@@ -221,10 +221,13 @@ def judge(
     max_looks: int = 1,
     profiled_ns: int | None = None,
     confidence_pct: float | None = None,
+    short: str = "",
 ) -> Verification:
     """The verdict on one arm's runs against the baseline runs of the same rounds (see the module
     docstring). ``looks``: this is the how-manyth look of ``max_looks`` at the interval; the error
-    rate of ``confidence_pct`` (default ``opts.confidence_pct``) is shared over them (Bonferroni)."""
+    rate of ``confidence_pct`` (default ``opts.confidence_pct``) is shared over them (Bonferroni).
+    ``short``: why fewer rounds ran than ``opts.trials`` asked (the budget), said instead of advice to
+    ask for what was asked."""
     from gpudoctor.analysis.stats import bonferroni_confidence_pct, run_speedup_stats  # noqa: PLC0415 - scipy
 
     family = opts.confidence_pct if confidence_pct is None else confidence_pct
@@ -323,8 +326,14 @@ def judge(
         return Verification(VerifyStatus.INCONCLUSIVE, f"the speed-up cannot be formed: {moved} ({over})", **common, **figures)
     if st.ci_low is None or st.ci_high is None:
         few = min(len(fa), len(fb)) < MIN_RUNS
-        why = (f"one run a side cannot show how much runs differ: {_x(st.speedup)}, {moved}; give --verify-trials "
-               f"{MIN_RUNS} or more" if few else f"no interval can be formed: {_x(st.speedup)}, {moved}")
+        if opts.trials < MIN_RUNS:
+            more = f"give --verify-trials {MIN_RUNS} or more"
+        elif short:
+            more = short
+        else:  # rounds asked, not run: interrupted, or runs without figures
+            more = f"{min(len(fa), len(fb))} run a side of the {opts.trials} rounds asked{when}"
+        why = (f"one run a side cannot show how much runs differ: {_x(st.speedup)}, {moved}; {more}" if few
+               else f"no interval can be formed: {_x(st.speedup)}, {moved}")
         return Verification(VerifyStatus.INCONCLUSIVE, f"{why} ({over})", **common, **figures)
     ci = f"{family:g}% CI {_x(st.ci_low)}–{_x(st.ci_high)}"
     if max_looks > 1:

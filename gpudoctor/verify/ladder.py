@@ -88,7 +88,7 @@ def _climb(session: _Session, arm: _Arm, first: Verification, baseline: _Arm, t:
                f"{', '.join(f'{knob.key}={x}' for x in values)} while each does better ({level:g}% intervals: the "
                f"error rate shared over {_n(len(values), 'rung')})")
     for value in values:
-        if session.interrupted or not session.fits_round(1):
+        if session.interrupted or not session.fits_round([arm]):  # a rung runs about as long as its arm
             if not session.interrupted:
                 session.out_of_budget = True
             break

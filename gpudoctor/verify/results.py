@@ -46,9 +46,11 @@ def verify_report(report: Report, config: Config | None = None, opts: VerifyOpti
     for arm in arms:
         v = judged.get(arm.label)
         if v is None:
+            note = session.budget_note() if session is not None else ""
             why = (
                 "interrupted (Ctrl-C) before its trial runs" if interrupted
                 else f"the --verify-budget of {opts.budget_s:g} s ran out before its trial runs"
+                + (f" ({note.split(': ', 1)[-1]})" if note else "")
             )
             v = Verification(VerifyStatus.NOT_TRIED, why, changes=arm.changes, steps=opts.steps)
         for i in arm.findings:

@@ -4,6 +4,7 @@ session against the untouched script, with the looks at each fix's interval."""
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
 import signal
@@ -168,23 +169,46 @@ class _Session:
     signum: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)
     out_of_budget: bool = False
     baseline: _Arm | None = None  # the untouched script's runs, every round
+    # why the budget stopped the rounds: the round that did not fit, what it needed, what was left (seconds)
+    short: tuple[int, float, float] | None = None
 
     def left_s(self) -> float:
         return self.opts.budget_s - (time.monotonic() - self.t0)
 
+    def arm_estimate_s(self, arm: _Arm) -> float:
+        """How long a run of ``arm`` should take: its own longest run so far, else the profiled run's
+        estimate. An arm's own runs: a fix that makes the script faster shortens its runs, and the
+        baseline's longest run is no measure of them (a round of 33 s and 24 s runs is 57 s, not 66)."""
+        own = [r.duration_s for r in arm.runs if r.duration_s > 0]
+        return max(own) if own else self.estimate_s
+
+    def round_estimate_s(self, arms: Sequence[_Arm]) -> float:
+        """How long a round of ``arms`` and a baseline run should take."""
+        units = [self.baseline, *arms] if self.baseline is not None else list(arms)
+        return sum(self.arm_estimate_s(a) for a in units)
+
     def round(self, baseline: _Arm, arms: Sequence[_Arm], what: str = "") -> bool:
         """One round: a baseline run and a run of each arm, in an order that rotates every round.
-        False when the budget or Ctrl-C stopped it (the runs made are kept)."""
+        False when the budget or Ctrl-C stopped it (the runs made are kept). Once runs were timed, a
+        round starts only when the whole of it fits in the budget: half a round (a baseline run alone)
+        adds nothing to judge a fix by."""
         opts = self.opts
+        units = [baseline, *arms]
+        if any(u.runs for u in units):
+            need, left = sum(self.arm_estimate_s(u) for u in units), self.left_s()
+            if left < need:
+                self.out_of_budget = True
+                self.short = (self.rounds + 1, need, left)
+                return False
         self.rounds += 1
         rnd = self.rounds
-        units = [baseline, *arms]
         k = (rnd - 1) % len(units)
         order = units[k:] + units[:k]
         for arm in order:
             left = self.left_s()
-            if left < self.estimate_s:
+            if left < self.arm_estimate_s(arm):
                 self.out_of_budget = True
+                self.short = (rnd, self.arm_estimate_s(arm), left)
                 return False
             rel = _rel(self.run_dir, self.rdir / arm.label / str(rnd))
             desc = "baseline (no change)" if not arm.changes else f"{arm.label} fix ({_changes_text(arm.changes)})"
@@ -219,9 +243,29 @@ class _Session:
                 return False
         return True
 
-    def fits_round(self, arms: int) -> bool:
-        """A whole round of ``arms`` fix runs and a baseline run fits in what is left of the budget."""
-        return self.left_s() >= self.estimate_s * (arms + 1)
+    def fits_round(self, arms: Sequence[_Arm]) -> bool:
+        """A whole round of ``arms`` and a baseline run fits in what is left of the budget."""
+        need, left = self.round_estimate_s(arms), self.left_s()
+        if left < need:
+            self.short = (self.rounds + 1, need, left)
+            return False
+        return True
+
+    def budget_note(self) -> str:
+        """Why fewer rounds ran than asked, when the budget is why: for a verdict that has too few runs."""
+        if self.short is None:
+            return ""
+        rnd, need, left = self.short
+        done = rnd - 1
+        asked = self.opts.trials
+        want = self.opts.budget_s + max(need - left, 0.0)
+        held = f"{done} round{'s' if done != 1 else ''}" if done else "no whole round"
+        budget = f"the --verify-budget of {self.opts.budget_s:g} s"
+        if done >= asked:  # the rounds asked ran: more rounds for an undecided fix, or the ladder's, did not
+            return (f"{budget} held {held} ({asked} asked, the rest for what stayed undecided); the next needed "
+                    f"about {need:.0f} s, {max(left, 0.0):.0f} s were left")
+        return (f"{budget} held {held} of the {asked} asked (round {rnd} needed about {need:.0f} s, "
+                f"{max(left, 0.0):.0f} s were left): give --verify-budget {math.ceil(want / 10.0) * 10:g} or more")
 
 
 def measure(
@@ -268,7 +312,8 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
         for arm in arms:
             if not arm.runs:
                 continue
-            v = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks, profiled_ns=profiled)
+            v = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks, profiled_ns=profiled,
+                      short=session.budget_note())
             out[arm.label] = v
             if undecided(v) and looks > 1:
                 open_arms.append(arm)
@@ -277,7 +322,7 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
                        f"{opts.trials} round(s): more rounds, up to {opts.rounds_max}")
             extra = 0
             while extra < opts.rounds_max - opts.trials:
-                if not session.fits_round(len(open_arms)):
+                if not session.fits_round(open_arms):
                     session.out_of_budget = True  # the verdict stays the first look's
                     break
                 if not session.round(baseline, open_arms, " (more rounds)"):
@@ -286,7 +331,7 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
             if extra:
                 for arm in open_arms:
                     out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=2, max_looks=looks,
-                                           profiled_ns=profiled)
+                                           profiled_ns=profiled, short=session.budget_note())
         if opts.ladder:
             for arm in arms:
                 v = out.get(arm.label)
@@ -298,11 +343,12 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
     for arm in arms:  # what an interruption left unjudged
         if arm.label not in out and arm.runs:
             out[arm.label] = judge(arm, baseline, t, opts, session.interrupted, looks=1, max_looks=looks,
-                                   profiled_ns=profiled)
+                                   profiled_ns=profiled, short=session.budget_note())
     if session.interrupted:
         _say(opts, "gpudoctor: verify: interrupted; judging what was measured")
     elif session.out_of_budget:
-        _say(opts, f"gpudoctor: verify: the budget of {opts.budget_s:g} s is spent; judging what was measured")
+        spent = session.budget_note() or f"the budget of {opts.budget_s:g} s is spent"
+        _say(opts, f"gpudoctor: verify: {spent}; judging what was measured")
     return out, session
 
 

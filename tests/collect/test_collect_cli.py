@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -87,3 +88,53 @@ def test_the_parent_never_imports_torch():
     code = "import sys, gpudoctor.cli, gpudoctor.collect; import gpudoctor.collect.runner; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+# --------------------------------------------------------------------------- the script's arguments
+
+
+def _parsed(*args: str) -> dict:
+    """What `gpudoctor profile ARGS` hands the command (click parses; nothing runs)."""
+    from gpudoctor.cli import cli
+
+    ctx = cli.commands["profile"].make_context("profile", list(args))
+    return ctx.params
+
+
+@pytest.mark.parametrize(("args", "script", "module", "script_args", "steps"), [
+    (("train.py", "--epochs", "1"), "train.py", None, ("--epochs", "1"), None),
+    (("--steps", "40", "train.py", "--lr", "3"), "train.py", None, ("--lr", "3"), 40),
+    (("train.py", "--steps", "3"), "train.py", None, ("--steps", "3"), None),  # the script's own --steps
+    (("train.py", "--", "--epochs", "1"), "train.py", None, ("--epochs", "1"), None),  # the older separator
+    (("--steps", "5", "--", "train.py", "--x"), "train.py", None, ("--x",), 5),
+    (("train.py", "--", "--", "a"), "train.py", None, ("--", "a"), None),  # only the first `--` is gpudoctor's
+    (("--out", "-m", "train.py", "-m"), "train.py", None, ("-m",), None),  # an option's value is not an option
+    (("--out=runs", "--no-cprofile", "train.py", "-o", "x"), "train.py", None, ("-o", "x"), None),
+    (("-m", "pkg.train", "--epochs", "1"), None, "pkg.train", ("--epochs", "1"), None),
+    (("-mpkg.train", "--", "--lr", "3"), None, "pkg.train", ("--lr", "3"), None),
+])
+def test_what_follows_the_script_is_the_scripts(args, script, module, script_args, steps):
+    p = _parsed(*args)
+    if p["module"]:  # with -m, click's SCRIPT is the module's first argument (the command puts it back)
+        p["script_args"] = (p.pop("script"), *p["script_args"]) if p["script"] else p["script_args"]
+        p["script"] = None
+    assert (p["script"], p["module"], p["script_args"], p["steps"]) == (script, module, script_args, steps)
+
+
+def test_gpudoctor_options_after_the_script_are_not_gpudoctors():
+    p = _parsed("--format", "json", "-o", "r.json", "train.py", "--format", "md", "-o", "y")
+    assert (p["fmt"], p["output"], p["script_args"]) == ("json", "r.json", ("--format", "md", "-o", "y"))
+
+
+def test_the_script_receives_what_follows_it(tmp_path):
+    """`gpudoctor profile train.py --epochs 1` runs the script with `--epochs 1`, as python would
+    (before, click refused it: "No such option '--epochs'. Did you mean '--steps'?")."""
+    (tmp_path / "train.py").write_text(
+        "import json, sys\nopen('argv.json', 'w').write(json.dumps(sys.argv[1:]))\n")
+    proc = run_profile("--no-report", "--out", "runs", "--time-window", "off", "train.py", "--epochs", "1",
+                       "--steps", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["--epochs", "1", "--steps", "2"]
+    (run,) = (tmp_path / "runs").iterdir()
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["argv"][1:] == ["--epochs", "1", "--steps", "2"]

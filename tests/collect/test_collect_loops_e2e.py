@@ -231,6 +231,38 @@ def test_an_evaluation_after_training_is_judged_as_evaluation(tmp_path, no_grad)
     assert item["status"] == "recommended"
 
 
+@pytest.mark.parametrize("eval_grad", [False, True], ids=["no-grad", "with-grad"])
+def test_word_language_model_evaluation_is_counted_whole_and_judged(tmp_path, eval_grad):
+    """word_language_model's shape: epochs of train() (model.train(), manual updates) and evaluate()
+    (model.eval(), torch.no_grad()), then the model saved, loaded back and evaluated on the test set. GD701
+    said "every one of the 10 calls of RNNModel ran in eval mode" (3.11: the calls counted were the reloaded
+    object's alone, 19 in eval mode) and "never called RNNModel in eval mode" (3.12: nothing was counted once
+    step tracking stopped). The counts are exact on every Python."""
+    copy_script("loops.py", tmp_path)
+    iters, epochs, evals = 12, 3, 4
+    proc = run_profile("--out", "runs", "--format", "json", *FAST_SCHEDULE, "loops.py", "--shape", "word_lm",
+                       "--iters", str(iters), "--epochs", str(epochs), "--eval-batches", str(evals),
+                       *(("--eval-grad",) if eval_grad else ()), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert m["step_source"] == "backward"
+    eval_calls = evals * (epochs + 1)  # after each epoch, and the test set on the reloaded model
+    root = m["root_module"]
+    assert (root["name"], root["calls"], root["eval_calls"], root["eval_calls_with_grad"]) == (
+        "LM", iters * epochs + eval_calls, eval_calls, eval_calls if eval_grad else 0)
+    report = _report(run_dir)
+    item = next(i for i in report["checklist"] if "GD701" in i["codes"])
+    if not eval_grad:
+        assert not any(f["code"] == "GD701" for f in report["findings"])
+        assert item["status"] == "applied", item
+        assert f"its evaluation ({eval_calls} calls of LM in eval mode) runs without autograd" in item["reason"]
+        return
+    (f,) = [f for f in report["findings"] if f["code"] == "GD701"]
+    assert f"{eval_calls} of the {eval_calls} calls of LM in eval mode" in f["message"]
+    assert f["location"]["line"] == site_lines(tmp_path / "loops.py")["word_lm_eval"]
+
+
 def test_an_optimizer_step_the_grad_scaler_skips_is_still_a_step(tmp_path):
     """GradScaler.step skips optimizer.step() when the gradients are not finite: that iteration is
     still a step, whichever path (inline or not) closed the ones around it."""

@@ -120,6 +120,22 @@ def test_profiled_steps_are_left_out_when_enough_plain_steps_remain() -> None:
     assert "outside the profiler windows" in st.a.window
 
 
+def test_the_headline_names_the_steps_its_figures_are_of() -> None:
+    """compare said 1.14× where the runs' own summaries (the median of every steady step) gave 1.20×, and
+    did not say its figures were of the steps outside the profiler windows: the headline says so."""
+    windows = {i: "active" for i in range(5, 15)}
+    a_steps = tuple(
+        replace(s, wall_ns=s.wall_ns * 3) if s.window else s
+        for s in step_records(40, 100, windows=windows, seed=1)
+    )
+    c = cmp(run(steps=a_steps), run(source="runs/b", wall_ms=50, seed=2, windows=windows))
+    assert c.step_time.verdict == StepTimeVerdict.FASTER
+    assert "(of the 29 and 29 steady steps outside the profiler windows" in c.headline
+    few = {i: ("active" if i < 10 else "cprofile") for i in range(2, 40)}
+    c = cmp(run(windows=few), run(source="runs/b", wall_ms=50, windows=few))
+    assert "(of the 39 and 39 steady steps, profiled ones included" in c.headline
+
+
 def test_instrumented_steps_are_used_with_a_note_when_too_few_plain_ones() -> None:
     windows = {i: ("active" if i < 10 else "cprofile") for i in range(2, 40)}
     c = cmp(run(windows=windows), run(source="runs/b", wall_ms=50, windows=windows))

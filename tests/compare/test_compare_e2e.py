@@ -19,8 +19,8 @@ PROFILE = ("--steps", "30", "--skip-first", "2", "--wait", "0", "--warmup", "1",
 def _profile(out: Path, workers: int, cwd: Path) -> Path:
     before = set(out.iterdir()) if out.exists() else set()
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "profile", str(SCRIPT), "--out", str(out), *PROFILE,
-         "--", "--workers", str(workers)],
+        [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out), *PROFILE,
+         str(SCRIPT), "--workers", str(workers)],
         cwd=cwd, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,9 +22,9 @@ SAMPLES = ROOT / "sample_scripts"
 def _profile(tmp_path: Path, script: str, *args: str) -> dict:
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "profile", str(SAMPLES / script), "--out", str(out),
+        [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out),
          "--skip-first", "12", "--wait", "0", "--warmup", "1", "--active", "3", "--repeat", "1",
-         "--no-cprofile", "--format", "json", "--", *args],
+         "--no-cprofile", "--format", "json", str(SAMPLES / script), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

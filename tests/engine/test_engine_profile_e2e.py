@@ -49,9 +49,9 @@ def test_profile_slow_dataset_gives_gd201_first(tmp_path):
     script.write_text(SCRIPT)
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "profile", str(script), "--out", str(out), "--steps", "14",
+        [sys.executable, "-m", "gpudoctor", "profile", "--out", str(out), "--steps", "14",
          "--skip-first", "2", "--wait", "0", "--warmup", "1", "--active", "3", "--repeat", "1",
-         "--format", "json"],
+         "--format", "json", str(script)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -64,8 +64,8 @@ def _profile(tmp_path: Path, collate: str) -> dict[str, Any]:
     script.write_text(LOOP.replace("collate_fn=COLLATE", f"collate_fn={collate}"))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "profile", str(script), "--out", str(tmp_path / "runs"), "--steps", "60",
-         "--format", "json"],
+        [sys.executable, "-m", "gpudoctor", "profile", "--out", str(tmp_path / "runs"), "--steps", "60",
+         "--format", "json", str(script)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -334,6 +334,58 @@ def test_a_run_whose_parent_died_is_reported_from_the_childs_state(tmp_path: Pat
     assert "killed (parent lost" in text
 
 
+# DataLoader workers: torch's SIGCHLD handler in the training process (each worker's exit is a signal there)
+LOADER = """
+import os, time, torch
+from torch.utils.data import DataLoader
+m = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+dl = DataLoader([[float(i)] * 16 for i in range(160)], batch_size=8, num_workers=2, collate_fn=list,
+                persistent_workers=True)
+for epoch in range(100000):
+    for batch in dl:
+        opt.zero_grad(); m(torch.tensor(batch)).sum().backward(); opt.step()
+        time.sleep(0.01)
+    open(os.environ["MARK"], "a").write(f"{epoch}\\n")
+"""
+
+# a finalizer that runs while the parent is killed: Python swallows an exception raised in __del__
+IN_DEL = """
+import os, time, torch
+class Slow:
+    def __del__(self):
+        open(os.environ["MARK"], "a").write("in __del__\\n")
+        time.sleep(3)
+m = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for i in range(100000):
+    opt.zero_grad(); m(torch.randn(8, 16)).sum().backward(); opt.step()
+    if i == 20:
+        Slow()
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("script", ["loader", "in_del"])
+def test_a_killed_parent_leaves_no_traceback_in_the_scripts_output(script: str, tmp_path: Path) -> None:
+    """gpudoctor's process SIGKILLed: the training process gets SIGTERM (PR_SET_PDEATHSIG), flushes and ends.
+    Its signals met the wakeup pipe without a reader (a BrokenPipeError traceback for each: the SIGTERM, the
+    workers' SIGCHLD), and a SIGTERM that landed in a __del__ was swallowed ("Exception ignored in") and lost."""
+    (tmp_path / "train.py").write_text(LOADER if script == "loader" else IN_DEL)
+    proc = subprocess.Popen(gd_cmd("profile", "--out", "runs", *WINDOW, "--no-report", "train.py"), cwd=tmp_path,
+                            env=env(MARK=str(tmp_path / "marks")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    child = _child(proc)
+    wait_for(lambda: _marks(tmp_path) >= (3 if script == "loader" else 1), timeout=90, what="the script running")
+    os.kill(proc.pid, signal.SIGKILL)
+    child.wait(timeout=60)  # the training process follows its parent: SIGTERM, flush, exit
+    _out, err = proc.communicate(timeout=30)
+    for text in ("Traceback", "Exception ignored", "BrokenPipeError"):
+        assert text not in err, err
+    state = json.loads((only_run_dir(tmp_path / "runs") / ".child-state.json").read_text())
+    assert state["status"] == "killed" and state["exit_code"] == 128 + signal.SIGTERM, state
+
+
 # --------------------------------------------------------------------------- view
 
 

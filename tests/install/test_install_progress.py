@@ -124,7 +124,7 @@ def profile_on_a_pty(folder: Path, *args: str) -> tuple[int, str, str]:
     stdout = folder / "stdout.txt"  # a file, not a pipe: nothing waits on a reader while the pty is read
     try:
         with open(stdout, "wb") as out_fh:
-            proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "profile", "train.py", "--out", "runs", *args],
+            proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "profile", "--out", "runs", *args, "train.py"],
                                     cwd=folder, env=env(STEPS="60"), stdin=subprocess.DEVNULL, stdout=out_fh,
                                     stderr=slave)
     finally:
@@ -157,7 +157,7 @@ def test_no_progress_under_quiet_or_off_a_terminal(tmp_path) -> None:
     code, err, _ = profile_on_a_pty(tmp_path, "--steps", "20", *WINDOW, "--quiet")
     assert code == 0, err
     assert "running:" not in err and "\r" not in err.replace("\r\n", "\n")
-    res = gd("profile", "train.py", "--out", "runs2", "--steps", "20", *WINDOW, cwd=tmp_path, extra_env={"STEPS": "60"})
+    res = gd("profile", "--out", "runs2", "--steps", "20", *WINDOW, "train.py", cwd=tmp_path, extra_env={"STEPS": "60"})
     assert res.returncode == 0, res.stderr
     assert "running:" not in res.stderr and "\r" not in res.stderr
     assert os.listdir(tmp_path / "runs2")

@@ -31,7 +31,7 @@ def recorded(tmp_path_factory) -> Path:
     """A run directory recorded with torch (the machine that trained)."""
     work = tmp_path_factory.mktemp("recorded")
     write_train(work)
-    res = gd("profile", "train.py", "--out", "runs", "--steps", "12", *WINDOW, "--no-report", cwd=work,
+    res = gd("profile", "--out", "runs", "--steps", "12", *WINDOW, "--no-report", "train.py", cwd=work,
              extra_env={"STEPS": "12"})
     assert res.returncode == 0, res.stderr
     (run,) = (work / "runs").iterdir()
@@ -41,7 +41,7 @@ def recorded(tmp_path_factory) -> Path:
 
 def test_profile_without_torch_is_one_line_saying_how_to_install_it(tmp_path, no_torch) -> None:
     write_train(tmp_path)
-    res = gd("profile", "train.py", "--out", "runs", cwd=tmp_path, blocked=no_torch)
+    res = gd("profile", "--out", "runs", "train.py", cwd=tmp_path, blocked=no_torch)
     assert res.returncode == 2
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpudoctor: error: PyTorch is not installed"), res.stderr

@@ -352,3 +352,26 @@ def test_every_format_says_a_warning_at_warning_level_before_the_figures() -> No
     assert not plain.warnings and "warning:" not in render(plain, "terminal")
     notes = json.loads(render(plain, "sarif"))["runs"][0]["invocations"][0]["toolExecutionNotifications"]
     assert [n["level"] for n in notes] == ["error"]  # the canonical report's crashed rule, no warning
+
+
+@pytest.mark.parametrize(("status", "detail", "header"), [
+    ("interrupted", "interrupted (SIGINT / Ctrl-C)", "· interrupted (SIGINT / Ctrl-C) ·"),
+    ("interrupted", "interrupted (Ctrl-C) during start-up, before the script ran",
+     "· interrupted (Ctrl-C) during start-up, before the script ran ·"),
+    ("killed", "killed by signal 9 (SIGKILL: the out-of-memory killer?)", "· killed by signal 9 (SIGKILL"),
+    ("killed", "terminated by signal 15 (SIGTERM)", "· killed (terminated by signal 15 (SIGTERM)) ·"),
+    ("completed", "stopped after 40 steps", "· completed (stopped after 40 steps) ·"),
+])
+def test_the_run_header_says_how_it_ended_once(status: str, detail: str, header: str) -> None:
+    """The header said "interrupted (interrupted (SIGINT / Ctrl-C))": a detail that begins with the status's
+    word stands alone."""
+    from gpudoctor.model import RunStatus
+
+    report = canonical_report()
+    assert report.run is not None and report.run.manifest is not None
+    mf = replace(report.run.manifest, status=RunStatus(status), status_detail=detail)
+    report = replace(report, run=replace(report.run, manifest=mf))
+    for fmt in ("terminal", "md"):
+        text = render(report, fmt)
+        assert header in text, text[:600]
+        assert f"{status} ({status}" not in text

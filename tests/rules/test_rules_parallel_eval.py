@@ -109,7 +109,13 @@ def test_gd701_a_training_run_without_evaluation_or_record():
     old = judge("GD701", _training_with_eval(eval_calls=None, eval_with_grad=None))  # recorded before the counts
     assert old.verdict == Verdict.NOT_APPLICABLE and "the run trains" in old.reason
     # every call in eval mode, the training ones too: nothing tells the evaluation apart
-    assert judge("GD701", _training_with_eval(calls=20)).verdict == Verdict.CANNOT_JUDGE
+    every = judge("GD701", _training_with_eval(calls=20))
+    assert every.verdict == Verdict.CANNOT_JUDGE and "every one of the 20 calls" in every.reason
+    # a record with more calls in eval mode than calls (an older gpudoctor counted a reloaded model's calls
+    # apart) says so, and claims nothing about "every one of the 10 calls"
+    odd = judge("GD701", _training_with_eval(calls=10, eval_calls=19, eval_with_grad=0))
+    assert odd.verdict == Verdict.CANNOT_JUDGE and "every one" not in odd.reason
+    assert "19 calls in eval mode but 10 calls in all" in odd.reason
 
 
 def test_gd701_an_inference_run_points_at_its_first_call_with_grad():

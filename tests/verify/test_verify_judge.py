@@ -120,9 +120,24 @@ def test_runs_that_differ_widely_are_inconclusive() -> None:
 
 def test_one_run_a_side_shows_no_spread() -> None:
     base, arm = _arms(30.0, 20.0, trials=1)
-    v = judge(arm, base, Thresholds(), OPTS)
+    one = dataclasses.replace(OPTS, trials=1)
+    v = judge(arm, base, Thresholds(), one)
     assert v.status == VerifyStatus.INCONCLUSIVE and "one run a side" in v.reason and "--verify-trials 2" in v.reason
     assert v.speedup == pytest.approx(1.5, rel=0.03) and v.ci is None
+
+
+def test_one_run_a_side_when_more_were_asked_never_advises_what_was_given() -> None:
+    """`--verify-trials 2` with a budget that held one round advised "give --verify-trials 2 or more": it says
+    why the second round did not run, and what budget would hold it."""
+    base, arm = _arms(30.0, 20.0, trials=1)
+    two = dataclasses.replace(OPTS, trials=2, budget_s=120.0)
+    note = ("the --verify-budget of 120 s held 1 round of the 2 asked (round 2 needed about 57 s, 50 s were left): "
+            "give --verify-budget 130 or more")
+    v = judge(arm, base, Thresholds(), two, short=note)
+    assert v.status == VerifyStatus.INCONCLUSIVE and "one run a side" in v.reason
+    assert "--verify-trials" not in v.reason and note in v.reason
+    v = judge(arm, base, Thresholds(), two)  # fewer rounds than asked for another reason (interrupted, say)
+    assert "--verify-trials" not in v.reason and "1 run a side of the 2 rounds asked" in v.reason
 
 
 def test_the_minimum_effect_is_a_threshold() -> None:

@@ -212,3 +212,64 @@ def test_nothing_to_try_is_said_in_one_line_and_in_the_report(tmp_path: Path) ->
     empty = dataclasses.replace(rep, findings=())
     assert [s.value for s in verify_report(empty, Config(), OPTS).report.summary if s.key == "verified"] == [
         "nothing to try: no findings"]
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, durations_s: dict[bool, float]):
+    """``_fake``'s runs, each taking ``durations_s[with a fix]`` seconds of a clock the session reads."""
+    import time
+
+    trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
+    start, passed = time.monotonic(), [0.0]
+    monkeypatch.setattr(verify.trials.time, "monotonic", lambda: start + passed[0])
+
+    def timed(manifest, run_dir, rel, changes, opts, timeout_s, rnd=0):
+        r = trial(manifest, run_dir, rel, changes, opts, timeout_s, rnd)
+        passed[0] += durations_s[bool(changes)]
+        return dataclasses.replace(r, duration_s=durations_s[bool(changes)])
+
+    monkeypatch.setattr(verify.trials, "_trial", timed)
+    return calls
+
+
+def test_the_budget_is_used_for_the_rounds_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--verify-trials 2 with a 120 s budget: a 33 s baseline and a 24 s fix run make a 57 s round, and two
+    fit. Each run was taken to last as long as the longest so far (33 s): the second round's fix run was
+    judged not to fit after its baseline run, and the verdict advised "give --verify-trials 2 or more"."""
+    calls = _timed(monkeypatch, {False: 33.0, True: 24.0})
+    lines: list[str] = []
+    opts = dataclasses.replace(OPTS, trials=2, budget_s=120.0, progress=lines.append, ladder=False)
+    out, session = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), opts)
+    v = out["GD201"]
+    assert session.rounds == 2 and len(calls) == 4 and (v.trials, v.baseline_runs) == (2, 2)
+    assert "one run a side" not in v.reason and "--verify-trials" not in v.reason
+
+
+def test_a_round_the_budget_cannot_hold_is_not_started_and_the_verdict_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _timed(monkeypatch, {False: 33.0, True: 24.0})
+    lines: list[str] = []
+    opts = dataclasses.replace(OPTS, trials=2, budget_s=100.0, progress=lines.append, ladder=False)
+    out, session = measure(_data(tmp_path), [_Arm("GD201", (_workers(1),))], Config(), opts)
+    v = out["GD201"]
+    assert session.rounds == 1 and len(calls) == 2  # no baseline run alone in a round that cannot finish
+    assert "one run a side" in v.reason and "--verify-trials" not in v.reason
+    why = ("the --verify-budget of 100 s held 1 round of the 2 asked (round 2 needed about 57 s, 43 s were left): "
+           "give --verify-budget 120 or more")
+    assert why in v.reason
+    assert any(why in line for line in lines)
+
+
+def test_the_budget_note_after_the_rounds_asked_asks_for_nothing(tmp_path: Path) -> None:
+    """A budget spent on the rounds an undecided fix gets beyond those asked said "held 5 rounds of the 3
+    asked": it says the rounds asked ran."""
+    from gpudoctor.verify.trials import _Session
+
+    data = _data(tmp_path)
+    session = _Session(data.manifest, tmp_path, tmp_path, dataclasses.replace(OPTS, budget_s=300.0), 1.0)
+    session.short = (6, 62.0, 35.0)
+    note = session.budget_note()
+    assert note == ("the --verify-budget of 300 s held 5 rounds (3 asked, the rest for what stayed undecided); the next "
+                    "needed about 62 s, 35 s were left")
+    session.short = (2, 57.0, 43.0)
+    assert session.budget_note().startswith("the --verify-budget of 300 s held 1 round of the 3 asked")

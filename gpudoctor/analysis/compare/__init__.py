@@ -52,6 +52,7 @@ from gpudoctor.analysis.compare.steps import MIN_STEPS, step_basis, step_change
 from gpudoctor.analysis.stats import CONFIDENCE_PCT, RESAMPLES, bootstrap_speedup_ci, mann_whitney_p
 from gpudoctor.model.compare import COMPARISON_SCHEMA_VERSION, Comparison, RunSide, StepTimeChange
 from gpudoctor.model.findings import Report, RunData
+from gpudoctor.model.run import status_text
 from gpudoctor.model.selectors import main_dataloader
 
 __all__ = [
@@ -92,7 +93,7 @@ def _side(label: str, run: RunData, report: Report | None) -> RunSide:
             traces=len(run.metrics),
             findings=len(report.findings) if report is not None else None,
         )
-    status = mf.status.value + (f" ({mf.status_detail})" if mf.status_detail else "")
+    status = mf.status_text
     return RunSide(
         label=label,
         source=run.source,
@@ -149,9 +150,8 @@ def _warnings(run_a: RunData, run_b: RunData, side_a: RunSide, side_b: RunSide, 
         for side, mf in (("A", ma), ("B", mb)):
             if mf.status.value in ("failed", "interrupted", "killed", "running"):
                 warnings.append(
-                    f"run {side} did not finish ({mf.status.value}"
-                    + (f": {mf.status_detail}" if mf.status_detail else "")
-                    + "): its figures cover the steps before it ended"
+                    f"run {side} did not finish ({status_text(mf.status.value, mf.status_detail, ': {}')}): its "
+                    "figures cover the steps before it ended"
                 )
     else:
         if side_a.kind != side_b.kind:

@@ -191,6 +191,18 @@ def step_basis(run_a: RunData, run_b: RunData, min_steps: int) -> StepBasis:
     return StepBasis("", "", [], [], "", "", [], [], tuple(notes), why)
 
 
+def _of_what(basis: StepBasis) -> str:
+    """Which steps the headline's figures are of, beside them: a run's own summary gives the median of
+    all its steady steps, the comparison that of the steps outside the profiler windows (1.20× there,
+    1.14× here, and the headline did not say which)."""
+    na, nb = len(basis.a), len(basis.b)
+    if basis.kind == "plain_steps":
+        return f"of the {na} and {nb} steady steps outside the profiler windows"
+    if basis.kind == "steady_steps":
+        return f"of the {na} and {nb} steady steps, profiled ones included"
+    return f"of the {na} and {nb} ProfilerStep windows of the traces"
+
+
 def step_change(
     basis: StepBasis,
     batch_a: int | None,
@@ -227,7 +239,7 @@ def step_change(
     lo, hi = st.ci_low, st.ci_high
     ci_ok = lo is not None and hi is not None
     what = "median time per sample" if per_sample else "median step"
-    moved = f"{what} {_ms(med_a)} → {_ms(med_b)}"
+    moved = f"{what} {_ms(med_a)} → {_ms(med_b)} ({_of_what(basis)})"
     stats = f"{confidence_pct:g}% CI {_x(lo)}–{_x(hi)}, {_p(p)}" if ci_ok else _p(p)
     alpha = 1.0 - confidence_pct / 100.0
     if ta.count < min_steps or tb.count < min_steps:

@@ -17,6 +17,11 @@
 --shape gan       a DCGAN-shaped loop over a DataLoader: each iteration steps the
                   discriminator's optimizer (two backward() calls: real and fake) and then
                   the generator's (one backward()); one step per iteration, no accumulation
+--shape word_lm   pytorch/examples' word_language_model: per epoch (--epochs), train() over --iters
+                  batches under model.train() with manual updates after loss.backward(), then
+                  evaluate() over --eval-batches batches under model.eval() and torch.no_grad()
+                  (with --eval-grad: without it); the model saved with torch.save and loaded back
+                  (a new object) for a last evaluate() of the test set
 --shape train_eval  training epochs (--epochs) of a classifier over a DataLoader, then an
                   evaluation pass over --eval-batches batches in model.eval() mode, without
                   torch.no_grad() (with --eval-no-grad: under torch.no_grad())
@@ -266,6 +271,46 @@ def gan():
     return net_g
 
 
+def word_lm():
+    torch.manual_seed(0)
+    bptt, vocab = 5, 50
+    train_data = torch.randint(0, vocab, (ARGS.iters * bptt + 1, 4))
+    valid_data = torch.randint(0, vocab, (ARGS.eval_batches * bptt + 1, 4))
+    model = LM(vocab)
+
+    def evaluate(source):
+        model.eval()
+        total, hidden = 0.0, None
+        with contextlib.nullcontext() if ARGS.eval_grad else torch.no_grad():
+            for i in range(0, source.size(0) - 1, bptt):
+                data, target = source[i : i + bptt], source[i + 1 : i + 1 + bptt]
+                out, hidden = model(data, hidden)  # SITE:word_lm_eval
+                hidden = tuple(h.detach() for h in hidden)
+                total += nn.functional.cross_entropy(out.view(-1, vocab), target.reshape(-1)).item()
+        return total
+
+    def train():
+        model.train()
+        hidden = None
+        for i in range(0, train_data.size(0) - 1, bptt):
+            data, target = train_data[i : i + bptt], train_data[i + 1 : i + 1 + bptt]
+            if hidden is not None:
+                hidden = tuple(h.detach() for h in hidden)
+            model.zero_grad()
+            out, hidden = model(data, hidden)
+            nn.functional.cross_entropy(out.view(-1, vocab), target.reshape(-1)).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.5)
+
+    for _ in range(ARGS.epochs):
+        train()
+        print(f"valid loss {evaluate(valid_data):.4f}")
+    torch.save(model, "best.pt")
+    model = torch.load("best.pt", weights_only=False)
+    print(f"test loss {evaluate(valid_data):.4f}")
+    return None
+
+
 def train_eval():
     """Training epochs, then an evaluation pass (the model in eval mode) after training."""
     torch.manual_seed(0)
@@ -327,7 +372,7 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler", "amp",
-                                                      "gan", "train_eval"])
+                                                      "gan", "train_eval", "word_lm"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
     p.add_argument("--collate-ms", type=float, default=0.0)
@@ -338,6 +383,7 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--eval-batches", type=int, default=6)
     p.add_argument("--eval-no-grad", action="store_true")
+    p.add_argument("--eval-grad", action="store_true")
     p.add_argument("--raise-in", choices=["forward", "backward"])
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true")
@@ -346,7 +392,7 @@ def main():
     ARGS = p.parse_args()
     torch.set_num_threads(1)
     shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
-              "scaler": scaler, "amp": amp, "gan": gan, "train_eval": train_eval}
+              "scaler": scaler, "amp": amp, "gan": gan, "train_eval": train_eval, "word_lm": word_lm}
     if ARGS.break_tracking is not None:
         break_tracking(ARGS.break_tracking)
         try:
