@@ -138,22 +138,23 @@ class Task:
         return not self.expected and not self.absent and not self.overhead
 
 
-# Estimated seconds per task on an H200 (16 cores): each profile run's own time on 2026-11-28
-# (manifest duration_s, tests/fixtures/gpu and ../shared/gpu-runs/h200-2026-11-28) plus about 6 s of
-# gpudoctor's start-up and analysis; the runs without a recorded time (the CPU scenarios that did not
-# fit then) at 25 s. ``--steps 30`` was not honoured on that day (Python 3.12 lost step tracking at step
-# 16): the scripts ran whole, so these are upper estimates.
+# Estimated seconds per task on an H200 (16 cores): each profile run's wall time in the second session
+# of 2026-11-28 (acceptance.json in tests/fixtures/gpu2: steps honoured, 30 per run), rounded up by 1-2 s;
+# the runs it did not make from the first session's manifests (duration_s, scripts run whole then: upper
+# estimates) plus about 6 s of start-up and analysis; 25 s where neither session timed the run.
 EST_S: dict[str, float] = {
-    "probe_fp32_matmul": 18, "probe_bf16_matmul": 16, "cudnn_benchmark_off": 24, "pageable_copies": 24,
-    "fp32_convnet": 22, "host_sync_every_step": 23, "empty_cache_every_step": 20, "tuned_baseline": 25,
-    "compiled_tiny_batch": 40, "tiny_batch_launch_bound": 25, "starved_dataloader": 22, "data_parallel": 22,
+    "probe_fp32_matmul": 16, "probe_bf16_matmul": 17, "cudnn_benchmark_off": 19, "pageable_copies": 24,
+    "fp32_convnet": 19, "host_sync_every_step": 15, "empty_cache_every_step": 20, "tuned_baseline": 21,
+    "compiled_tiny_batch": 22, "tiny_batch_launch_bound": 15, "starved_dataloader": 22, "data_parallel": 22,
     "grad_accumulation_slow_collate": 23, "eval_without_no_grad": 24, "inference_over_tensors": 14,
     "recompiles_every_step": 29, "worker_restart": 30, "rnn_manual_updates": 25, "cpu_preprocessing_in_loop": 30,
     "oversubscribed_threads": 35,
 }
 EST_DEFAULT_S = 25.0
 EST_VERIFY_S = 15.0  # a verify's start-up and analysis beyond its --verify-budget-s
-EST_OVERHEAD_S = 110.0  # overhead.py --gpu: 2 pairs of ResNet-50 (300 steps) and of the MLP (1500), warm-ups
+# overhead.py --gpu: 2 pairs of ResNet-50 (200 steps) and of the MLP (1000), warm-ups, and the MLP's four
+# isolation runs when it misses the target (183 s on the H200 with 300 and 1500 steps and no isolation)
+EST_OVERHEAD_S = 150.0
 OVERHEAD = "gpu_overhead"
 # The order of value after what only a GPU shows: the crash seen on the H200, the launch-bound loop on a
 # real GPU (GD103/GD104 must fire where the device waits), the DataLoader on a GPU, then the scenarios
@@ -224,7 +225,8 @@ def plan_text(tasks: list[Task], args: argparse.Namespace, left: list[Task] | No
     for t in tasks:
         if t.overhead:
             lines.append(f"    {t.name:<32} ~{t.est_s:3.0f} s  benchmarks/overhead.py --gpu: ResNet-50 and a small MLP "
-                         f"bare vs profiled, per step and whole run <= 1.03")
+                         f"bare vs profiled, per step and whole run <= 1.03; where the MLP misses, what its cost "
+                         f"comes from (hooks switched off and on in one process, each instrument taken away)")
             continue
         what = ", ".join(t.expected) if t.expected else "no finding at warning or above" if t.is_baseline else ""
         what += f"{', ' if what else ''}no {', '.join(t.absent)}" if t.absent else ""

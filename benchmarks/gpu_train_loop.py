@@ -15,6 +15,14 @@ itself, bare and under ``gpudoctor profile``. Nothing in it knows about gpudocto
 event recorded after each ``optimizer.step()`` (event to event: the rate the loop sustains, read once at
 the end, no synchronization in the loop), ``wall`` from ``time.perf_counter`` at the same points (the
 host's enqueue time, which is not the step time when the GPU is behind).
+
+``--ab-hooks`` (run under ``gpudoctor profile``): after ``--ab-warmup`` steps, gpudoctor's step hooks are
+switched off (the original functions put back) and on again every ``--ab-block`` steps, between two
+iterations (``hook_loop.HookSwitch``); the file then also holds each step's state (``"on"``: 1, 0, or -1
+for a warm-up step or the first after a switch) and what was switched. The difference of the two
+medians is what the hooks and the step bookkeeping behind them (CUDA events included) cost a step, in
+one process over the same seconds: what is left of the overhead beyond it comes with the process
+(the instruments' start-up, the windows' aftermath, the environment).
 """
 
 from __future__ import annotations
@@ -64,22 +72,49 @@ def resnet() -> nn.Module:
         return resnet50_shaped()
 
 
+class Stamp:
+    """A CUDA event (recorded on the current stream, read at the end), or on the CPU the host's clock."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.event = torch.cuda.Event(enable_timing=True) if cuda else None
+        self.t = 0.0
+
+    def record(self) -> None:
+        if self.event is not None:
+            self.event.record()
+        else:
+            self.t = time.perf_counter()
+
+    def elapsed_time(self, end: Stamp) -> float:
+        """Milliseconds from this stamp to ``end`` (``torch.cuda.Event.elapsed_time``'s unit)."""
+        if self.event is not None:
+            return self.event.elapsed_time(end.event)
+        return (end.t - self.t) * 1e3
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("resnet", "mlp"), default="resnet")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--step-times", default=None, help="write per-step times (s) here")
+    p.add_argument("--device", default="cuda", help="cuda (default); cpu runs the same code for the tests, "
+                   "its 'gpu' times then taken by the host's clock")
+    p.add_argument("--ab-hooks", action="store_true", help="switch gpudoctor's hooks off and on (see above)")
+    p.add_argument("--ab-block", type=int, default=25)
+    p.add_argument("--ab-warmup", type=int, default=50)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_train_loop: needs a CUDA device")
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("gpu_train_loop: needs a CUDA device (or --device cpu)")
     torch.manual_seed(0)
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
     if args.model == "resnet":
         model = resnet().to(dev, memory_format=torch.channels_last)
-        x = torch.randn(128, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-        y = torch.randint(0, 1000, (128,), device=dev)
+        batch, size = (128, 224) if cuda else (2, 32)  # on the CPU a smoke test of the same code
+        x = torch.randn(batch, 3, size, size, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (batch,), device=dev)
         opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        amp = True
+        amp = cuda
     else:
         model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                               nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(dev)
@@ -88,13 +123,25 @@ def main() -> None:
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         amp = False
     loss_fn = nn.CrossEntropyLoss()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)]
+    events = [Stamp(cuda) for _ in range(args.steps + 1)]
     walls: list[float] = []
+    states: list[int] = []
+    switch = None
     events[0].record()
     t_prev = time.perf_counter()
     for step in range(args.steps):
+        if args.ab_hooks:
+            k = step - args.ab_warmup
+            on = k < 0 or (k // args.ab_block) % 2 == 0
+            states.append(-1 if k < 0 or k % args.ab_block == 0 else 1 if on else 0)
+            if k >= 0 and k % args.ab_block == 0:
+                if switch is None:
+                    from hook_loop import HookSwitch  # noqa: PLC0415 (beside this file)
+
+                    switch = HookSwitch(model, opt)
+                switch.set(on)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=amp):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
@@ -102,11 +149,17 @@ def main() -> None:
         t = time.perf_counter()
         walls.append(t - t_prev)
         t_prev = t
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
+    if switch is not None:
+        switch.set(True)
     gpu = [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(args.steps)]
     if args.step_times:
+        out: dict = {"gpu": gpu, "wall": walls}
+        if args.ab_hooks:
+            out |= {"on": states, "switched": switch.switched if switch is not None else []}
         with open(args.step_times, "w", encoding="utf-8") as f:
-            json.dump({"gpu": gpu, "wall": walls}, f)
+            json.dump(out, f)
     print(f"trained {args.steps} steps of {args.model}, final loss {loss.item():.4f}")
 
 

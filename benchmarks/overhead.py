@@ -78,6 +78,14 @@ the loop). Printed per loop, the median over pairs:
   on the steps it records: the first window records shapes and stacks, the second timings only);
 - whole run: wall time of the profiled run over the bare run's.
 
+Then, for the MLP when it misses the target (every loop with ``--gpu-isolate``), to tell where its cost
+comes from: one profiled run with ``--ab-hooks`` (the hooks and
+the step bookkeeping switched off and on every 25 steps in one process: their cost per step, the
+difference of two medians over the same seconds), and one profiled run per instrument taken away
+(``--no-cprofile``; no windows; no windows, no cProfile and no sampling), each against the bare median
+of the pairs. On the H200 (2026-11-28) the MLP ran 1.21x and 1.23x bare with no window, no cProfile
+(two interleaved pairs): the A/B run says whether the hooks or the process carry that.
+
 Targets (issue 37): per step outside the windows and whole run <= 1.03.
 """
 
@@ -97,7 +105,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "cpu_train_loop.py"
 GPU_SCRIPT = HERE / "gpu_train_loop.py"
-GPU_LOOPS = (("resnet", 300), ("mlp", 1500))  # (model, steps): about 9 s and 3 s of steps on an H200
+GPU_LOOPS = (("resnet", 200), ("mlp", 1000))  # (model, steps): about 6 s and 2 s of steps on an H200
+ISOLATE_BY_DEFAULT = ("mlp",)  # the loop whose steps are short enough for a per-step cost to show
 TARGET_GPU = 1.03
 GPU_WARMUP_STEPS = 10
 HOOK_LOOP = HERE / "hook_loop.py"
@@ -285,8 +294,46 @@ def _windows(run_dir: Path) -> tuple[set[int], list[list[int]]]:
     return out, windows
 
 
+ISOLATION = (("no cProfile", ("--no-cprofile",)), ("no windows", ("--skip-first", "1000000000")),
+             ("no windows, no cProfile, no sampling", ("--skip-first", "1000000000", "--no-cprofile",
+                                                         "--sample-interval-ms", "100000000")))
+
+
+def _isolate(work: str, out_dir: str, model: str, steps: int, bare_times: str, device: str = "cuda") -> dict[str, float]:
+    """Where the per-step cost comes from (see the module docstring): the hooks' in-process A/B cost, and
+    each instrument taken away, as ratios to the last bare run's median (outside the first 10 steps)."""
+    with open(bare_times, encoding="utf-8") as f:
+        bare = statistics.median(json.load(f)["gpu"][GPU_WARMUP_STEPS:])
+    out: dict[str, float] = {}
+    ab = os.path.join(work, f"gpu-{model}-ab.json")
+    _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir, "--skip-first", "1000000000",
+          "--no-cprofile", str(GPU_SCRIPT), "--", "--model", model, "--steps", str(steps), "--device", device,
+          "--ab-hooks", "--step-times", ab], work)
+    with open(ab, encoding="utf-8") as f:
+        got = json.load(f)
+    on_steps = [g for g, st in zip(got["gpu"], got["on"], strict=True) if st == 1]
+    off_steps = [g for g, st in zip(got["gpu"], got["on"], strict=True) if st == 0]
+    if not on_steps or not off_steps:
+        sys.exit(f"overhead (GPU): {model}: {steps} steps leave no step with the hooks switched off and on "
+                 "(the A/B warms up 50 steps, then blocks of 25): give more steps")
+    on, off = statistics.median(on_steps), statistics.median(off_steps)
+    out["hooks_on_ms"], out["hooks_off_ms"], out["bare_ms"] = on * 1e3, off * 1e3, bare * 1e3
+    line = (f"overhead (GPU): {model}: in one profiled process, hooks on {on * 1e3:.3f} ms, off {off * 1e3:.3f} ms "
+            f"({(on - off) * 1e6:+.0f} µs per step; switched {', '.join(got.get('switched', [])) or 'nothing'}); "
+            f"bare process {bare * 1e3:.3f} ms")
+    for name, opts in ISOLATION:
+        t = os.path.join(work, f"gpu-{model}-{len(out)}.json")
+        _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir, *opts, str(GPU_SCRIPT),
+              "--", "--model", model, "--steps", str(steps), "--device", device, "--step-times", t], work)
+        with open(t, encoding="utf-8") as f:
+            out[name] = statistics.median(json.load(f)["gpu"][GPU_WARMUP_STEPS:]) / bare
+        line += f"; {name} {out[name]:.3f}x"
+    print(line)
+    return out
+
+
 def gpu_case(work: str, pairs: int, loops: tuple[tuple[str, int], ...], gpudoctor_args: list[str],
-             json_out: str | None = None) -> bool:
+             json_out: str | None = None, device: str = "cuda", isolate: bool | None = None) -> bool:
     """Bare vs profiled GPU loops (see the module docstring); True when both ratios meet the target."""
     out_dir = os.path.join(work, "gpu-runs")
     print(f"overhead (GPU): {pairs} pairs per loop; gpudoctor options: {' '.join(gpudoctor_args) or '(defaults)'}")
@@ -295,8 +342,8 @@ def gpu_case(work: str, pairs: int, loops: tuple[tuple[str, int], ...], gpudocto
     ok = True
     results: dict[str, dict] = {}
     for model, steps in loops:
-        loop_args = ["--model", model, "--steps", str(steps)]
-        _run([sys.executable, str(GPU_SCRIPT), "--model", model, "--steps", "20"], work)  # warm caches, untimed
+        loop_args = ["--model", model, "--steps", str(steps), "--device", device]
+        _run([sys.executable, str(GPU_SCRIPT), "--model", model, "--steps", "20", "--device", device], work)  # warm-up
         step_ratios, whole_ratios, window_ratios = [], [], []
         for i in range(pairs):
             bare_t = os.path.join(work, f"gpu-{model}-bare{i}.json")
@@ -326,6 +373,8 @@ def gpu_case(work: str, pairs: int, loops: tuple[tuple[str, int], ...], gpudocto
                           "windows": window_ratios, "pairs": pairs, "steps": steps}
         print(f"overhead (GPU): {model}: per step outside the windows {step:.3f} ({_verdict(step, TARGET_GPU)}), "
               f"whole run {whole:.3f} ({_verdict(whole, TARGET_GPU)}); target <= {TARGET_GPU}")
+        if isolate or (isolate is None and step > TARGET_GPU and model in ISOLATE_BY_DEFAULT):  # where it comes from
+            results[model]["isolation"] = _isolate(work, out_dir, model, steps, bare_t, device)
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:
             json.dump({"target": TARGET_GPU, "ok": ok, "loops": results}, f, indent=1)
@@ -350,11 +399,22 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="the GPU case only (needs CUDA; see the module docstring)")
     ap.add_argument("--gpu-pairs", type=int, default=2, help="pairs per GPU loop (default 2)")
     ap.add_argument("--gpu-json", default=None, help="also write the GPU case's figures to this JSON file")
+    ap.add_argument("--gpu-device", default="cuda", help="cuda (default); cpu runs the GPU case's code on the CPU (tests)")
+    ap.add_argument("--gpu-steps", type=int, default=None, help="steps of each GPU loop (default: 200 ResNet, 1000 MLP)")
+    ap.add_argument("--gpu-loops", default=",".join(m for m, _ in GPU_LOOPS), help="which GPU loops (default: all)")
+    ap.add_argument("--gpu-isolate", action="store_true",
+                    help="always run the isolation runs (default: only for a loop that misses the target)")
     ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
     args = ap.parse_args()
     if args.gpu:
         work = tempfile.mkdtemp(prefix="gpudoctor-overhead-gpu-")
-        ok = gpu_case(work, args.gpu_pairs, GPU_LOOPS, args.gpudoctor_args, args.gpu_json)
+        chosen = [m for m in args.gpu_loops.split(",") if m]
+        unknown = sorted(set(chosen) - {m for m, _ in GPU_LOOPS})
+        if unknown or not chosen:
+            sys.exit(f"overhead: --gpu-loops: unknown {', '.join(unknown) or '(none given)'}")
+        loops = tuple((m, args.gpu_steps or n) for m, n in GPU_LOOPS if m in chosen)
+        ok = gpu_case(work, args.gpu_pairs, loops, args.gpudoctor_args, args.gpu_json, args.gpu_device,
+                      True if args.gpu_isolate else None)
         print(f"overhead (GPU): runs kept in {work}")
         sys.exit(0 if ok else 1)
     if args.pairs < 5:

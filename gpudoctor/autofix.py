@@ -52,6 +52,7 @@ class FileFix:
     fixed: list[Finding] = field(default_factory=list)  # the findings whose fix was made
     skipped: list[tuple[Finding, str]] = field(default_factory=list)  # automatic fixes that could not be made, and why
     error: str = ""  # why the file was left untouched
+    unwritten: bool = False  # its fixes were made but could not be written (exit 1, as ruff's E902)
 
     @property
     def changed(self) -> bool:
@@ -70,6 +71,11 @@ class FixResult:
         return [f for f in self.files if f.changed]
 
     @property
+    def unwritten(self) -> list[FileFix]:
+        """Files whose fixes could not be written (read-only, a full disk, changed meanwhile): exit 1."""
+        return [f for f in self.files if f.unwritten]
+
+    @property
     def fixed_count(self) -> int:
         return sum(len(f.fixed) for f in self.changed)
 
@@ -79,7 +85,7 @@ class FixResult:
         for f in self.changed:
             before = _decoded(f.original)
             lines = difflib.unified_diff(before.splitlines(keepends=True), f.text.splitlines(keepends=True),
-                                         fromfile=f"a/{f.display}", tofile=f"b/{f.display}")
+                                         fromfile=diff_name("a/", f.display), tofile=diff_name("b/", f.display))
             for line in lines:
                 out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
         return "".join(out)
@@ -101,10 +107,39 @@ class FixResult:
                 out.append(f"{where}: {x.code} left as it is: {why}")
         remaining = len(self.report.findings)
         files = len(self.changed)
+        lost = len(self.unwritten)
         out.append(f"{verb} {self.fixed_count} finding{'s' if self.fixed_count != 1 else ''} in {files} "
                    f"file{'s' if files != 1 else ''}; {remaining} finding{'s' if remaining != 1 else ''} "
-                   + ("remain" if self.written else "would remain"))
+                   + ("remain" if self.written else "would remain")
+                   + (f"; {lost} file{'s' if lost != 1 else ''} could not be written" if lost else ""))
         return out
+
+
+_GIT_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+                '"': '\\"', "\\": "\\\\"}
+
+
+def diff_name(prefix: str, name: str) -> str:
+    """A file's name on a ``---`` / ``+++`` line, as ``git diff`` writes it: ``a/`` and the path (an
+    absolute one without its leading ``/``: ``a/tmp/x.py``); in double quotes with C escapes when it holds
+    a control character, a ``"``, a backslash or a byte over 0x7f (``"a/new\\nline.py"``,
+    ``\\033`` for ESC, octal for each byte of UTF-8, as core.quotePath does); and a tab after it when it
+    holds a space, for patch. A hostile name can then neither split the header nor drive a terminal."""
+    path = prefix + (name[1:] if name.startswith("/") else name)
+    raw = path.encode("utf-8", "surrogateescape")
+    tab = "\t" if " " in path else ""
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
+        return path + tab
+    out = []
+    for b in raw:
+        c = chr(b)
+        if c in _GIT_ESCAPES:
+            out.append(_GIT_ESCAPES[c])
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:03o}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"' + tab
 
 
 def _decoded(data: bytes) -> str:
@@ -113,9 +148,10 @@ def _decoded(data: bytes) -> str:
     return decode_source(data).text
 
 
-def _targets(paths: Sequence[Path]) -> set[str]:
+def _targets(paths: Sequence[Path]) -> dict[str, Path | None]:
+    """The files --fix may change (absolute path → the real path of the folder given it was found in)."""
     targets, _errors, _roots = discover(list(paths))
-    return {str(t.path) for t in targets}
+    return {str(t.path): t.folder for t in targets}
 
 
 def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = None, write: bool = True) -> FixResult:
@@ -172,31 +208,49 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
             ff.text = decoded[path].text if path in decoded else ""
     result = FixResult(report, sorted(files.values(), key=lambda f: f.display), passes, write)
     if write:
-        _write(result, decoded)
+        _write(result, decoded, targets)
         if any(f.fixed and f.error for f in result.files):  # a file was not written: what remains is on disk
-            result.report = check_paths(paths, config, sizing=sizing)
+            try:
+                result.report = check_paths(paths, config, sizing=sizing)
+            except UsageError:  # nothing is left to check (the files went away meanwhile): the last report
+                pass
     return result
 
 
-def _write(result: FixResult, decoded: dict) -> None:
+def _write(result: FixResult, decoded: dict, targets: dict[str, Path | None]) -> None:
     from gpudoctor.output import replace_file
     from gpudoctor.rewrite import encode_like
+    from gpudoctor.static.sources import within
 
     for f in result.changed:
+        folder = targets.get(f.path)
+        if folder is not None and not within(os.path.realpath(f.path), str(folder)):
+            # a file of a folder given now leads out of it (a symlink put in its place): never written
+            f.error = f"it now leads out of {folder} (a symlink); not written"
+            f.unwritten = True
+            continue
+        if not os.access(f.path, os.W_OK):
+            f.error = "the file is read-only; not written (make it writable to have it fixed)"
+            f.unwritten = True
+            continue
         try:
             now = Path(f.path).read_bytes()
         except OSError as err:
             f.error = f"cannot be read again before writing ({err.strerror or err}); not written"
+            f.unwritten = True
             continue
         if now != f.original:
             f.error = "it changed on disk while gpudoctor was fixing it; not written (run --fix again)"
+            f.unwritten = True
             continue
         try:
             data = encode_like(f.text, decoded[f.path])
         except UnicodeEncodeError as err:
             f.error = f"the fixed text cannot be saved in the file's encoding ({err}); not written"
+            f.unwritten = True
             continue
         try:
             replace_file(f.path, data, "fixed file")
         except UsageError as err:
             f.error = str(err)
+            f.unwritten = True

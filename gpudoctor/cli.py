@@ -318,9 +318,11 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Folder for the trial runs (default: RUN_DIR/verify); a read-only run needs one.")
 @click.option("--yes", "allow_outside", is_flag=True,
-              help="Run the script even when the run names one outside its recorded working directory.")
+              help="Run the script even when the run names one outside its recorded working directory, or "
+                   "other than the script it profiled.")
 @click.option("--allow-changed", is_flag=True,
-              help="Run the script even when it changed since it was profiled (its SHA-256 differs).")
+              help="Run the script even when it changed since it was profiled (its SHA-256 differs, or the run "
+                   "recorded none).")
 def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets, fail_on,
                fmt, output, quiet, color, out_dir, allow_outside, allow_changed):
     """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
@@ -349,8 +351,10 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
 
     Trials are real runs of your script: its side effects (files it writes,
     checkpoints, network) happen again. verify prints the exact command each trial
-    runs, and refuses a script outside the run's recorded working directory (--yes)
-    or one that changed since it was profiled (--allow-changed). They run under
+    runs and checks what it runs (the manifest's argv[0] or -m module, resolved in the
+    recorded folder): it refuses one outside that folder or other than the script
+    profiled (--yes), and one that changed since it was profiled or whose manifest
+    recorded no SHA-256 (--allow-changed). They run under
     RUN_DIR/verify/ (replaced by the next verify; --out DIR elsewhere, e.g. for a
     read-only run; two verifies of one folder do not run at once), their output in each
     run's output.log. Ctrl-C, SIGTERM or SIGHUP stops the trials at once and reports

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from gpudoctor.cli_options import fail_on_exit_code, report_options, rule_config, rule_options
-from gpudoctor.console import check_output_writable, emit_report, format_of, print_stdout, say
+from gpudoctor.console import check_output_writable, emit_report, output_format, print_stdout, say
 from gpudoctor.errors import EXIT_FINDINGS, UsageError
 
 
@@ -42,15 +42,19 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color, fix, 
     workers, pinned memory, non_blocking copies, a fused optimizer, cudnn.benchmark,
     torch.no_grad() around evaluation) are written into the files given, keeping the
     rest of each file byte for byte; the report then shows what remains, and stderr says
-    per file what changed. --diff prints the same changes as a unified diff and writes
-    nothing. AMP and other changes of the numerics are never made.
+    per file what changed. In a folder, only files inside it are read and changed (a
+    symlink that leads out is left alone). --diff prints the same changes as a unified
+    diff and writes nothing. AMP and other changes of the numerics are never made. Files
+    over 1 MiB are skipped with one line.
 
     \b
     Exit codes (ruff's conventions):
       0  no finding at or above --fail-on remains (none is asked without it);
          with --diff, no change to show
       1  a finding at or above --fail-on remains; --diff: a change to show;
-         --fix --exit-non-zero-on-fix: a file was changed
+         --fix --exit-non-zero-on-fix: a file was changed; --fix: a file's
+         fixes could not be written (read-only, a full disk), as ruff
+         reports an I/O error (E902) that remains
       2  usage error (a missing path, bad arguments, an unreadable --from run)
       4  internal error in gpudoctor
     """
@@ -62,7 +66,7 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color, fix, 
         raise UsageError("--fix and --diff cannot be combined: --diff shows what --fix would write")
     if output:  # -o is judged before anything is written: its format, that it can be written, not a source
         if not fmt:
-            format_of(output)
+            output_format(output)
         guard_output(output, targets)
         check_output_writable(output)
     if not (fix or diff):
@@ -93,6 +97,8 @@ def _check_fix(targets, config, fail_on, fmt, output, quiet, color, diff, worker
             print_stdout(text, what="the diff")
         return EXIT_FINDINGS if text else fail_on_exit_code(result.report, fail_on)
     emit_report(result.report, fmt, output, quiet, color)
+    if result.unwritten:  # a fix that could not be written is an error that remains, as ruff's E902
+        return EXIT_FINDINGS
     if exit_on_fix and result.changed:
         return EXIT_FINDINGS
     return fail_on_exit_code(result.report, fail_on)

@@ -88,18 +88,18 @@ def write_output(path: str, text: str, what: str = "report") -> None:
     write(path, text, what, say=say)
 
 
+def output_format(path: str) -> str:
+    """The report format ``-o PATH``'s extension asks for; a ``UsageError`` when it names none."""
+    from gpudoctor.report import format_from_path
+
+    return format_from_path(path)
+
+
 def check_output_writable(path: str | None) -> None:
     """Before a long run: can ``-o FILE`` be written at all? (exit 2 now, rather than after the run)."""
     from gpudoctor.output import check_output_writable as check
 
     check(path)
-
-
-def format_of(path: str) -> str:
-    """The report format ``-o PATH``'s name asks for; a one-line ``UsageError`` when it names none."""
-    from gpudoctor.report import format_from_path
-
-    return format_from_path(path)
 
 
 def emit_report(report, fmt: str, output: str | None, quiet: bool, color_flag: bool | None = None) -> None:  # noqa: ANN001

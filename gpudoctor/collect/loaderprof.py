@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.collect import profslot
 from gpudoctor.collect.rundir import os_reason, write_bytes_atomic
 
 
@@ -52,26 +53,26 @@ class LoaderProfile:
             return fn(it)
         if main is not self._main:  # the first batch of a window, or of one started over: record afresh
             self._main = main
-            self.profiler = cProfile.Profile()
+            self.profiler = profslot.OwnProfile()  # gpudoctor's own: the watch of the script's profilers lets it be
             self.dirty = self.written = False
         prof = self.profiler
         assert prof is not None
-        main.disable()
-        try:
-            prof.enable()
-        except Exception as err:  # another profiler holds the hook (Python 3.12: a tool id in use)
-            self.error = f"the DataLoader's cProfile could not start: {type(err).__name__}: {err}"
-            main.enable()
+        if profslot.disable_own(main):  # the script's profiler replaced the window's (up to 3.11): leave both
+            return fn(it)
+        why = profslot.enable_own(prof)
+        if why:  # another profiler holds the slot (Python's one profiler at a time)
+            self.error = f"the DataLoader's cProfile could not start: {why}"
+            profslot.enable_own(main)
             return fn(it)
         self._inside = True
         try:
             return fn(it)
         finally:
-            prof.disable()
+            profslot.disable_own(prof)
             self._inside = False
             self.dirty = True
             if w.running and w.profiler is main:  # (a StopAfterSteps or an error may have ended the window)
-                main.enable()
+                profslot.enable_own(main)
 
     def write(self) -> None:
         """Write what was recorded (``marshal``, as ``pstats`` reads it); a no-op when nothing new was."""

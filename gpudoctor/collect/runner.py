@@ -139,13 +139,13 @@ def _start_manifest(opts: ProfileOptions, target: Target, run_dir: Path, cwd: st
         cpu_count=os.cpu_count(),
         schedule=opts.schedule() if opts.torch_profiler else None,
         max_steps=opts.max_steps,
-        script_sha256=file_sha256(target.script_path),
+        script_sha256=file_sha256(target.script_path or target.module_origin),  # -m: the module's file
     )
 
 
 def file_sha256(path: str | None) -> str | None:
-    """The SHA-256 of a script, recorded so that `gpudoctor verify` runs again only the script that was
-    profiled (None without a readable file: -m, a script gone)."""
+    """The SHA-256 of a script (or of the file ``-m`` runs), recorded so that `gpudoctor verify` runs again
+    only the script that was profiled (None without a readable file)."""
     if not path:
         return None
     import hashlib

@@ -131,7 +131,7 @@ class Edit(Serde):
     args: tuple[tuple[str, str | None], ...] = ()  # call_args: keyword and its value as source text ("num_workers", "4"); None removes the keyword
     positions: tuple[tuple[str, int], ...] = ()  # call_args: a keyword's index when the call passes it by position ("num_workers", 5)
     unless: tuple[str, ...] = ()  # call_args: keywords that, passed with a true value, make the edit unsafe ("foreach" for fused=True)
-    requires: tuple[str, ...] = ()  # conditions the rewrite checks first: "main-guard" (a call at module level needs `if __name__ == "__main__":` around it)
+    requires: tuple[str, ...] = ()  # conditions the rewrite checks first: "main-guard" (a call at module level needs `if __name__ == "__main__":` around it), "workers" (persistent_workers=True only where the call's num_workers is > 0: `<count> > 0` for a count computed)
     code: str = ""  # wrap: the context manager ("torch.no_grad()"); insert: the statement; assign: the new value ("True")
     text: str = ""  # the change in words: "num_workers=1, persistent_workers=True on the DataLoader at train.py:31"
 

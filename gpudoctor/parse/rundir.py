@@ -435,12 +435,10 @@ def read_pstats(run_dir: Path, notes: list[str], top: int = PSTATS_TOP) -> tuple
 
 
 def trace_paths(run_dir: Path, manifest: Manifest | None, notes: list[str]) -> list[Path]:
-    """The run's Kineto traces: those the manifest lists, else any ``*.pt.trace.json[.gz]``.
-
-    Only regular files inside the run directory are returned: the manifest's paths are
-    checked by :func:`check_manifest_paths`; a file found by name that is a FIFO, a device
-    or a symlink out of the run directory is skipped with a note.
-    """
+    """The run's Kineto traces: those the manifest lists, else any ``*.pt.trace.json[.gz]``. Only regular
+    files inside the run directory are returned: the manifest's paths are checked by
+    :func:`check_manifest_paths`; a file found by name that is a FIFO, a device or a symlink out of the
+    run directory is skipped with a note."""
     paths: list[Path] = []
     if manifest is not None and manifest.traces:
         for rel in manifest.traces:

@@ -23,7 +23,17 @@ returned for it. Kinds (``Edit.kind``):
 ``code`` that names ``torch.`` uses the module's own name for torch (``import torch as
 th``), and ``import torch`` is added after the leading imports when the module has none.
 ``requires`` "main-guard": a call at module level must sit under ``if __name__ ==
-"__main__":`` (DataLoader workers started by spawn or forkserver import the script again).
+"__main__":`` (DataLoader workers started by spawn or forkserver import the script again);
+"workers": ``persistent_workers=True`` only where the call's ``num_workers`` is above 0: kept
+``True`` beside a literal count, written ``persistent_workers=<count> > 0`` beside a count the
+call computes when evaluating it twice is safe (``_twice_safe``), refused otherwise
+(``rules.edits.dataloader_args``).
+
+The file is read a part at a time (``parts.py``: a top-level statement, or a few small
+ones together, parsed by LibCST when an edit falls in it); each edit is located, checked
+and made in its part, and the parts changed are spliced back into the file, so that the
+work of ``gpudoctor check`` (a before/after per finding) and of ``--fix`` grows with the
+file, not with its square.
 """
 
 from __future__ import annotations
@@ -31,18 +41,32 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from gpudoctor.model.findings import Edit
+from gpudoctor.rewrite.parts import (
+    WORK,
+    Work,
+    _bare,
+    _import_anchor,
+    _Index,
+    _nowhere,
+    _Source,
+    _source,
+    _torch_alias,
+    code_of,
+)
 from gpudoctor.rewrite.text import RewriteError
 
+__all__ = ["KINDS", "WORK", "Applied", "Planned", "Work", "apply", "code_of", "plan_edits"]
+
 KINDS = ("call_args", "wrap", "insert", "assign")
-_EMPTY = cst.Module(body=[])
+
+
 _FALSY = {"False", "None", "0"}
 
 
@@ -61,151 +85,11 @@ class Applied:
         return bool(self.done)
 
 
-def code_of(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
-
-def _callee(func: cst.BaseExpression) -> str:
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return ""
-
-
 def _is_main_guard(node: cst.CSTNode) -> bool:
     if not isinstance(node, cst.If):
         return False
     text = code_of(node.test).replace("'", '"').replace(" ", "")
     return text in ('__name__=="__main__"', '"__main__"==__name__')
-
-
-# --------------------------------------------------------------------------- the index of a module
-
-
-class _Collect(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-        self.statements: list[cst.CSTNode] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self.statements.append(node)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.statements.append(node)
-
-    def visit_While(self, node: cst.While) -> None:
-        self.statements.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        self.statements.append(node)
-
-    def visit_With(self, node: cst.With) -> None:
-        self.statements.append(node)
-
-    def visit_Try(self, node: cst.Try) -> None:
-        self.statements.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.statements.append(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.statements.append(node)
-
-
-class _Index:
-    """One parse of the file: its nodes with their positions and parents, and its imports of torch."""
-
-    def __init__(self, text: str) -> None:
-        try:
-            module = cst.parse_module(text)
-        except cst.ParserSyntaxError as err:
-            raise RewriteError(f"LibCST cannot parse it ({str(err).splitlines()[0]})") from None
-        except RecursionError:
-            raise RewriteError("it is nested too deeply to rewrite") from None
-        # the module is parsed here and never changed (a transform makes a new tree): no defensive copy
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.module = self.wrapper.module
-        found = _Collect()
-        try:  # on 3.13 a chain that parses (5,000 `+`) can still be too deep for the positions' codegen
-            self.pos = self.wrapper.resolve(PositionProvider)
-            self.parent = self.wrapper.resolve(ParentNodeProvider)
-            self.wrapper.visit(found)
-        except RecursionError:
-            raise RewriteError("it is nested too deeply to rewrite") from None
-        self.calls = found.calls
-        self.statements = found.statements
-        self.torch = _torch_alias(self.module)
-
-    def range(self, node: cst.CSTNode) -> CodeRange:
-        return self.pos[node]
-
-    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
-        """The statement a node belongs to (a compound statement when it sits in its header)."""
-        cur: cst.CSTNode | None = node
-        while cur is not None:
-            if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                return cur
-            cur = self.parent.get(cur)
-        raise RewriteError("the node is in no statement")
-
-    def span(self, stmt: cst.CSTNode, whole: bool = True) -> tuple[int, int]:
-        """The lines of a statement: all of it, or a compound statement's header only."""
-        r = self.range(stmt)
-        if whole or not isinstance(stmt, cst.BaseCompoundStatement):
-            return r.start.line, r.end.line
-        body = stmt.body
-        if isinstance(body, cst.IndentedBlock) and body.body:
-            first = body.body[0]
-            return r.start.line, self.range(first).start.line - 1 - len(getattr(first, "leading_lines", ()))
-        return r.start.line, r.start.line
-
-    def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        out = []
-        cur = self.parent.get(node)
-        while cur is not None:
-            out.append(cur)
-            cur = self.parent.get(cur)
-        return out
-
-
-def _torch_alias(module: cst.Module) -> str | None:
-    """The name module-level code reaches torch by (``import torch`` / ``import torch as th``)."""
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    if code_of(alias.name) == "torch":
-                        return alias.asname.name.value if alias.asname is not None else "torch"  # type: ignore[union-attr]
-    return None
-
-
-def _is_import(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-    )
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-
-
-def _import_anchor(module: cst.Module) -> int:
-    """The index of the last statement of the module's leading block of imports (its docstring
-    when it has no import at the top; -1 for neither)."""
-    last = -1
-    for i, stmt in enumerate(module.body):
-        if _is_import(stmt) or (i == 0 and _is_docstring(stmt)):
-            last = i
-            continue
-        break
-    return last
 
 
 # --------------------------------------------------------------------------- locating and checking
@@ -221,19 +105,15 @@ class _Plan:
 
 
 def _locate_call(ix: _Index, e: Edit) -> cst.Call:
-    found = []
-    for c in ix.calls:
-        if _callee(c.func) != e.target:
-            continue
-        r = ix.range(c)
-        if r.start.line <= e.line <= r.end.line:
-            found.append((c, r))
+    line = e.line - ix.offset  # the part's own line
+    starting = ix.calls_at.get((e.target, line), [])
     if e.col is not None:
-        exact = [c for c, r in found if r.start.line == e.line and r.start.column == e.col - 1]
+        exact = [c for c in starting if ix.range(c).start.column == e.col - 1]
         if len(exact) == 1:
             return exact[0]
-    starting = [c for c, r in found if r.start.line == e.line]
-    pool = starting or [c for c, _ in found]
+    # a call that starts on an earlier line and spans this one (the rare case: the calls of that name scanned)
+    pool = starting or [c for c in ix.calls_named.get(e.target, ())
+                        if ix.range(c).start.line <= line <= ix.range(c).end.line]
     if not pool:
         raise RewriteError(f"no call of {e.target}() at line {e.line} (has the file changed?)")
     if len(pool) > 1:
@@ -283,6 +163,75 @@ def _check_call(ix: _Index, call: cst.Call, e: Edit) -> None:
                 "script again")
 
 
+#: Calls whose result is the same when evaluated twice in one expression, and that change nothing.
+_PURE_CALLS = frozenset({"int", "float", "bool", "abs", "round", "min", "max", "len", "os.cpu_count",
+                         "multiprocessing.cpu_count", "mp.cpu_count", "os.sched_getaffinity", "psutil.cpu_count",
+                         "torch.get_num_threads"})
+
+
+def _twice_safe(node: cst.BaseExpression) -> bool:
+    """Whether evaluating the expression a second time is safe: names, attributes, constants, operators
+    and the calls of ``_PURE_CALLS`` of such (``int(opt.workers)``, ``min(8, os.cpu_count())``)."""
+    if isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _twice_safe(node.value)
+    if isinstance(node, cst.UnaryOperation):
+        return _twice_safe(node.expression)
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+        return _twice_safe(node.left) and _twice_safe(node.right)
+    if isinstance(node, cst.Comparison):
+        return _twice_safe(node.left) and all(_twice_safe(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.IfExp):
+        return _twice_safe(node.test) and _twice_safe(node.body) and _twice_safe(node.orelse)
+    if isinstance(node, cst.Subscript):
+        return _twice_safe(node.value) and all(
+            isinstance(el.slice, cst.Index) and _twice_safe(el.slice.value) for el in node.slice)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return all(isinstance(el, cst.Element) and _twice_safe(el.value) for el in node.elements)
+    if isinstance(node, cst.Call):
+        return (code_of(node.func).replace(" ", "") in _PURE_CALLS
+                and all(a.star == "" and a.keyword is None and _twice_safe(a.value) for a in node.args))
+    return False
+
+
+def _persistent_value(call: cst.Call, e: Edit) -> str:
+    """The value of ``persistent_workers`` that keeps the call valid for every count of workers (requirement
+    "workers"); RewriteError when none can be written."""
+    new = dict(e.args).get("num_workers")
+    if new is not None:
+        count: cst.BaseExpression = _expression(new)
+    else:
+        arg = _keyword(call, "num_workers")
+        at = dict(e.positions).get("num_workers")
+        positional = [a for a in call.args if a.keyword is None and a.star == ""]
+        if arg is None and at is not None and at < len(positional) and not any(
+                a.star == "*" for a in call.args[:call.args.index(positional[at])]):
+            arg = positional[at]
+        if arg is None:
+            double = next((a for a in call.args if a.star), None)
+            if double is not None:
+                raise RewriteError(f"the call passes {double.star}{code_of(double.value)}, which may hold num_workers: "
+                                   "persistent_workers=True raises with 0 workers")
+            raise RewriteError("the DataLoader passes no num_workers (0: no workers to keep alive; persistent_workers="
+                               "True would raise)")
+        count = arg.value
+    shown = code_of(count)
+    try:
+        literal = ast.literal_eval(shown)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        literal = None
+    if isinstance(literal, int) and not isinstance(literal, bool):
+        if literal > 0:
+            return "True"
+        raise RewriteError(f"num_workers={shown}: no workers to keep alive (persistent_workers=True would raise)")
+    if not _twice_safe(count):
+        raise RewriteError(f"num_workers={shown} may be 0 and is computed by code that gpudoctor would not run twice: "
+                           f"write persistent_workers=... > 0 by hand (persistent_workers=True raises with 0 workers)")
+    simple = isinstance(count, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not count.lpar
+    return f"{shown if simple or count.lpar else f'({shown})'} > 0"
+
+
 def _same_args(call: cst.Call, e: Edit) -> bool:
     """Whether the call already passes every keyword as the edit would set it."""
     positions = dict(e.positions)
@@ -300,14 +249,12 @@ def _same_args(call: cst.Call, e: Edit) -> bool:
 
 
 def _locate_statement(ix: _Index, e: Edit) -> cst.CSTNode:
-    loops = (cst.For, cst.While)
     if e.target == "loop":
-        found = [s for s in ix.statements if isinstance(s, loops)
-                 and ix.range(s).start.line <= e.line <= ix.range(s).end.line]
-        if not found:
+        loop = ix.innermost_loop(e.line - ix.offset)
+        if loop is None:
             raise RewriteError(f"no loop around line {e.line} (has the file changed?)")
-        return max(found, key=lambda s: (ix.range(s).start.line, ix.range(s).start.column))
-    starting = [s for s in ix.statements if ix.range(s).start.line == e.line]
+        return loop
+    starting = ix.statements_at.get(e.line - ix.offset, [])
     if not starting:
         raise RewriteError(f"no statement starts at line {e.line} (has the file changed?)")
     return min(starting, key=lambda s: ix.range(s).start.column)
@@ -325,19 +272,25 @@ def _under_same_with(ix: _Index, stmt: cst.CSTNode, code: str) -> bool:
     return False
 
 
-def _plan_one(ix: _Index, plan: _Plan, e: Edit) -> tuple[int, int]:
-    """Locate and check one edit, add it to the plan; the lines of the statement it changes."""
+def _plan_one(ix: _Index, plan: _Plan, e: Edit,
+              top_level: Callable[[], set[str]]) -> tuple[cst.CSTNode | None, bool]:
+    """Locate and check one edit, add it to the plan; the statement it changes, and whether all of it
+    (False: a compound statement's header only). None: an insert into a module with no leading import."""
     if e.kind == "call_args":
         if not e.target or not e.args:
             raise RewriteError("a call_args edit names no call or no argument")
         call = _locate_call(ix, e)
         _check_call(ix, call, e)
-        if _same_args(call, e):
-            raise RewriteError(f"already so: {', '.join(f'{k}={v}' for k, v in e.args if v is not None)}")
-        for value in (v for _, v in e.args if v is not None):
+        made = e
+        if "workers" in e.requires and dict(e.args).get("persistent_workers") == "True":
+            value = _persistent_value(call, e)
+            made = replace(e, args=tuple((k, value if k == "persistent_workers" else v) for k, v in e.args))
+        if _same_args(call, made):
+            raise RewriteError(f"already so: {', '.join(f'{k}={v}' for k, v in made.args if v is not None)}")
+        for value in (v for _, v in made.args if v is not None):
             _expression(value)
-        plan.calls[call].append(e)
-        return ix.span(ix.statement_of(call), whole=False)
+        plan.calls[call].append(made)
+        return ix.statement_of(call), False
     if e.kind == "wrap":
         stmt = _locate_statement(ix, e)
         holder = ix.parent.get(stmt)
@@ -350,22 +303,20 @@ def _plan_one(ix: _Index, plan: _Plan, e: Edit) -> tuple[int, int]:
         _expression(e.code)
         plan.wraps[stmt] = e
         plan.needs_torch |= _names_torch(e.code)
-        return ix.span(stmt)
+        return stmt, True
     if e.kind == "insert":
         statements = _statements(e.code)
-        present = {re.sub(r"\s+", "", code_of(s)) for s in ix.module.body}
-        if all(re.sub(r"\s+", "", code_of(s)) in present for s in statements):
+        present = top_level()
+        if all(_bare(s) in present for s in statements):
             raise RewriteError(f"already there: {e.code}")
         if e.code not in plan.inserts:
             plan.inserts.append(e.code)
         plan.needs_torch |= _names_torch(e.code)
         anchor = _import_anchor(ix.module)
-        if anchor < 0:
-            return 1, 0
-        return ix.span(ix.module.body[anchor])
+        return (ix.module.body[anchor] if anchor >= 0 else None), True
     if e.kind == "assign":
-        for stmt in ix.statements:
-            if not isinstance(stmt, cst.SimpleStatementLine) or ix.range(stmt).start.line != e.line:
+        for stmt in ix.statements_at.get(e.line - ix.offset, ()):
+            if not isinstance(stmt, cst.SimpleStatementLine):
                 continue
             for small in stmt.body:
                 if (isinstance(small, cst.Assign) and len(small.targets) == 1
@@ -374,16 +325,22 @@ def _plan_one(ix: _Index, plan: _Plan, e: Edit) -> tuple[int, int]:
                         raise RewriteError(f"already so: {e.target} = {e.code}")
                     _expression(e.code)
                     plan.assigns[small] = e
-                    return ix.span(stmt)
+                    return stmt, True
         raise RewriteError(f"no assignment to {e.target} at line {e.line} (has the file changed?)")
     raise RewriteError(f"unknown edit kind {e.kind!r} (one of {', '.join(KINDS)})")
 
 
 def _expression(text: str) -> cst.BaseExpression:
     try:
-        return cst.parse_expression(text)
+        return _parsed_expression(text)
     except cst.ParserSyntaxError:
         raise RewriteError(f"not an expression: {text!r}") from None
+
+
+@lru_cache(maxsize=256)
+def _parsed_expression(text: str) -> cst.BaseExpression:
+    """An edit's value parsed once (``4``, ``True``: a check makes thousands of the same; nodes are immutable)."""
+    return cst.parse_expression(text)
 
 
 def _statements(text: str) -> list[cst.BaseStatement]:
@@ -419,7 +376,7 @@ def _set_args(call: cst.Call, e: Edit) -> cst.Call:
             if idx is not None:
                 call = _remove_arg(call, idx)
             continue
-        expr = cst.parse_expression(value)
+        expr = _parsed_expression(value)
         if idx is not None:
             args[idx] = args[idx].with_changes(value=expr)
             call = call.with_changes(args=args)
@@ -474,12 +431,13 @@ def _remove_arg(call: cst.Call, idx: int) -> cst.Call:
 
 
 class _Transformer(cst.CSTTransformer):
-    def __init__(self, plan: _Plan, torch: str | None, newline: str, on_path: set[int]) -> None:
+    def __init__(self, plan: _Plan, torch: str | None, on_path: set[int], inserts: bool = True) -> None:
         super().__init__()
         self.plan = plan
+        self.has_torch = torch is not None  # the module imports torch at its top level
         self.torch = torch or "torch"
-        self.newline = newline
         self.on_path = on_path  # ids of the nodes that hold an edit's node (and those nodes): the rest is kept as is
+        self.inserts = inserts  # the module is the whole file: leave_Module makes the inserts (else apply does)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # a subtree with no edit in it is left whole (not walked): a transform costs the depth of its
@@ -493,17 +451,13 @@ class _Transformer(cst.CSTTransformer):
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         e = self.plan.assigns.get(original_node)
-        return updated_node.with_changes(value=cst.parse_expression(e.code)) if e is not None else updated_node
+        return updated_node.with_changes(value=_parsed_expression(e.code)) if e is not None else updated_node
 
     def _body(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode]) -> list:
         out = []
         for o, u in zip(original, updated, strict=True):
             e = self.plan.wraps.get(o)
-            if e is not None:
-                item = cst.WithItem(item=cst.parse_expression(_with_torch(e.code, self.torch)))
-                u = cst.With(items=[item], body=cst.IndentedBlock(body=[u.with_changes(leading_lines=())]),
-                             leading_lines=u.leading_lines)
-            out.append(u)
+            out.append(self.wrapped(u, e) if e is not None else u)
         return out
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -511,20 +465,35 @@ class _Transformer(cst.CSTTransformer):
             return updated_node
         return updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
 
+    def wrapped(self, stmt: cst.CSTNode, e: Edit) -> cst.With:
+        """``stmt`` under ``with <e.code>:``, the comments above it kept above the ``with``."""
+        item = cst.WithItem(item=_parsed_expression(_with_torch(e.code, self.torch)))
+        return cst.With(items=[item], body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=())]),
+                        leading_lines=stmt.leading_lines)
+
+    def added(self) -> list[cst.BaseStatement]:
+        return _added(self.plan.needs_torch, self.plan.inserts, self.has_torch, self.torch)
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._body(original_node.body, updated_node.body)
-        added: list[cst.BaseStatement] = []
-        if self.plan.needs_torch and _torch_alias(original_node) is None:
-            added += _statements("import torch")
-        for n, code in enumerate(self.plan.inserts):
-            stmts = _statements(_with_torch(code, self.torch))
-            if n == 0 and stmts:  # a blank line between the imports and what runs at start-up
-                stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine()])
-            added += stmts
+        added = self.added() if self.inserts else []
         if added:
             at = _import_anchor(original_node) + 1
             body[at:at] = added
         return updated_node.with_changes(body=body)
+
+
+def _added(needs_torch: bool, inserts: Sequence[str], has_torch: bool, torch: str) -> list[cst.BaseStatement]:
+    """The statements inserted after the module's leading imports (``import torch`` first if needed)."""
+    added: list[cst.BaseStatement] = []
+    if needs_torch and not has_torch:
+        added += _statements("import torch")
+    for n, code in enumerate(inserts):
+        stmts = _statements(_with_torch(code, torch))
+        if n == 0 and stmts:  # a blank line between the imports and what runs at start-up
+            stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine()])
+        added += stmts
+    return added
 
 
 def _on_path(ix: _Index, plan: _Plan) -> set[int]:
@@ -537,36 +506,93 @@ def _on_path(ix: _Index, plan: _Plan) -> set[int]:
     return out
 
 
-@lru_cache(maxsize=4)
-def _index(text: str) -> _Index:
-    """One parse per text: ``check`` cuts a snippet per finding from the same file (read-only use)."""
-    return _Index(text)
+
+@dataclass(slots=True)
+class _Part:
+    """The edits located in one part of the file."""
+
+    ix: _Index
+    plan: _Plan = field(default_factory=_Plan)
+    # per edit made: the statement it changes (None: an insert into a module without imports) and
+    # whether all of it (False: a compound statement's header)
+    changes: list[tuple[Edit, cst.CSTNode | None, bool]] = field(default_factory=list)
+
+    def transformer(self, source: _Source) -> _Transformer:
+        torch = _torch_alias(self.ix.module) if source.whole else source.torch
+        return _Transformer(self.plan, torch, _on_path(self.ix, self.plan), inserts=source.whole)
+
+
+@dataclass(slots=True)
+class Planned:
+    """A file's edits located and checked (nothing changed yet): ``apply`` and ``snippet`` make them."""
+
+    source: _Source
+    parts: dict[int, _Part]
+    done: list[Edit]
+    skipped: list[tuple[Edit, str]]
+
+    @property
+    def spans(self) -> list[tuple[Edit, int, int]]:
+        """The lines (first, last; 1-based, in the file) of the statement each edit changes, before it, in
+        the order of the edits."""
+        found = {}
+        for part in self.parts.values():
+            for e, node, whole in part.changes:
+                first, last = part.ix.span(node, whole) if node is not None else (1, 0)
+                found[id(e)] = (e, first + part.ix.offset, last + part.ix.offset)
+        return [found[id(e)] for e in self.done]
+
+
+def plan_edits(text: str, edits: Sequence[Edit]) -> Planned:
+    """Locate and check every edit in ``text`` (RewriteError when LibCST cannot parse the part it is in)."""
+    src = _source(text)
+    parts: dict[int, _Part] = {}
+    done: list[Edit] = []
+    skipped: list[tuple[Edit, str]] = []
+    for e in edits:
+        k = src.head if e.kind == "insert" and not src.whole else src.part_at(e.line)
+        ix = src.index(k) if k is not None else _nowhere()
+        part = parts.setdefault(k, _Part(ix)) if k is not None else _Part(ix)
+        try:
+            node, whole = _plan_one(ix, part.plan, e, src.top_level)
+        except RewriteError as err:
+            skipped.append((e, str(err)))
+            continue
+        done.append(e)
+        part.changes.append((e, node, whole))
+    return Planned(src, {k: p for k, p in sorted(parts.items()) if p.changes}, done, skipped)
 
 
 def apply(text: str, edits: Sequence[Edit]) -> Applied:
     """``text`` with every edit that can be made safely; RewriteError when the file itself cannot be
     rewritten (LibCST cannot parse it, or the result would not compile: then nothing is changed)."""
-    ix = _index(text)
-    plan = _Plan()
-    done: list[Edit] = []
-    skipped: list[tuple[Edit, str]] = []
-    spans: list[tuple[Edit, int, int]] = []
-    for e in edits:
-        try:
-            first, last = _plan_one(ix, plan, e)
-        except RewriteError as err:
-            skipped.append((e, str(err)))
-            continue
-        done.append(e)
-        spans.append((e, first, last))
-    if not done:
-        return Applied(text, (), tuple(skipped), ())
+    planned = plan_edits(text, edits)
+    if not planned.done:
+        return Applied(text, (), tuple(planned.skipped), ())
+    src = planned.source
     try:
-        new = ix.module.visit(_Transformer(plan, ix.torch, ix.module.default_newline, _on_path(ix, plan))).code
+        if src.whole:
+            (part,) = planned.parts.values()
+            new = part.ix.module.visit(part.transformer(src)).code
+        else:
+            new = _spliced(planned)
+        WORK.rendered_bytes += len(new)
     except (cst.CSTValidationError, cst.ParserSyntaxError, ValueError) as err:
         raise RewriteError(f"the rewrite failed ({type(err).__name__}: {err}); nothing was changed") from None
     try:
         compile(ast.parse(new), "<rewritten>", "exec")
     except (SyntaxError, ValueError) as err:
         raise RewriteError(f"the rewritten file would not compile ({err}); nothing was changed") from None
-    return Applied(new, tuple(done), tuple(skipped), tuple(spans))
+    return Applied(new, tuple(planned.done), tuple(planned.skipped), tuple(planned.spans))
+
+
+def _spliced(planned: Planned) -> str:
+    """The file with each part that has edits rewritten, and the inserts after its leading imports."""
+    src = planned.source
+    head = planned.parts.get(src.head)
+    added = _added(any(p.plan.needs_torch for p in planned.parts.values()), head.plan.inserts if head else (),
+                   src.torch is not None, src.torch or "torch")
+    module = src.index(src.head).module
+    rewritten = {k: part.ix.module.visit(part.transformer(src)).code for k, part in planned.parts.items()
+                 if k != src.head}  # the head holds the leading imports alone: only inserts change it
+    return src.spliced(rewritten, [module.code_for_node(stmt) for stmt in added])

@@ -35,11 +35,21 @@ def call_args(file: str, line: int, target: str, changes: Mapping[str, object | 
 
 def dataloader_args(file: str, line: int, changes: Mapping[str, object | None], *, col: int | None = None) -> Edit:
     """DataLoader arguments at its call: workers added only where a worker process can start (the
-    DataLoader is built in a function or under ``if __name__ == "__main__":``)."""
+    DataLoader is built in a function or under ``if __name__ == "__main__":``).
+
+    ``persistent_workers=True`` without a count of workers set beside it keeps every count the script
+    accepts working (requirement "workers"): DataLoader raises on persistent workers with
+    ``num_workers=0``, and a count the call computes (``num_workers=int(opt.workers)``, dcgan's
+    ``--workers``) may be 0. The rewrite writes ``True`` beside a literal count above 0,
+    ``persistent_workers=<count> > 0`` beside a count computed by an expression it may evaluate twice
+    (names, attributes, arithmetic, ``int()``, ``min()`` …), and refuses the edit otherwise (a count of
+    0, none passed, one from ``**kwargs`` or from a call that could give another value)."""
     workers = changes.get("num_workers")
     starts_workers = isinstance(workers, int) and not isinstance(workers, bool) and workers > 0
+    keeps_workers = changes.get("persistent_workers") is True and not starts_workers
+    requires = (*(("main-guard",) if starts_workers else ()), *(("workers",) if keeps_workers else ()))
     return call_args(file, line, "DataLoader", changes, col=col, positions=DATALOADER_POSITIONS,
-                     requires=("main-guard",) if starts_workers else (),
+                     requires=requires,
                      text=f"{', '.join(f'{k}={v!r}' for k, v in changes.items() if v is not None)} on the "
                           f"DataLoader at {file}:{line}")
 

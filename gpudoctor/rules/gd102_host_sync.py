@@ -40,6 +40,15 @@ for i, (x, y) in enumerate(loader):
         print(f"mean loss {total.item() / (i + 1):.4f}")
 ```
 
+Reading the value every N steps must not change what the script prints. A value
+that is summed (`total += loss.item()`) or given to a meter
+(`losses.update(loss.item(), n)`, pytorch/examples' AverageMeter) stays on the
+device instead: `total += loss.detach()`, `losses.update(loss.detach(), n)`, and
+the running average still counts every batch. Moved under `if i % 100 == 0:`, a
+statement that records the value (a list, a meter) would count every 100th batch
+only: `gpudoctor check`'s fix says so where its after does that, and says when a
+print only prints less often.
+
 Expected gain
 -------------
 Without the syncs the host no longer waits for the queue to drain: it runs
@@ -116,7 +125,7 @@ from gpudoctor.rules.static_api import (
     root_name,
 )
 from gpudoctor.rules.static_api.names import LIGHTNING
-from gpudoctor.rules.static_api.text import sync_after
+from gpudoctor.rules.static_api.text import sync_after, sync_change
 
 _BEFORE = """for x, y in loader:
     loss = step(x, y)
@@ -363,9 +372,10 @@ def _fix(src: StaticContext, fn: Function, lid: int, f: Fact) -> Fix:
             line.replace(f.text, receiver),
         )
     every = f"`if {counter} % 100 == 0:`" if counter else "with a step counter"
+    change = sync_change(line, f.extra, f.text)
     return Fix(
         f"Keep the value on the device (accumulate with `total += loss.detach()`) and read it every N steps "
-        f"({every}) or once per epoch",
+        f"({every}) or once per epoch" + (f"; {change}" if change else ""),
         line,
         sync_after(line, f.extra, f.text, counter),
     )

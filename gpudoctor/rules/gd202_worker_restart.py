@@ -34,6 +34,13 @@ for epoch in range(epochs):
     for x, y in loader: ...
 ```
 
+DataLoader raises on `persistent_workers=True` with `num_workers=0`. Where the
+count is computed (dcgan's `num_workers=int(opt.workers)`, which `--workers 0`
+may make 0), `gpudoctor check --fix` writes `persistent_workers=int(opt.workers)
+> 0`, so that every count the script accepts still works; it leaves the call as
+it is when the count comes from code it would not evaluate twice (a function
+call of the script's own) or from `**kwargs`.
+
 Expected gain
 -------------
 The stall is paid once an epoch, so its gain is a share of an epoch's time: of
@@ -122,6 +129,7 @@ from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,
     Function,
+    LoaderFact,
     StaticCheck,
     StaticContext,
     examples,
@@ -252,6 +260,12 @@ def _epoch_loop_using(src: StaticContext, fn: Function, names: set[str]) -> str 
     return None
 
 
+def _literal_count(lf: LoaderFact) -> bool:
+    """Whether the DataLoader passes num_workers as a number in its own text (``num_workers=4``)."""
+    sym = lf.kwargs.get("num_workers")
+    return sym is not None and sym[0] == "k" and isinstance(sym[1], int) and not isinstance(sym[1], bool)
+
+
 def static_check(src: StaticContext) -> None:
     """A DataLoader with workers, not persistent, made outside the loops and iterated by an epoch loop."""
     for fn, lf in src.loaders():
@@ -277,7 +291,10 @@ def static_check(src: StaticContext) -> None:
             f"{epoch} ({how('persistent_workers', pw_state, pw, 'False')}): each epoch begins with a stall while "
             "they start",
             Fix(
-                f"Keep the workers alive across epochs: persistent_workers=True on the DataLoader at {at(loc)}",
+                f"Keep the workers alive across epochs: persistent_workers=True on the DataLoader at {at(loc)}"
+                + ("" if _literal_count(lf) else
+                   "; its count of workers is computed and may be 0, with which DataLoader refuses persistent "
+                   "workers: write persistent_workers=<the count> > 0"),
                 before,
                 with_kwargs(before, {"persistent_workers": "True"}),
                 (dataloader_args(fn.file, lf.site.line, {"persistent_workers": True}, col=lf.site.col),),

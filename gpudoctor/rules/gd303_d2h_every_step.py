@@ -85,7 +85,7 @@ from gpudoctor.rules.static_api import (
     absent_from_step_loops,
     examples,
 )
-from gpudoctor.rules.static_api.text import sync_after
+from gpudoctor.rules.static_api.text import sync_after, sync_change
 
 _BEFORE = """for x, y in loader:
     out = model(x)
@@ -216,7 +216,8 @@ def static_check(src: StaticContext) -> None:
                 f"{src.where_step(fn, lid)}: the copy waits for the GPU and stalls the next launch",
                 Fix(
                     "Keep results on the device (collect with `torch.cat` / running sums) and copy them to the host "
-                    "every N steps or once per epoch",
+                    "every N steps or once per epoch"
+                    + (f"; {change}" if (change := sync_change(line, f.extra, f.text)) else ""),
                     line,
                     sync_after(line, f.extra, f.text),
                 ),

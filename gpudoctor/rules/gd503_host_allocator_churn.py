@@ -35,6 +35,14 @@ LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python train.py
 MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python train.py
 ```
 
+jemalloc is not part of a base system. Where the run was made on the machine
+that judges it, the finding looks for the library (`libjemalloc.so.2` in the
+system's and the Python environment's library folders) and names the one it
+finds; where there is none, it says how to install it first (`apt-get install
+libjemalloc2` on Debian and Ubuntu, `dnf install jemalloc` on Fedora and RHEL,
+`conda install -c conda-forge jemalloc` in a conda environment) and puts the
+glibc settings, which need nothing installed, first.
+
 Evidence used
 -------------
 Per-step records (`steps.jsonl`: `sys_cpu_ns`, `user_cpu_ns`,
@@ -73,6 +81,10 @@ References
 
 from __future__ import annotations
 
+import os
+import platform
+import socket
+import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -87,6 +99,58 @@ _PROFILER_WINDOWS = ("warmup", "active")
 _MIN_UNPROFILED_STEPS = 3  # steps outside torch.profiler's windows needed to judge at all
 _KEEP_BYTES = "4294967296"  # the fix's value for glibc's thresholds: 4 GiB, larger than any one block
 _GLIBC_KNOBS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+_GLIBC_ONLY = f"MALLOC_MMAP_THRESHOLD_={_KEEP_BYTES} MALLOC_TRIM_THRESHOLD_={_KEEP_BYTES}"
+_JEMALLOC = "libjemalloc.so.2"
+_INSTALL = ("`apt-get install libjemalloc2` (Debian, Ubuntu), `dnf install jemalloc` (Fedora, RHEL) or "
+            "`conda install -c conda-forge jemalloc` (conda: then $CONDA_PREFIX/lib/libjemalloc.so.2)")
+
+
+def _library_folders() -> list[str]:
+    """Where jemalloc's library is looked for: the system's (Debian's multiarch folder first) and the
+    Python environment's (conda installs it there)."""
+    machine = platform.machine() or "x86_64"
+    folders = [f"/usr/lib/{machine}-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/lib64"]
+    for prefix in (os.environ.get("CONDA_PREFIX"), sys.prefix, sys.base_prefix):
+        if prefix:
+            folders.append(os.path.join(prefix, "lib"))
+    return list(dict.fromkeys(folders))
+
+
+def find_jemalloc(folders: list[str] | None = None) -> str | None:
+    """The path of jemalloc's library on this machine, or None."""
+    for folder in folders if folders is not None else _library_folders():
+        path = os.path.join(folder, _JEMALLOC)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _on_this_machine(ctx: RuleContext) -> bool:
+    """Whether the run was made on the machine that judges it (its libraries are this machine's)."""
+    mf = ctx.manifest
+    return mf is not None and bool(mf.hostname) and mf.hostname == socket.gethostname()
+
+
+def _jemalloc_advice(ctx: RuleContext) -> tuple[str, str]:
+    """The fix's instruction and after when nothing is tuned: jemalloc named where it is installed, how to
+    install it where it is not (the glibc settings first: they need nothing), and both where unknown."""
+    glibc = f"keep glibc from returning large blocks: {_GLIBC_ONLY}"
+    if _on_this_machine(ctx):
+        found = find_jemalloc()
+        if found is not None:
+            return (f"Preload jemalloc (LD_PRELOAD={found}, installed on this machine) or tcmalloc, or {glibc}.",
+                    f"LD_PRELOAD={found} python train.py\n# or: {_GLIBC_ONLY} python train.py")
+        folders = ", ".join(_library_folders()[:3])
+        return (f"Keep glibc from returning large blocks: {_GLIBC_ONLY} (nothing to install). jemalloc, which "
+                f"keeps memory too, is not installed on this machine (no {_JEMALLOC} in {folders}, …): install "
+                f"it first, with {_INSTALL}, then preload it (LD_PRELOAD=/usr/lib/x86_64-linux-gnu/{_JEMALLOC} "
+                "after apt-get).",
+                f"{_GLIBC_ONLY} python train.py\n# or, after apt-get install libjemalloc2:\n"
+                f"# LD_PRELOAD=/usr/lib/x86_64-linux-gnu/{_JEMALLOC} python train.py")
+    return (f"Preload jemalloc or tcmalloc (LD_PRELOAD=<its path>/{_JEMALLOC}; jemalloc is installed with "
+            f"{_INSTALL}: apt-get puts it in /usr/lib/x86_64-linux-gnu), or {glibc} (nothing to install).",
+            f"LD_PRELOAD=/usr/lib/x86_64-linux-gnu/{_JEMALLOC} python train.py  # after apt-get install libjemalloc2\n"
+            f"# or: {_GLIBC_ONLY} python train.py")
 
 
 class _Reading(NamedTuple):
@@ -175,25 +239,21 @@ def check(ctx: RuleContext) -> RuleResult:
             f"{allocator} is preloaded but the faults remain: tune it to keep memory (e.g. jemalloc's "
             "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1) or look for large per-step allocations in Python."
         )
+        after = (f"MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 LD_PRELOAD={preload} python train.py"
+                 if allocator == "jemalloc" else f"LD_PRELOAD={preload} python train.py  # tuned to keep memory")
     elif knobs:
-        instruction = (
-            f"glibc knobs {', '.join(knobs)} are set but the faults remain: preload jemalloc or tcmalloc "
-            "(LD_PRELOAD=…/libjemalloc.so.2)."
-        )
+        found = find_jemalloc() if _on_this_machine(ctx) else None
+        where = (f"LD_PRELOAD={found}, installed on this machine" if found else
+                 f"LD_PRELOAD=…/{_JEMALLOC}; jemalloc is installed with {_INSTALL}")
+        instruction = (f"glibc knobs {', '.join(knobs)} are set but the faults remain: preload jemalloc or tcmalloc "
+                       f"({where}).")
+        after = f"LD_PRELOAD={found or '/usr/lib/x86_64-linux-gnu/' + _JEMALLOC} python train.py"
     else:
-        instruction = (
-            "Preload jemalloc or tcmalloc (LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2), or keep glibc "
-            "from returning large blocks: MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296."
-        )
+        instruction, after = _jemalloc_advice(ctx)
     settings = [SettingRef("LD_PRELOAD", preload or None)] + [SettingRef(k, v) for k, v in sorted(knobs.items())]
     finding = ctx.finding(
         message,
-        Fix(
-            instruction,
-            "python train.py",
-            "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python train.py\n"
-            "# or: MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python train.py",
-        ),
+        Fix(instruction, "python train.py", after),
         share_pct=None,
         severity_pct=share,
         confidence=Confidence.MEASURED,

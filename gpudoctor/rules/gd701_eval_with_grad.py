@@ -337,8 +337,9 @@ def _models_called(scan: Scan, text: str) -> set[str]:
             d = d[: -len(".forward")]
         elif not (MODEL_NAME.match(last(d)) or d in scan.modules or d in scan.eval_receivers):
             continue
-        if scan.imported(d.split(".", 1)[0]) is not None:
-            continue  # a library call (torch.nn.functional.…), not a model
+        if d not in scan.modules and d not in scan.eval_receivers and scan.imported(d.split(".", 1)[0]) is not None:
+            continue  # a library call (torch.nn.functional.…), not a model; a name rebound to a model (`import
+            # model` then `model = model.RNNModel(…)`, word_language_model) is the model
         calls.add(d)
     return calls
 
@@ -376,9 +377,10 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                 if loop.id in training or any(lid in steps for lid in loop.ctx.loops):
                     continue
                 calls, eval_before, _inner = models.get(loop.id, (frozenset(), frozenset(), False))
-                if not calls or not loop.target_is_batch:
-                    continue
-                if not calls & eval_before and not EVAL_FUNCTION.search(fn.name):
+                # a model put in eval mode, then called in a loop: an evaluation, whether the loop runs over
+                # batches or over indices (word_language_model's `for i in range(0, n, bptt)`); in a
+                # function named for evaluation, only a loop over batches
+                if not calls or not (calls & eval_before or (loop.target_is_batch and EVAL_FUNCTION.search(fn.name))):
                     continue
                 if not src.active(fn, loop.ctx):
                     continue

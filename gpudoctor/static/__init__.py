@@ -14,7 +14,10 @@ How scripts are judged
   ``torch.cuda.is_available()`` is taken as True. Checks about GPU costs (GD102,
   GD301, GD302, GD303, GD401, GD403, GD404) need CUDA to appear in the program
   (``.cuda()``, ``"cuda"``, ``"gpu"``, ``torch.cuda.*``, an Accelerate
-  ``Accelerator``): a CPU-only script is not told about GPU costs.
+  ``Accelerator``): a CPU-only script is not told about GPU costs. The device is
+  read the same way for every script, from where the script chooses it: a device
+  that comes from its argparse defaults (``--accel`` off: the CPU), never from a
+  device copied from a tensor (``.to(src.device)`` follows ``src`` wherever it is).
 - **Training loops**: a loop is a *step loop* when it calls ``.backward()`` or
   ``optimizer.step()`` (itself or through a function of the project) and no loop
   inside it does; a loop around step loops is an *epoch loop*. Functions called
@@ -268,11 +271,14 @@ def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config,
             text_of: Callable[[str], str | None]) -> list[Finding]:
     from gpudoctor.rules.registry import get
 
-    out: list[Finding] = []
-    for raw in raws:
-        if not config.rule_enabled(raw.code) or _suppressed(raw, modules):
-            continue
-        out.append(with_source(
+    kept = [raw for raw in raws if config.rule_enabled(raw.code) and not _suppressed(raw, modules)]
+    out: list[Finding | None] = [None] * len(kept)
+    # the before/after are cut in the files' order: the rewrite engine keeps the parts of a file it
+    # parsed last, and a rule's findings run through a file once each
+    by_place = sorted(range(len(kept)), key=lambda i: (kept[i].fix_path or kept[i].path, _fix_line(kept[i])))
+    for i in by_place:
+        raw = kept[i]
+        out[i] = with_source(
             Finding(
                 code=raw.code,
                 name=get(raw.code).name,
@@ -287,8 +293,13 @@ def _filter(raws: list[Raw], modules: dict[str, ModuleSummary], config: Config,
             raw.fix_path or raw.path,
             text_of,
             raw.fix_location,
-        ))
-    return out
+        )
+    return [f for f in out if f is not None]
+
+
+def _fix_line(raw: Raw) -> int:
+    loc = raw.fix_location or raw.location
+    return loc.line if loc is not None else 0
 
 
 def _order(f: Finding) -> tuple:

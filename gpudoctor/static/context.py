@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from gpudoctor.model.findings import Evidence, Fix, Location, Severity
 from gpudoctor.rules.static_api import (
+    TENSOR_DEVICE,
     Ctx,
     Fact,
     Function,
@@ -110,13 +111,15 @@ class ProjectContext(StaticContext):
 
     def _on_cuda(self, path: str, f: Fact) -> bool:
         """Whether a "cuda" fact puts work on a CUDA device with the argparse defaults: it runs, and the
-        device it names (``.to(device)``, a Trainer's ``accelerator``) is not the CPU."""
+        device it names (``.to(device)``, a Trainer's ``accelerator``) is not the CPU, nor the device of
+        another tensor (``.to(src.device)``: it follows that tensor, wherever the script put it; the
+        script's own choice of device is judged where it makes it)."""
         if not self.p.active(f.ctx, path)[0]:
             return False
         if f.value is None:
             return True
         device = self.p.resolve(f.value, path).value
-        if device is False:
+        if device is False or device is TENSOR_DEVICE:
             return False
         return not (isinstance(device, str) and device.lower().startswith(_NOT_CUDA))
 

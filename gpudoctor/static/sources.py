@@ -24,6 +24,11 @@ SKIP_DIRS = frozenset(
      "gpudoctor-runs", ".eggs", ".ipynb_checkpoints"}
 )
 
+#: The largest file ``gpudoctor check`` reads (bytes): a file over it is skipped with one line, the others
+#: are checked. A check costs about 15-30 µs a byte where every function has fixes to cut (a 1 MiB file in
+#: under 30 s on 2 cores; benchmarks/check_speed.py --scaling); a larger .py file is generated code or data.
+MAX_SOURCE_BYTES = 1 << 20
+
 _SUPPRESS = re.compile(r"#\s*gpudoctor:\s*ignore\b(?:\[([A-Za-z0-9,\s]*)\])?", re.IGNORECASE)
 
 
@@ -31,6 +36,7 @@ _SUPPRESS = re.compile(r"#\s*gpudoctor:\s*ignore\b(?:\[([A-Za-z0-9,\s]*)\])?", r
 class Target:
     path: Path  # absolute
     display: str  # as shown to the user
+    folder: Path | None = None  # found in this folder given (its real path): --fix writes only inside it
 
 
 def display_path(path: Path) -> str:
@@ -69,8 +75,9 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
             continue
         if absolute.is_dir():
             roots.append(absolute)
+            real = Path(os.path.realpath(absolute))
             for f in _walk(absolute, errors):
-                targets.setdefault(f, Target(f, display_path(f)))
+                targets.setdefault(f, Target(f, display_path(f), real))
             continue
         if absolute.suffix not in (".py", ".pyw"):
             errors.append(
@@ -83,7 +90,12 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
 
 
 def _walk(folder: Path, errors: list[FileError]) -> list[Path]:
+    """The .py files under ``folder``, without leaving it: symlinked folders are not entered, and a
+    symlinked file counts only when it leads to a file inside the folder, under that file's own name
+    (found once, and --fix writes the file inside). One that leads out is left alone, as ``git`` and
+    ruff's walk leave it."""
     found: list[Path] = []
+    real_folder = os.path.realpath(folder)
 
     def onerror(err: OSError) -> None:
         name = getattr(err, "filename", None) or str(folder)
@@ -92,9 +104,21 @@ def _walk(folder: Path, errors: list[FileError]) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(folder, onerror=onerror, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         for name in filenames:
-            if name.endswith(".py"):
-                found.append(Path(dirpath) / name)
+            if not name.endswith(".py"):
+                continue
+            path = Path(dirpath) / name
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if not within(real, real_folder) or not os.path.isfile(real):
+                    continue  # out of the folder (or dangling): not read, never written
+                path = Path(folder) / os.path.relpath(real, real_folder)
+            found.append(path)
     return found
+
+
+def within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def package_root(folder: Path) -> Path:
@@ -226,6 +250,12 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
     if kind and kind != "a folder":
         return None, FileError(shown, f"{shown}: not a regular file ({kind}); not read")
     try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # the read below says why
+    if size > MAX_SOURCE_BYTES:
+        return None, FileError(shown, too_large(shown, size))
+    try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None, FileError(shown, f"{shown}: no such file; check the path")
@@ -233,6 +263,8 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
         return None, FileError(shown, f"{shown}: is a folder, not a file")
     except OSError as err:
         return None, FileError(shown, f"{shown}: cannot be read ({err.strerror or err})")
+    if len(data) > MAX_SOURCE_BYTES:  # it grew since
+        return None, FileError(shown, too_large(shown, len(data)))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as err:
@@ -253,6 +285,11 @@ def read_source(path: Path, shown: str) -> tuple[str | None, FileError | None]:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text, None
+
+
+def too_large(shown: str, size: int) -> str:
+    return (f"{shown}: {size:,} bytes, over the {MAX_SOURCE_BYTES:,} (1 MiB) that `gpudoctor check` reads "
+            "(generated code or data?); not checked")
 
 
 def parse_source(text: str, shown: str) -> tuple[ast.Module | None, FileError | None]:

@@ -21,6 +21,7 @@ Sym forms (plain tuples, so summaries pickle cheaply between processes)::
     ("dict", ((key, sym), ...))  a dict literal (``**kwargs`` of a DataLoader)
     ("merge", a, b)              ``a.update(b)`` of two dicts
     ("devtype", x)               ``torch.device(x).type``
+    ("devof",)                   ``x.device``: the device of a tensor, wherever that is (``TENSOR_DEVICE``)
     ("param", func_id, name, index, default)  a parameter, resolved from the call sites
     ("attr", module_path, class, name)  ``self.name`` read in a method: what the class assigns it
 
@@ -39,6 +40,7 @@ from typing import Any
 from gpudoctor.rules.static_api.facts import (
     POSITIVE,
     POSITIVE_VALUE,
+    TENSOR_DEVICE,
     UNKNOWN,
     UNKNOWN_VALUE,
     Resolved,
@@ -280,6 +282,8 @@ class Resolver:
                 merged.update(b)
                 return merged
             return UNKNOWN_VALUE
+        if kind == "devof":
+            return TENSOR_DEVICE
         if kind == "devtype":
             v = ev(sym[1], file, origins, depth + 1)
             if isinstance(v, str):

@@ -369,6 +369,8 @@ class Values:
                 inner = self.sym(base, depth + 1)
                 if inner is not UNKNOWN:
                     return ("devtype", inner)
+            if node.attr == "device":  # `src.device`: where that tensor is, not a device chosen here
+                return ("devof",)
             if isinstance(base, ast.Name):
                 mod = self.ms.summary.imports.get(base.id)
                 if mod and not mod[1]:

@@ -106,10 +106,7 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
     from gpudoctor.collect import ProfileOptions, profile_run  # noqa: PLC0415
     from gpudoctor.parse.rundir import read_samples, read_settings, read_steps  # noqa: PLC0415
 
-    if manifest.module:
-        script, module, args = None, manifest.module, tuple(manifest.argv[1:])
-    else:
-        script, module, args = manifest.argv[0] if manifest.argv else manifest.script, None, tuple(manifest.argv[1:])
+    script, module, args = trial_target(manifest)  # what _check_target checked
     target = run_dir / rel
     t0 = time.monotonic()
     result = profile_run(
@@ -370,27 +367,59 @@ def trial_command(m: Manifest) -> str:
     return " ".join(shlex.quote(a) for a in (*head, *(m.argv[1:] if m.module else m.argv)))
 
 
+def trial_target(m: Manifest) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """What each trial runs, as ``_trial`` hands it to ``profile_run``: (script, module, arguments), from the
+    manifest's ``argv`` (and ``module``), the run's own command line. ``_check_target`` checks this, resolved
+    the way ``profile_run`` resolves it, and nothing else is run."""
+    if m.module:
+        return None, m.module, tuple(m.argv[1:])
+    return (m.argv[0] if m.argv else m.script), None, tuple(m.argv[1:])
+
+
+def _resolved(m: Manifest) -> str:
+    """The file a trial runs: ``trial_target`` resolved by ``collect.options.validate`` in the run's working
+    directory, as ``profile_run`` resolves it (a script against that folder, a module from it and sys.path)."""
+    from gpudoctor.collect.options import ProfileOptions, validate  # noqa: PLC0415
+
+    script, module, args = trial_target(m)
+    if not script and not module:
+        raise UsageError("the run names no script or module to run again; trials run what the run recorded")
+    target = validate(ProfileOptions(script=script, module=module, args=args, cwd=m.cwd), m.cwd)
+    path = target.script_path or target.module_origin
+    if not path or not Path(path).is_file():
+        raise UsageError(f"-m {safe_line(module)} resolves to no file in {safe_line(m.cwd)}: trials run the module "
+                         "the run recorded")
+    return path
+
+
 def _check_target(m: Manifest, opts: VerifyOptions | None = None) -> None:
-    """What a run directory's manifest names is untrusted: the script (or module) and its folder must
-    still be there, the script inside the recorded working directory (``--yes`` overrides), and the
-    same bytes as when it was profiled (``--allow-changed`` overrides)."""
+    """What a run directory's manifest names is untrusted. The target is what the trials will run
+    (``trial_target``: the manifest's argv[0], or its module), resolved as they will resolve it, and it
+    is checked, not another field: it must exist, lie inside the recorded working directory (``--yes``
+    overrides), be the file the run profiled (``script``; ``argv[0]`` under ``-m``) (``--yes``), and have
+    the bytes it had then (``script_sha256``; a manifest without one counts as changed: ``--allow-changed``)."""
     opts = opts or VerifyOptions()
     if not Path(m.cwd).is_dir():
         raise UsageError(f"the run's working directory {m.cwd} no longer exists: trials run the script from there")
-    if m.module is None:
-        script = m.script or ""
-        if not Path(script).is_file():
-            raise UsageError(f"{script or 'the script'}: no such file any more; trials run the script the run recorded")
-        cwd = Path(m.cwd).resolve()
-        where = Path(script).resolve()
-        if not opts.allow_outside and cwd not in where.parents:
-            raise UsageError(f"the run names a script outside its working directory ({safe_line(script)}, not under "
-                             f"{safe_line(m.cwd)}): verify would run it; check the run directory and pass --yes to "
-                             "run it anyway")
-        if m.script_sha256 and not opts.allow_changed:
-            from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
+    path = _resolved(m)
+    shown = safe_line(path)
+    cwd = os.path.realpath(m.cwd)
+    real = os.path.realpath(path)
+    if not opts.allow_outside and not real.startswith(cwd.rstrip(os.sep) + os.sep):
+        raise UsageError(f"the run would run {shown}, outside its working directory {safe_line(m.cwd)}: check the run "
+                         "directory, and pass --yes to run it anyway")
+    profiled = m.argv[0] if m.module and m.argv else m.script
+    if not opts.allow_outside and (not profiled or os.path.realpath(os.path.join(m.cwd, profiled)) != real):
+        raise UsageError(f"the run would run {shown}, not the script it profiled ({safe_line(profiled or 'none')}): "
+                         "its manifest was edited; check the run directory, and pass --yes to run it anyway")
+    if opts.allow_changed:
+        return
+    if not m.script_sha256:
+        raise UsageError(f"the run recorded no SHA-256 of {shown} (script_sha256: a run of an older gpudoctor, or an "
+                         "edited manifest): verify cannot tell it is the script profiled; profile it again, or pass "
+                         "--allow-changed to verify it as it is now")
+    from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
 
-            if file_sha256(script) != m.script_sha256:
-                raise UsageError(f"{safe_line(script)} changed since it was profiled: the trials would not measure "
-                                 "the profiled script; profile it again, or pass --allow-changed to verify it as "
-                                 "it is now")
+    if file_sha256(path) != m.script_sha256:
+        raise UsageError(f"{shown} changed since it was profiled: the trials would not measure the profiled script; "
+                         "profile it again, or pass --allow-changed to verify it as it is now")

@@ -60,12 +60,7 @@ def test_the_fetch_holds_the_loading_and_none_of_the_model(tmp_path: Path) -> No
     """The model's step dominates (as on mnist): every function the parse puts inside the fetch is the
     loading's (to_tensor, Normalize's forward, numpy, collate), none the model's."""
     run_dir, _report = _profile(tmp_path, aug=0)
-    if not (run_dir / "loader.pstats").is_file():
-        stopped = [c["reason"] for c in json.loads((run_dir / "manifest.json").read_text())["collected"]
-                   if c["name"] == "steps" and not c["ok"]]
-        if stopped and sys.version_info >= (3, 12):  # the cProfile window cannot open there yet (issue 35)
-            pytest.xfail(f"no cProfile window on Python 3.12: {stopped[0]}")
-    assert (run_dir / "loader.pstats").is_file()
+    assert (run_dir / "loader.pstats").is_file()  # on every Python (3.12: the profiler slot, issue 35)
     p = loader_profile(read_pstats(run_dir, []), top=100)
     assert p is not None and p.fetch_s > 0
     lines = _lines(tmp_path / "train.py")

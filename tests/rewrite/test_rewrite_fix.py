@@ -15,6 +15,7 @@ import difflib
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ CASES = [
     ("dataloader", "mnist_loader.py", "GD201,GD301",
      ("+        num_workers=4,", "+        persistent_workers=True,", "+        pin_memory=True,")),
     ("persistent_workers", "epochs.py", "GD202", ("persistent_workers=True)",)),
+    # a count of workers computed from --workers: every count the script accepts keeps working (issue 38)
+    ("persistent_workers_expression", "dcgan_workers.py", "GD202", ("persistent_workers=int(opt.workers) > 0)",)),
     ("no_grad", "eval_loop.py", "GD701", ("+    with torch.no_grad():",)),
     ("cudnn_benchmark_insert", "convnet_cudnn.py", "GD403", ("+torch.backends.cudnn.benchmark = True",)),
     ("cudnn_benchmark_assign", "cudnn_off.py", "GD403", ("+    cudnn.benchmark = True  # was True",)),
@@ -238,3 +241,151 @@ def test_output_to_another_file_still_writes_the_report(tmp_path, monkeypatch, c
     code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "-o", "review.md")
     assert code == 0, err
     assert (tmp_path / "review.md").read_text().startswith("#")
+
+
+@pytest.mark.slow
+def test_the_fixed_dcgan_style_script_runs_with_every_count_of_workers(tmp_path, monkeypatch, capsys):
+    """`check --fix` on dcgan wrote persistent_workers=True beside num_workers=int(opt.workers), and the fixed
+    script then crashed with --workers 0, which the original accepts (issue 38): it now runs with 0 and 1."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "dcgan_workers.py")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "--select", "GD202", "dcgan_workers.py")
+    assert code == 0 and "fixed 1 (GD202" in err
+    fixed = script.read_text(encoding="utf-8")
+    assert "num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)" in fixed
+
+    def run(path: Path, workers: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(path), "--workers", workers], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+
+    for workers in ("0", "1"):
+        done = run(script, workers)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "[1/2] Loss_D" in done.stdout
+    # what --fix wrote before: a real DataLoader refuses it with --workers 0
+    naive = tmp_path / "naive.py"
+    naive.write_text(fixed.replace("persistent_workers=int(opt.workers) > 0", "persistent_workers=True"), encoding="utf-8")
+    done = run(naive, "0")
+    assert done.returncode != 0 and "persistent_workers option needs num_workers > 0" in done.stderr
+
+
+# --------------------------------------------------------------------------- the user's source is sacred (issue 38)
+
+
+def test_a_folder_walk_leaves_a_symlink_out_of_the_folder_alone(tmp_path, monkeypatch, capsys):
+    """`check --fix DIR` followed a symlink in DIR and rewrote a file outside it."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    victim = _copy(outside, "optimizers.py")
+    before = victim.read_bytes()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "linked.py").symlink_to(victim)  # leads out of proj
+    own = _copy(proj, "epochs.py")
+    (proj / "alias.py").symlink_to(own)  # leads to a file of proj: that file, once
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj")
+    assert code == 0, err
+    assert victim.read_bytes() == before and (proj / "linked.py").is_symlink()
+    assert "persistent_workers=True" in own.read_text(encoding="utf-8") and (proj / "alias.py").is_symlink()
+    assert "linked.py" not in err and "elsewhere" not in err
+    assert err.count("epochs.py: fixed 1") == 1, err  # the file and its alias are one file
+    # given by name, a symlink is the user's choice: its target is fixed, the link kept
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj/linked.py")
+    assert code == 0 and victim.read_bytes() != before and (proj / "linked.py").is_symlink(), err
+    assert "betas=(0.5, 0.999), fused=True)" in victim.read_text(encoding="utf-8")
+
+
+def test_a_file_swapped_for_a_symlink_out_of_the_folder_is_not_written(tmp_path, monkeypatch, capsys):
+    """Between the walk and the write, a file of the folder replaced by a symlink that leads out of it."""
+    import gpudoctor.autofix as autofix
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    script = _copy(proj, "optimizers.py")
+    victim = tmp_path / "victim.py"
+    original = script.read_bytes()
+    victim.write_bytes(original)
+    real_write = autofix._write
+
+    def swap_then_write(result, decoded, targets):
+        script.unlink()
+        script.symlink_to(victim)
+        real_write(result, decoded, targets)
+
+    monkeypatch.setattr(autofix, "_write", swap_then_write)
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "proj")
+    assert code == 1, err
+    assert victim.read_bytes() == original
+    assert "leads out of" in err and "not written" in err
+
+
+@pytest.mark.parametrize("errno_name", ["EROFS", "ENOSPC", "EACCES"])
+def test_a_fix_that_cannot_be_written_exits_1(errno_name, tmp_path, monkeypatch, capsys):
+    """`--fix` on a read-only mount or a full disk said so and exited 0: now exit 1 (ruff reports an I/O
+    error, E902, as an error that remains), the file intact, the reason on stderr."""
+    import errno
+
+    from gpudoctor import output
+
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "optimizers.py")
+    before = script.read_bytes()
+    number = getattr(errno, errno_name)
+
+    def refuse(self, data):
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(output.Target, "_replace", refuse)
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "optimizers.py")
+    assert code == 1, err
+    assert script.read_bytes() == before
+    assert "optimizers.py: not fixed:" in err and f"({errno_name})" in err and "could not be written" in err
+    assert "Traceback" not in err
+    # --diff writes nothing: the same failure cannot happen, and it exits as before
+    assert gpudoctor(monkeypatch, capsys, "check", "--diff", "optimizers.py")[0] == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files and folders")
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_read_only_file_or_folder_is_not_fixed_and_exits_1(what, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ro").mkdir()
+    script = _copy(tmp_path / "ro", "optimizers.py")
+    before = script.read_bytes()
+    locked = script if what == "file" else tmp_path / "ro"
+    locked.chmod(0o444 if what == "file" else 0o555)
+    try:
+        code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "ro/optimizers.py")
+    finally:
+        locked.chmod(0o644 if what == "file" else 0o755)
+    assert code == 1 and script.read_bytes() == before, err
+    assert "not fixed" in err
+
+
+@pytest.mark.parametrize(("name", "header"), [
+    ("new\nline.py", '--- "a/new\\nline.py"\n+++ "b/new\\nline.py"\n'),
+    ("esc\x1b[31mred.py", '--- "a/esc\\033[31mred.py"\n'),
+    ('quote"back\\slash.py', '--- "a/quote\\"back\\\\slash.py"\n'),
+    ("caf\u00e9.py", '--- "a/caf\\303\\251.py"\n'),
+    ("sp ace.py", "--- a/sp ace.py\t\n+++ b/sp ace.py\t\n"),
+])
+def test_diff_headers_escape_hostile_names_as_git_does(name, header, tmp_path, monkeypatch, capsys):
+    """The --diff header carried the name raw: a newline split it, an ESC coloured the terminal."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(SCRIPTS / "optimizers.py", tmp_path / name)
+    code, out, _err = gpudoctor(monkeypatch, capsys, "check", "--diff", name)
+    assert code == 1
+    assert out.startswith(header), out[:200]
+    head = out.split("@@", 1)[0]
+    assert "\x1b" not in head and head.count("\n") == 2
+
+
+def test_diff_of_an_absolute_path_is_named_as_git_names_it(tmp_path, monkeypatch, capsys):
+    script = _copy(tmp_path, "optimizers.py")
+    monkeypatch.chdir(SCRIPTS)  # elsewhere: the path is shown absolute
+    code, out, _err = gpudoctor(monkeypatch, capsys, "check", "--diff", str(script))
+    rel = str(script).lstrip("/")
+    assert code == 1 and out.startswith(f"--- a/{rel}\n+++ b/{rel}\n"), out[:200]
+    assert "a//" not in out

@@ -4,6 +4,7 @@ on made-up run records (the GPU part itself runs only where a GPU is lent, docs/
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -201,3 +202,24 @@ def test_the_bundle_fits_the_device_tools_file_limit(tmp_path):
         names = set(tar.getnames())
     assert "index.json" in names and "run0/t0.pt.trace.json.gz" in names and "run1/manifest.json" in names
     assert (tmp_path / "b.tar.gz").stat().st_size <= 70_000
+
+
+# --------------------------------------------------------------------------- the GPU overhead case's tools
+
+
+@pytest.mark.slow
+def test_the_gpu_loop_switches_gpudoctors_hooks_in_one_process(tmp_path):
+    """overhead.py --gpu tells where a GPU loop's cost comes from by switching gpudoctor's hooks off and on
+    in one profiled process (gpu_train_loop.py --ab-hooks). Its code runs on the CPU too (--device cpu): a
+    device session must not be the first to run it."""
+    times = tmp_path / "ab.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", str(tmp_path / "runs"),
+         "--skip-first", "1000000000", "--no-cprofile", str(ROOT / "benchmarks" / "gpu_train_loop.py"), "--",
+         "--model", "mlp", "--device", "cpu", "--steps", "130", "--ab-hooks", "--step-times", str(times)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(times.read_text())
+    assert len(got["gpu"]) == len(got["wall"]) == len(got["on"]) == 130
+    assert got["on"].count(1) >= 25 and got["on"].count(0) >= 25  # blocks of 25 after 50 warm-up steps
+    assert any("Adam.step" in s for s in got["switched"]) and any("backward" in s for s in got["switched"])

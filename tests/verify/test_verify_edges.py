@@ -126,3 +126,99 @@ def test_the_command_each_trial_runs_is_shown_as_a_shell_would(tmp_path) -> None
     m = _data(tmp_path).manifest
     m = dataclasses.replace(m, argv=(m.script, "--epochs", "1", "it's"))
     assert trial_command(m) == f"python {m.script} --epochs 1 'it'\"'\"'s'"
+
+
+# --------------------------------------------------------------------------- verify runs only what it checked (issue 38)
+
+
+def _hashed(tmp_path: Path):
+    data = _data(tmp_path)
+    script = Path(data.manifest.script)
+    return _with(data, script_sha256=hashlib.sha256(script.read_bytes()).hexdigest())
+
+
+def test_an_edited_argv0_out_of_the_folder_is_refused_without_yes(tmp_path, monkeypatch) -> None:
+    """The guard checked manifest.script, but the trials ran manifest.argv[0]: with argv[0] edited to
+    ../elsewhere/evil.py, verify ran it twice, exit 0, no --yes."""
+    trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "evil.py").write_text("print('evil')\n")
+    (tmp_path / "work").mkdir()
+    data = _with(_hashed(tmp_path / "work"), argv=("../elsewhere/evil.py", "--epochs", "1"))
+    with pytest.raises(UsageError, match=r"would run .*elsewhere/evil\.py, outside its working directory.*--yes"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    assert calls == []  # nothing ran
+    # --yes runs what is outside, but not bytes other than the profiled script's
+    with pytest.raises(UsageError, match=r"evil\.py changed since it was profiled.*--allow-changed"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), dataclasses.replace(OPTS, allow_outside=True))
+    assert calls == []
+
+
+def test_an_edited_argv0_inside_the_folder_is_not_the_script_profiled(tmp_path, monkeypatch) -> None:
+    trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
+    data = _hashed(tmp_path)
+    (tmp_path / "other.py").write_bytes(Path(data.manifest.script).read_bytes())  # the same bytes, another file
+    data = _with(data, argv=("other.py",))
+    with pytest.raises(UsageError, match=r"would run .*other\.py, not the script it profiled .*train\.py.*--yes"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    assert calls == []
+
+
+def test_a_manifest_without_a_hash_counts_as_a_changed_script(tmp_path, monkeypatch) -> None:
+    """A manifest without script_sha256 skipped the changed-script check silently."""
+    trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
+    data = _with(_data(tmp_path), script_sha256=None)
+    with pytest.raises(UsageError, match=r"recorded no SHA-256 .*train\.py.*--allow-changed"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    assert calls == []
+    out, _ = measure(data, [_Arm("GD201", (_workers(1),))], Config(), dataclasses.replace(OPTS, allow_changed=True))
+    assert calls and out["GD201"].status == VerifyStatus.CONFIRMED
+
+
+def test_a_module_run_is_checked_as_the_module_resolves(tmp_path, monkeypatch) -> None:
+    """-m: the file the module resolves to from the run's folder is the target, with its hash."""
+    trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
+    monkeypatch.setattr(verify.trials, "_trial", trial)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("pass\n")
+    data = _with(_data(tmp_path), module="pkg.train", script=None, argv=(str(pkg / "train.py"), "--epochs", "1"),
+                 script_sha256=hashlib.sha256(b"pass\n").hexdigest())
+    measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    ran = len(calls)
+    assert ran
+    (pkg / "train.py").write_text("print('edited')\n")
+    with pytest.raises(UsageError, match=r"pkg/train\.py changed since it was profiled"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    (pkg / "train.py").write_text("pass\n")
+    (tmp_path / "pkg2").mkdir()
+    moved = _with(data, module="pkg2.train")
+    with pytest.raises(UsageError, match=r"no module named 'pkg2\.train'"):
+        measure(moved, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    assert len(calls) == ran
+
+
+def test_a_trial_runs_what_was_checked(tmp_path, monkeypatch) -> None:
+    """_trial hands profile_run the script, module and arguments _check_target resolved and checked."""
+    import gpudoctor.collect as collect
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(opts):
+        seen.append((opts.script, opts.module, opts.args, opts.cwd))
+        raise Stop
+
+    monkeypatch.setattr(collect, "profile_run", record)
+    m = _with(_hashed(tmp_path), argv=("train.py", "--lr", "0.1")).manifest
+    verify.trials._check_target(m, OPTS)
+    with pytest.raises(Stop):
+        verify.trials._trial(m, tmp_path / "run", "verify/baseline/1", (), OPTS, 60.0)
+    assert seen == [("train.py", None, ("--lr", "0.1"), str(tmp_path))]
+    assert verify.trials.trial_target(m) == ("train.py", None, ("--lr", "0.1"))

@@ -10,6 +10,7 @@ generator), so that the orchestration is tested without starting processes; the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def _workers(n: int) -> Injection:
 def _data(tmp_path: Path, cores: int = 2):
     """The profiled run: its DataLoader at train.py:31 with no workers and batches of 64."""
     (tmp_path / "train.py").write_text("pass\n")
-    mf = cpu_manifest(cwd=str(tmp_path), script=str(tmp_path / "train.py"), cpu_count=cores)
+    mf = cpu_manifest(cwd=str(tmp_path), script=str(tmp_path / "train.py"), cpu_count=cores,
+                      script_sha256=hashlib.sha256(b"pass\n").hexdigest())
     s = settings(device_type="cpu", dataloaders=(dataloader(batch_size=64, num_workers=0),))
     return run(source=str(tmp_path / "run"), manifest=mf, settings=s, steps=steps(20, 25.0))
 

@@ -31,6 +31,7 @@ from gpudoctor.rules.static_api.context import (
 )
 from gpudoctor.rules.static_api.facts import (
     POSITIVE_VALUE,
+    TENSOR_DEVICE,
     UNKNOWN,
     UNKNOWN_VALUE,
     Ctx,
@@ -53,6 +54,7 @@ from gpudoctor.rules.static_api.scan import Scan, Watch, dotted, last, root_name
 
 __all__ = [
     "POSITIVE_VALUE",
+    "TENSOR_DEVICE",
     "UNKNOWN",
     "UNKNOWN_VALUE",
     "Ctx",

@@ -191,6 +191,8 @@ class _Marker:
 #: Resolution results that are not a Python value.
 UNKNOWN_VALUE = _Marker("<unknown>")
 POSITIVE_VALUE = _Marker("<positive>")
+#: ``x.device``: the device some tensor is on, wherever that is (a device that follows, never one chosen).
+TENSOR_DEVICE = _Marker("<a tensor's device>")
 
 
 @dataclass(slots=True)
@@ -202,14 +204,14 @@ class Resolved:
 
     @property
     def known(self) -> bool:
-        return self.value is not UNKNOWN_VALUE and self.value is not POSITIVE_VALUE
+        return not isinstance(self.value, _Marker)
 
     def truth(self) -> bool | None:
         """True / False, or None when it cannot be told."""
-        if self.value is UNKNOWN_VALUE:
-            return None
         if self.value is POSITIVE_VALUE:
             return True
+        if isinstance(self.value, _Marker):
+            return None
         try:
             return bool(self.value)
         except Exception:  # noqa: BLE001 - any object whose truth is odd

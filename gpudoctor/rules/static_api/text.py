@@ -166,18 +166,57 @@ def closing_paren(source: str) -> int | None:
     return None
 
 
+#: A statement that only shows a value (print, a logger, TensorBoard, a progress bar): under ``if step % 100
+#: == 0:`` it shows the same values, less often.
+_SHOWS = re.compile(r"^(print|[\w.]*\.(info|debug|warning|log|add_scalar|add_scalars|set_postfix|set_description|"
+                    r"write))\(")
+#: ``losses.update(loss.item(), n)``: a meter's running sum (pytorch/examples' AverageMeter, torchmetrics'
+#: ``update``, torchnet's ``add``), which sums what it is given with ``+=``.
+_METER = re.compile(r"^[\w.\[\]]+\.(update|add)\(")
+
+
+def _meter_update(line: str, pattern: str, text: str) -> bool:
+    return pattern == ".item()" and text.endswith(".item()") and bool(_METER.match(line.strip())) and text in line
+
+
 def sync_after(line: str, pattern: str, text: str, counter: str | None = None) -> str:
     """The fix of a per-step host read (GD102) or copy (GD303): accumulate on the device, or read every
-    100 steps, counted by ``counter`` (the loop's step counter; None: the snippet adds one)."""
+    100 steps, counted by ``counter`` (the loop's step counter; None: the snippet adds one). What a fix
+    moved under the ``if`` changes in what the script prints is ``sync_change``'s to say."""
     if not line:
         return ""
     if pattern == ".item()" and "+=" in line and text.endswith(".item()"):
         receiver = text[: -len(".item()")]
         return line.replace(text, f"{receiver}.detach()") + "  # .item() once per epoch / every N steps"
+    if _meter_update(line, pattern, text):  # the meter keeps every batch, summed on the device
+        receiver = text[: -len(".item()")]
+        return line.replace(text, f"{receiver}.detach()") + "  # summed on the device, read when it prints"
     if counter is None:
         return ("# count the steps: `step = 0` before the loop, `step += 1` in it\n"
                 "if step % 100 == 0:  # not every step\n    " + line)
     return f"if {counter} % 100 == 0:  # not every step\n    " + line
+
+
+def sync_change(line: str, pattern: str, text: str) -> str:
+    """What ``sync_after``'s after changes in what the script computes and prints, in a sentence for the
+    fix's instruction; "" when it keeps every value (a sum on the device). Moving a statement under
+    ``if step % 100 == 0:`` runs it every 100th step: a print shows the same values less often, but a
+    statement that records the value (a meter, a list, a running sum) then records every 100th batch."""
+    stripped = line.strip()
+    if not stripped or (pattern == ".item()" and "+=" in line and text.endswith(".item()")):
+        return ""
+    if _meter_update(line, pattern, text):
+        meter = stripped.split("(", 1)[0]
+        return (f"`{meter}(…)` is given the tensor (`{text[: -len('.item()')]}.detach()`), so that its running "
+                "average still counts every batch, summed on the device, and the GPU is read only when it prints "
+                "(a meter that sums with `+=`, as pytorch/examples' AverageMeter does, and as it already does for "
+                "the accuracy tensors); a meter that needs a float is better given `.item()` every N steps, which "
+                "changes its average")
+    if _SHOWS.match(stripped):
+        return f"under the `if`, `{stripped}` shows every 100th step's value only: the same values, less often"
+    return (f"under the `if`, `{stripped}` runs every 100th step only: what it records (a sum, an average, a list) "
+            "then counts every 100th batch, and what the script prints from it changes; to keep every batch, keep "
+            "the value on the device where it is accumulated (`.detach()`, not `.item()`) and read it when printed")
 
 
 # --------------------------------------------------------------------------- checklist reasons
