@@ -237,7 +237,23 @@ def test_the_expected_fraction_is_bounded_and_computed_for_the_count_recommended
     # a pipeline: the loop's stage (compute and the hand-over) or the workers', whichever is slower
     assert plan.step_after_ns >= max(compute_ms * MS + th.dataloader_handover_ms * MS, load_ms * MS / running)
     now = (compute_ms + load_ms) * MS
-    assert plan.expected_fraction == pytest.approx(max(0.0, min(1.0, (now - plan.step_after_ns) / (load_ms * MS))))
+    won = now - plan.step_after_ns  # under the hand-over: within what the model can tell, no gain promised
+    want = max(0.0, min(1.0, won / (load_ms * MS))) if won >= th.dataloader_handover_ms * MS else 0.0
+    assert plan.expected_fraction == pytest.approx(want)
+
+
+def test_a_win_under_the_hand_over_is_not_promised():
+    """tuned_baseline on 2 cores, its CPU saturated: workers would leave the step at 55.92 ms of 56.18 ms, a
+    win inside what the model can tell; with the whole CPU term gone the same wait is won."""
+    th = Thresholds()
+    load = Load(112.4 * MS, 5.5 * MS, 0.05, WAITING)
+    plan = plan_workers(load, compute_ns=52.67 * MS, wait_ns=3.51 * MS, workers_now=2, cores=2,
+                        main_cpu_ns=105.34 * MS, mem_cap=None, t=th)
+    assert 0 < (52.67 + 3.51) * MS - plan.step_after_ns < th.dataloader_handover_ms * MS
+    assert plan.expected_fraction == 0.0
+    free = plan_workers(load, compute_ns=52.67 * MS, wait_ns=3.51 * MS, workers_now=2, cores=8,
+                        main_cpu_ns=52.0 * MS, mem_cap=None, t=th)
+    assert free.step_after_ns == pytest.approx(53.67 * MS) and free.expected_fraction == pytest.approx(2.51 / 3.51)
 
 
 def test_classify_reads_its_threshold():
