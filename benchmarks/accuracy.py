@@ -55,8 +55,9 @@ found: its figures cover part of the run. Usage::
 
 **Calibration** (always printed, judged with ``--verify``): each planted finding's *expected*
 speed-up (its rule's model, ``gain.expected_speedup``) beside its bound, the speed-up
-``--verify`` measured and the fixed variant's; target: expected ÷ verified within 1/1.25..1.25
-for every finding ``--verify`` measured.
+``--verify`` measured and the fixed variant's; targets: expected ÷ verified within 1/1.25..1.25
+for every finding ``--verify`` measured, and no verified speed-up beyond its finding's bound (a bound
+a measurement beats is not one: issue 37).
 
 ``--verify`` adds a column: each planted run's expected finding goes through
 ``gpudoctor.verify`` (the fix injected into trial runs, timed against
@@ -374,6 +375,13 @@ class Result:
         return self.expected_speedup / v.speedup
 
     @property
+    def beyond_bound(self) -> bool:
+        """--verify measured a speed-up (confirmed, or its point estimate) beyond the finding's bound."""
+        v = self.verified
+        return bool(v is not None and v.speedup is not None and self.speedup_bound is not None
+                    and v.status in ("confirmed", "inconclusive") and v.speedup > self.speedup_bound)
+
+    @property
     def diagnosed_right(self) -> bool:
         return self.status == "measured" and not self.partial and (
             not self.expected or (self.top in self.expected and self.top_every_run))
@@ -486,6 +494,9 @@ def evaluate(
             if cal is not None and r.speedup_measurable and not (1 / CALIBRATION_RATIO <= cal <= CALIBRATION_RATIO):
                 r.problems.append(f"expected {r.expected_speedup:.2f}x, --verify measured {r.verified.speedup:.2f}x: "
                                   f"ratio {cal:.2f}, outside 1/{CALIBRATION_RATIO:g}..{CALIBRATION_RATIO:g}")
+            if r.beyond_bound:
+                r.problems.append(f"--verify measured {r.verified.speedup:.2f}x, beyond the finding's bound "
+                                  f"({r.speedup_bound:.2f}x): a bound a measurement beats is not one")
         results.append(r)
     return results
 
@@ -545,7 +556,7 @@ def calibration_table(results: list[Result]) -> str:
             r.name, (v.code if v and v.code != "-" else ",".join(r.expected)),
             f"{r.expected_speedup:.2f}x" if r.expected_speedup else "-",
             f"{r.speedup_bound:.2f}x" if r.speedup_bound else "-",
-            v.text() if v else "-",
+            (v.text() + (" (beyond the bound)" if r.beyond_bound else "")) if v else "-",
             f"{cal:.2f}" if cal is not None else "-",
             _fmt_speedup(r),
             f"{fixed_ratio:.2f}" if fixed_ratio is not None else "-",

@@ -8,9 +8,10 @@ Each script runs once (per ``--repeat``) under ``gpudoctor profile --no-report -
 ``--steps 60`` the schedule fits two windows (docs/profile.md), the first recording shapes and stacks,
 the second timings only. Each trace tells which it is (Python function events are recorded only with
 stacks) and which steps it recorded (its ``ProfilerStep#N`` spans); the run's ``steps.jsonl`` times every
-step. Printed per script: the median wall time of the unprofiled steps (outside any window, the steps
-next to a window and the first 3 left out), and the median of each window's recorded steps over it.
-Both figures come from the same run, side by side: the machine's noise is common to them.
+step. Printed per script: the median wall time of the unprofiled steady steps (no instrument ran in them,
+nor in the step before: ``model.steady.unprofiled_steps``), and the median of each window's recorded steps
+over it (``model.steady.window_weight``, the figure the report states). Both come from the same run, side
+by side: the machine's noise is common to them.
 
 The account is charged on the window without stacks (``docs/account.md``); its ratio is the weight
 the report states ("profiled steps ran 1.04x the unprofiled ones").
@@ -55,18 +56,25 @@ def trace_steps(path: Path) -> tuple[set[int], bool]:
 
 
 def weigh(run_dir: Path) -> dict[str, float | None]:
+    """The weight of each kind of window, as the report computes it (``model.steady``): the median of a
+    window's recorded steps over the median of the unprofiled steady steps (no instrument, nor right
+    after one), at the rate the loop sustains (wall time on a CPU)."""
+    from gpudoctor.model.run import StepRecord  # noqa: PLC0415 - the benchmark runs from a checkout
+    from gpudoctor.model.steady import steady_steps, unprofiled_steps, window_weight  # noqa: PLC0415
+
     rows = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    wall = {r["index"]: r["wall_ns"] for r in rows}
-    near = {r["index"] + d for r in rows if r.get("window") for d in (-1, 0, 1)}
-    plain = [w for i, w in wall.items() if i >= 3 and i not in near]
-    out: dict[str, float | None] = {"bare_ms": statistics.median(plain) / 1e6 if plain else None,
+    records = [StepRecord.from_dict(r) for r in rows]
+    by_index = {s.index: s for s in records}
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    bare = unprofiled_steps(steady_steps(records, manifest.get("step_source"), None))
+    out: dict[str, float | None] = {"bare_ms": statistics.median(s.wall_ns for s in bare) / 1e6 if bare else None,
                                     "stacks": None, "no_stacks": None}
     for trace in sorted(run_dir.glob("*.pt.trace.json*")):
         steps, stacks = trace_steps(trace)
-        recorded = [wall[i] for i in steps if i in wall]
+        w = window_weight([by_index[i] for i in sorted(steps) if i in by_index], bare)
         key = "stacks" if stacks else "no_stacks"
-        if recorded and plain and out[key] is None:
-            out[key] = statistics.median(recorded) / statistics.median(plain)
+        if w is not None and out[key] is None:
+            out[key] = w.ratio
     return out
 
 

@@ -232,8 +232,9 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if marker:
             out.append(_stat("step_marker", "steps marked by", marker))
         # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
-        figs = step_figures(steady)
-        window = f"{len(steady)} steady steps" + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else "")
+        figs = step_figures(steady)  # of the unprofiled steps where there are enough (model.steady.figure_steps)
+        window = (f"{figs.steps} {'unprofiled ' if figs.unprofiled else ''}steady steps"
+                  + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else ""))
         # the rate the loop sustains: CUDA events where the steps carry them (a GPU-bound loop's host
         # wall time is the time to enqueue a step, not to run it)
         timed = f"{window}, {figs.source}" if figs.source != "wall" else window
@@ -251,7 +252,8 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
     if mf is not None and mf.profiler_owner == "user":
         out.append(_stat("trace_source", "traces from",
                          "the script's own torch.profiler (two profilers cannot record at once: gpudoctor's gave way)"))
-    m = primary_trace(run.metrics)  # the trace the headline numbers come from
+    # the trace the headline numbers come from: the account's (its timings-only window where there is one)
+    m = ctx.primary_trace() or primary_trace(run.metrics)
     if m is None or not m.breakdown_mean_pct:  # no trace breakdown: the hooks' phase times stand in
         phases = ctx.phase_shares_pct()
         if phases is not None:
@@ -298,7 +300,8 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if m.kernels is not None and m.kernels.count:
             out.append(_stat("kernels", "kernels", m.kernels.count, "count", "trace"))
             out.append(_stat("kernels_under_10us", "kernels under 10 µs", m.kernels.under_10us_pct, "%", "kernels"))
-        out.extend(roofline_summary(m))  # achieved TFLOP/s against the device's peak (GD405's figures)
+        # achieved TFLOP/s against the device's peak (GD405's figures): the ops' shapes, from the window that recorded them
+        out.extend(roofline_summary(ctx.detail_of(m, "shapes") or m))
     compiled = compiled_summary(ctx, m)  # torch.compile and CUDA graphs: what runs compiled, warm-up, recompilations
     if compiled:
         out.append(_stat("compiled", "compiled", compiled, "", "trace" if m is not None else "run"))

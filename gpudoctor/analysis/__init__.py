@@ -12,6 +12,8 @@ with its own module and unit tests:
   idle gaps and their causes, histogram, busy timeline;
 - ``ledger``: where each step's time went, in exclusive parts that sum to it
   (docs/account.md): busy time by what ran, idle time by the cause of each gap;
+  ``weight``: a ledger adjusted to its accounting window (a detailed window's shape split,
+  the profiler's weight against the unprofiled steps);
 - ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``dispatch``
   (per-op overhead on the host), ``memory``, ``comm``, ``compiled`` (torch.compile and CUDA
   graphs).

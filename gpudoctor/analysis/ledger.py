@@ -28,6 +28,9 @@ measured on every step, the rest split by a trace's ledger when one is given (sc
 the steps' phase times when they carry them, else ``unexplained``.
 
 ``sum(parts) == window duration`` for every window, in integer nanoseconds.
+
+``analysis.weight`` adjusts a ledger to its accounting window (docs/account.md, "The accounting
+window"): the shape split of a detailed window, the profiler's weight.
 """
 
 from __future__ import annotations
@@ -528,10 +531,12 @@ def steps_ledger(
     *,
     label: str = "",
     rank: int | None = None,
+    label_steps: str = "steady step",
 ) -> Ledger | None:
     """The ledger of a run's steady steps: the data wait of every step, the rest split by
     ``trace`` (a CPU trace of the same run) in its proportions, else by the steps' phase times,
-    else left unexplained."""
+    else left unexplained. ``label_steps``: what the steps are, as the window names them ("steady
+    step", "unprofiled steady step")."""
     steps = [s for s in steps if s.wall_ns > 0]
     if not steps:
         return None
@@ -585,7 +590,7 @@ def steps_ledger(
         key="steps" + (f":{rank}" if rank is not None else "") + (f"+{trace.key}" if trace is not None else ""),
         basis="steps",
         label=label or "the run",
-        window=f"{_plural(len(steps), 'steady step')} (steps.jsonl" + ("; the rest split as the trace splits it)" if trace is not None else ")"),
+        window=f"{_plural(len(steps), label_steps)} (steps.jsonl" + ("; the rest split as the trace splits it)" if trace is not None else ")"),
         windows=len(steps),
         total_ns=total_ns,
         slices=slices,

@@ -32,7 +32,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "DevicePeak", "DeviceUtilization", "DispatchStats", "GapCause", "GapCauseTotal", "HistogramBin", "HostSync",
         "IdleGap", "KernelStats", "Ledger", "LedgerSlice", "MemoryStats", "NameStat", "StepBreakdown",
         "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics",
-        "TransferStat", "UtilizationBin", "Window", "WindowKind",
+        "TransferStat", "UtilizationBin", "Window", "WindowKind", "WindowWeight",
     ),
     "timelines": (
         "StepSpan", "Timelines",
@@ -141,6 +141,7 @@ if TYPE_CHECKING:
         UtilizationBin,
         Window,
         WindowKind,
+        WindowWeight,
     )
     from gpudoctor.model.run import (
         SCHEMA_VERSION,

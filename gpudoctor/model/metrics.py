@@ -199,6 +199,20 @@ class LedgerSlice(Serde):
 
 
 @dataclass(frozen=True, slots=True)
+class WindowWeight(Serde):
+    """The profiler's weight on the steps a ledger's windows recorded (docs/account.md, "The accounting window")."""
+
+    ratio: float  # window_step_ns / bare_step_ns
+    window_step_ns: int  # median of the recorded steps the ledger's windows hold
+    bare_step_ns: int  # median of the steady steps no instrument ran in
+    window_steps: int
+    bare_steps: int
+    source: str  # what timed both: "CUDA events" (the rate the loop sustains) or "wall"
+    scaled: bool = False  # the host-side parts were scaled to the unprofiled step (ratio above the threshold)
+    removed_ns: int = 0  # host time the scaling took out of the ledger (all its windows)
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger(Serde):
     """Step time split into exclusive parts that sum to it (docs/account.md).
 
@@ -216,6 +230,7 @@ class Ledger(Serde):
     notes: tuple[str, ...] = ()
     device_windows: int = 0  # of the windows, steps on the device's timeline (the device limits them; basis "gpu")
     lead_ns: int | None = None  # how far the host ran ahead of the device in those steps (median)
+    weight: WindowWeight | None = None  # against the unprofiled steps (None: too few of them, or a bare trace)
 
     @property
     def step_ns(self) -> float:

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from gpudoctor.model.metrics import WindowWeight
 from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
 
 
@@ -118,11 +119,12 @@ def steady_steps(
 class StepFigures:
     """The step-time figures of a set of steady steps, as every output prints them."""
 
-    steps: int  # steady steps they are of
+    steps: int  # steady steps they are of (``figure_steps``)
     median_ms: float | None  # step time (``loop_times``), rounded to 3 decimals of a ms as the report's summary keeps it
     p90_ms: float | None  # nearest rank
     data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
     source: str = "wall"  # what timed the steps: "CUDA events" or "wall" (the host's time per step)
+    unprofiled: bool = False  # the steps are the unprofiled ones (instrumented steps were left out)
 
 
 #: The share of steps that must carry a CUDA-event time for those times to be the step time: fewer
@@ -155,19 +157,67 @@ def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
 
 
 def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
-    """Median and p90 step time (:func:`loop_times`) and the data-wait share of ``steady`` (:func:`steady_steps`),
-    rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
+    """Median and p90 step time (:func:`loop_times`) and the data-wait share of the steps of ``steady``
+    (:func:`steady_steps`) the figures are of (:func:`figure_steps`: the unprofiled ones where there are
+    enough), rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
     everywhere (3.4 ms, not 3.5)."""
     if not steady:
         return StepFigures(0, None, None, None)
-    times, source = loop_times(steady)
+    steps = figure_steps(steady)
+    times, source = loop_times(steps)
     med = median_int(times) or 0
     p90 = percentile_int(times, 90) or 0
-    wait = data_wait_share_pct(steady)
+    wait = data_wait_share_pct(steps)
     return StepFigures(
-        steps=len(steady),
+        steps=len(steps),
         median_ms=round(med / 1e6, 3),
         p90_ms=round(p90 / 1e6, 3),
         data_wait_pct=round(wait, 3) if wait is not None else None,
         source=source,
+        unprofiled=len(steps) < len(steady),
     )
+
+
+# --------------------------------------------------------------------------- the profiler's weight
+
+#: Unprofiled steady steps enough for figures of their own (a median to weigh a window against, the
+#: means of GD201's model): with fewer, the figures that prefer them take every steady step. GD201's
+#: choice since issue 24; a 30-step run on the profiler's default schedule keeps 8-10.
+MIN_BARE_STEPS = 5
+
+
+def unprofiled_steps(steady: Sequence[StepRecord]) -> tuple[StepRecord, ...]:
+    """The steps of ``steady`` that ran with no instrument (``StepRecord.window`` empty: neither
+    torch.profiler's warm-up or active steps nor cProfile's), nor right after one (the step before it
+    in ``steady``): the step that follows a window pays for its end (the profiler's export, cProfile's
+    stop), 35 ms on a 11 ms step of fp32_convnet on the H200. These are the steps a ``--verify`` trial
+    run resembles: it runs no instrument at all."""
+    window = {(s.rank, s.index): s.window for s in steady}
+    return tuple(s for s in steady if not s.window and not window.get((s.rank, s.index - 1), ""))
+
+
+def figure_steps(steady: Sequence[StepRecord]) -> tuple[StepRecord, ...]:
+    """The steps the run's step figures are of (the report's summary and account, the line ``gpudoctor
+    profile`` prints, GD201's and GD204's models): the unprofiled ones (:func:`unprofiled_steps`) where
+    there are ``MIN_BARE_STEPS``, since a verdict must hold for the loop as it runs without the profiler
+    (docs/account.md, "The accounting window"), else every steady step."""
+    bare = unprofiled_steps(steady)
+    return bare if len(bare) >= MIN_BARE_STEPS else tuple(steady)
+
+
+def window_weight(recorded: Sequence[StepRecord], bare: Sequence[StepRecord]) -> WindowWeight | None:
+    """How much slower the steps a trace recorded ran than the unprofiled ones (:func:`unprofiled_steps`):
+    the median of each, at the rate the loop sustains (:func:`loop_times`: CUDA events where both sets
+    carry them, else the host's wall time for both). None with fewer than ``MIN_BARE_STEPS`` unprofiled
+    steps or no recorded one."""
+    if len(bare) < MIN_BARE_STEPS or not recorded:
+        return None
+    rec, rec_src = loop_times(recorded)
+    base, base_src = loop_times(bare)
+    if rec_src != base_src:  # one set timed by events, the other not: compare the host's times
+        rec, base, rec_src = [s.wall_ns for s in recorded], [s.wall_ns for s in bare], "wall"
+    num, den = median_int(rec), median_int(base)
+    if not num or not den:
+        return None
+    return WindowWeight(ratio=num / den, window_step_ns=num, bare_step_ns=den,
+                        window_steps=len(rec), bare_steps=len(base), source=rec_src)

@@ -225,14 +225,33 @@ def headline(ledger: Ledger) -> str:
 def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
     """The step time the account projects: the median of the steady steps at the rate the loop sustains
     (CUDA events where the steps carry them, ``model.steady.loop_times``), else the mean window."""
-    steps = ctx.steady_steps_of(ledger.rank)
+    steps = ctx.account_steps(ledger.rank)
     times, source = loop_times(steps)
     med = median_int(times)
     if med:
-        return med, f"median of {len(steps)} steady steps" + (f", {source}" if source != "wall" else "")
+        what = "unprofiled steady steps" if len(steps) < len(ctx.steady_steps_of(ledger.rank)) else "steady steps"
+        return med, f"median of {len(steps)} {what}" + (f", {source}" if source != "wall" else "")
     if ledger.windows:
         return int(round(ledger.step_ns)), f"mean of {ledger.window}"
     return None, ""
+
+
+def weight_note(ledger: Ledger, max_ratio: float) -> str:
+    """What the report says of the accounting window's weight (docs/account.md, "The accounting window"):
+    "profiled steps ran 1.20× the unprofiled ones (…)", and whether the host-side work was scaled."""
+    w = ledger.weight
+    if w is None:
+        return ""
+    whose = "" if ledger.basis != "steps" else " (their trace splits the rest)"
+    text = (f"profiled steps{whose} ran {w.ratio:.2f}× the unprofiled ones (median of the {w.window_steps} the account's "
+            f"window recorded, {fmt_ns(w.window_step_ns)}, over the median of {w.bare_steps} unprofiled steady steps, "
+            f"{fmt_ns(w.bare_step_ns)}" + (f"; {w.source}" if w.source != "wall" else "; wall time") + ")")
+    if w.scaled:
+        return (text + f": above {max_ratio:.2f}×, the host-side work of the account (launch and dispatch, Python "
+                f"and CPU ops, the optimizer on the host) is scaled to the unprofiled step: {fmt_ns(w.removed_ns)} "
+                f"of profiler time taken out of its {ledger.windows} windows; the device's busy time and the waits "
+                "are as recorded")
+    return text + f": within {max_ratio:.2f}×, the account is as recorded"
 
 
 def _measured_pct(f: Finding) -> float | None:
@@ -345,6 +364,9 @@ def build_account(ctx: RuleContext, findings: list[Finding], slowest_rank: int |
         notes.append("GPU idle time is won only by host-side fixes, kernel time only by faster kernels (docs/account.md)")
     if step_ns and source.startswith("median") and ledger.basis != "steps":
         notes.append(f"shares of {ledger.window}, applied to the {source} ({fmt_ns(step_ns)})")
+    weight = weight_note(ledger, ctx.thresholds.profiler_weight_max_ratio)
+    if weight:
+        notes.append(weight)
     if multi:
         notes.append(f"{ledger.label}'s account: the slowest rank sets every rank's pace in synchronous training; "
                      "an action on another rank is a share of that rank's step")

@@ -1,3 +1,7 @@
+# Why this file is long: RuleContext is the one object every rule reads its figures through, so that one
+# figure has one value in every finding: the steps, the trace windows, the ledger a finding claims from and
+# the accounting window that ledger is charged on (which traces, which steps, the profiler's weight: docs/
+# account.md) live together. Split the accounting window into its own module if it grows again.
 """What a rule reads (``RuleContext``) and what it returns (``RuleResult``).
 
 A rule's ``check(ctx)`` returns a ``RuleResult``: its findings and a verdict for
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from gpudoctor.analysis.ledger import combine, steps_ledger
+from gpudoctor.analysis.weight import reweigh, split_like
 from gpudoctor.config import Thresholds
 from gpudoctor.model import steady
 from gpudoctor.model.findings import (
@@ -138,6 +143,8 @@ class RuleContext:
     thresholds: Thresholds = field(default_factory=Thresholds)
     code: str = ""  # the rule being run (set by the engine through ``for_rule``)
     name: str = ""
+    # the accounting ledgers, made once per run (``trace_ledger``): every rule's copy (``for_rule``) shares it
+    _ledgers: dict = field(default_factory=dict, compare=False, repr=False)
 
     # ---------------------------------------------------------------- basics
 
@@ -319,9 +326,10 @@ class RuleContext:
         return median_int(s.micro_batches or 0 for s in steps) if steps else None
 
     def data_wait_share_pct(self) -> float | None:
-        """Time the loop waited for the next batch, % of the steady steps' wall time (the figure
-        the summary prints as "waiting for data")."""
-        return steady.data_wait_share_pct(self.steady_steps())
+        """Time the loop waited for the next batch, % of the wall time of the steps the run's figures are
+        of (``account_steps``: the unprofiled steady steps where there are enough; the figure the summary
+        prints as "waiting for data")."""
+        return steady.data_wait_share_pct(self.account_steps(every_rank=True))
 
     # ---------------------------------------------------------------- trace windows
 
@@ -371,6 +379,14 @@ class RuleContext:
             return u.idle_pct_steps, "steps"
         return u.idle_pct_span, "span"
 
+    def account_idle(self, m: TraceMetrics) -> tuple[float | None, str]:
+        """GPU idle % of a trace (``idle``), or, where the account of its process is not its own windows
+        alone (``account_of``: another window, or scaled to the unprofiled step), the account's."""
+        led = self.account_of(m) if RuleContext.util(m) is not None else None
+        if led is not None:
+            return led.idle_pct, "steps"
+        return RuleContext.idle(m)
+
     @staticmethod
     def gap_cause_ns(m: TraceMetrics, *causes: GapCause) -> int:
         u = RuleContext.util(m)
@@ -378,7 +394,26 @@ class RuleContext:
             return 0
         return sum(c.total_ns for c in u.gap_causes if c.cause in causes)
 
+    def account_of(self, m: TraceMetrics) -> Ledger | None:
+        """The GPU account of ``m``'s process where it is not ``m``'s own windows as recorded (another
+        trace is the accounting window, several are, or the account is scaled to the unprofiled step);
+        None where it is (a figure of ``m`` is then a figure of the account)."""
+        if m.ledger is None or m.ledger.basis != "gpu":
+            return None
+        led = self.trace_ledger(m)
+        if led is None or led.total_ns <= 0:
+            return None
+        if led.key != m.ledger.key or (led.weight is not None and led.weight.scaled):
+            return led
+        return None
+
     def trace_share(self, m: TraceMetrics, ns: int) -> float | None:
+        """``ns`` measured over ``m``'s windows as a share of step time: of ``m``'s own window, or, where
+        the account of its process is not ``m``'s windows alone (``account_of``), of the account's step,
+        per window (``ns_on_ledger``)."""
+        led = self.account_of(m)
+        if led is not None:
+            return 100.0 * self.ns_on_ledger(m, ns, led) / led.total_ns
         w = self.window(m)
         return 100.0 * ns / w.dur_ns if w is not None and w.dur_ns > 0 else None
 
@@ -407,38 +442,133 @@ class RuleContext:
 
     def primary_trace(self, rank: int | None = None) -> TraceMetrics | None:
         """The trace a rank's account comes from: its first trace with GPU activity, else its first
-        (rank 0, or the lowest, when ``rank`` is None), of the traces with a ledger
-        (``model.selectors.primary_trace``)."""
-        return primary_trace(self.metrics, rank, with_ledger=True)
+        (rank 0, or the lowest, when ``rank`` is None), of the accounting traces with a ledger
+        (``accounting_traces``, ``model.selectors.primary_trace``)."""
+        return primary_trace(self.accounting_traces(), rank, with_ledger=True)
+
+    # ---------------------------------------------------------------- the accounting window (docs/account.md)
+
+    def unprofiled_steps(self, rank: int | None = None, *, every_rank: bool = False) -> tuple[StepRecord, ...]:
+        """The steady steps (of ``rank``: ``steady_steps_of``; of every rank with ``every_rank``) that ran
+        without an instrument, nor right after one (``model.steady.unprofiled_steps``): the steps a
+        ``--verify`` trial run resembles."""
+        return steady.unprofiled_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
+
+    def account_steps(self, rank: int | None = None, *, every_rank: bool = False) -> tuple[StepRecord, ...]:
+        """The steps the account's step-time figures are of: the unprofiled steady steps where the run has
+        ``model.steady.MIN_BARE_STEPS`` of them (what ``--verify`` measures: time per step over a run that
+        carries no instrument), else every steady step."""
+        return steady.figure_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
+
+    def accounting_traces(self) -> tuple[TraceMetrics, ...]:
+        """The traces the account is charged on: of each process (rank), those recorded without stacks
+        or shapes where it has one (the profiler weighs least there: DESIGN.md, "One account of the
+        step"), else all of its traces. The others are the detailed windows, which the findings that
+        need shapes or stacks read (``detail_traces``)."""
+        out: list[TraceMetrics] = []
+        for rank in dict.fromkeys(m.rank for m in self.metrics):
+            mine = [m for m in self.metrics if m.rank == rank]
+            plain = [m for m in mine if m.ledger is not None and not (m.has_stacks or m.has_shapes)]
+            out.extend(plain or mine)
+        return tuple(out)
+
+    def detail_traces(self, need: str) -> tuple[TraceMetrics, ...]:
+        """Of each process (rank), its traces recorded with ``need`` ("shapes": the ops' input types and
+        sizes; "stacks": Python frames) where it has one, else its accounting traces."""
+        out: list[TraceMetrics] = []
+        plain = self.accounting_traces()
+        for rank in dict.fromkeys(m.rank for m in self.metrics):
+            mine = [m for m in self.metrics if m.rank == rank]
+            have = [m for m in mine if (m.has_shapes if need == "shapes" else m.has_stacks)]
+            out.extend(have or [m for m in plain if m.rank == rank])
+        return tuple(out)
+
+    def detail_of(self, m: TraceMetrics, need: str) -> TraceMetrics | None:
+        """The trace of ``m``'s process recorded with ``need`` ("shapes", "stacks"): ``m`` itself when it has
+        it, else the first such trace of the same rank (None: none has)."""
+        has = (lambda x: x.has_shapes) if need == "shapes" else (lambda x: x.has_stacks)
+        if has(m):
+            return m
+        return next((x for x in self.metrics if x.rank == m.rank and has(x)), None)
+
+    def recorded_steps(self, traces: Sequence[TraceMetrics]) -> tuple[StepRecord, ...]:
+        """The run's step records of the steps ``traces`` recorded (their ``ProfilerStep#N`` = the
+        record's index, of the same rank); none where the numbers do not match gpudoctor's own windows
+        (a record outside torch.profiler's active steps: a profiler of the script's own numbers its steps)."""
+        nums = {(m.rank, w.step) for m in traces for w in m.steps}
+        out = tuple(s for s in self.run.steps
+                    if (s.rank, s.index) in nums or (s.rank is None and (None, s.index) in nums)
+                    or (s.rank is not None and any(r is None and n == s.index for r, n in nums)))
+        return out if out and all(s.window == "active" for s in out) else ()
 
     def trace_ledger(self, m: TraceMetrics) -> Ledger | None:
-        """The ledger of ``m``'s process: its traces of the same kind (GPU or CPU-only) together,
-        since a profiler schedule that repeats writes one trace per cycle."""
+        """The account of ``m``'s process, whichever of its traces ``m`` is: its accounting traces of the
+        same kind (GPU or CPU-only) together, since a profiler schedule that repeats writes one trace per
+        cycle (``accounting_traces``); their kernel time split as a detailed window's shapes split it
+        (``analysis.weight.split_like``); with the weight of their recorded steps against the unprofiled
+        ones, the host-side work scaled to the unprofiled step above ``profiler_weight_max_ratio``
+        (``analysis.weight.reweigh``)."""
         if m.ledger is None:
             return None
-        same = [
-            x.ledger for x in self.metrics
-            if x.ledger is not None and x.rank == m.rank and x.ledger.basis == m.ledger.basis
-        ]
-        return combine(same) if len(same) > 1 else m.ledger
+        key = (m.rank, m.ledger.basis)
+        if key in self._ledgers:
+            return self._ledgers[key]
+        pool = [x for x in self.accounting_traces()
+                if x.ledger is not None and x.rank == m.rank and x.ledger.basis == m.ledger.basis]
+        pool = pool or [m]
+        led = combine([x.ledger for x in pool if x.ledger is not None]) if len(pool) > 1 else pool[0].ledger
+        assert led is not None
+        others = [x for x in self.metrics if x.rank == m.rank and x.ledger is not None and all(x is not y for y in pool)]
+        if others:
+            shaped = next((x for x in others if x.has_shapes and x.ledger is not None
+                           and x.ledger.basis == led.basis), None)
+            if shaped is not None and shaped.ledger is not None:
+                led = split_like(led, shaped.ledger, trace_label(shaped))
+            if not any(x.has_stacks or x.has_shapes for x in pool):  # the timings-only window(s)
+                led = replace(led, window=f"{led.window}, timings only (shapes and stacks: "
+                                          f"{', '.join(trace_label(x) for x in others)})")
+        weight = steady.window_weight(self.recorded_steps(pool), self.unprofiled_steps(m.rank))
+        led = reweigh(led, weight, self.thresholds.profiler_weight_max_ratio)
+        self._ledgers[key] = led
+        return led
 
     def ledger(self, m: TraceMetrics | None = None) -> Ledger | None:
         """The ledger a finding claims its share of step time from: a GPU trace's (what the GPU
-        waited on is only in the trace), its process's traces together; a CPU trace's, with the
-        data wait of every steady step when the run has per-step records; without a trace (``m``
-        None and no trace), the steady steps' own."""
+        waited on is only in the trace), its process's accounting traces together (``trace_ledger``);
+        a CPU trace's, with the data wait of the account's steps (``account_steps``) when the run has
+        per-step records; without a trace (``m`` None and no trace), those steps' own."""
         if m is None:
             m = self.primary_trace()
             if m is None:
-                steps = self.steady_steps_of(None)
-                return steps_ledger(steps) if steps else None
+                steps = self.account_steps(None)
+                return steps_ledger(steps, label_steps=self._steps_label(None)) if steps else None
         led = self.trace_ledger(m)
         if led is None or led.basis == "gpu":
             return led
-        steps = self.steady_steps_of(m.rank)
+        steps = self.account_steps(m.rank)
         if steps:
-            return steps_ledger(steps, led, rank=m.rank)
+            return replace(steps_ledger(steps, led, rank=m.rank, label_steps=self._steps_label(m.rank)),
+                           weight=led.weight)
         return led
+
+    def _steps_label(self, rank: int | None) -> str:
+        """What the account's steps are, as a ledger's window names them: "unprofiled" where instrumented
+        steps were left out."""
+        return ("unprofiled steady step" if len(self.account_steps(rank)) < len(self.steady_steps_of(rank))
+                else "steady step")
+
+    def ns_on_ledger(self, m: TraceMetrics, ns: int, ledger: Ledger | None) -> int:
+        """``ns`` measured over ``m``'s windows, in the terms of ``ledger`` (its process's account, which
+        may hold other windows, or be scaled to the unprofiled step): as much per window on a GPU ledger
+        (the device's work per step does not depend on the window), the same share of the windows' time on
+        a ledger of steps. ``ns`` itself where ``ledger`` is ``m``'s own, unscaled."""
+        if ledger is None or m.ledger is None or not m.ledger.windows or not m.ledger.total_ns:
+            return ns
+        if ledger.key == m.ledger.key and not (ledger.weight is not None and ledger.weight.scaled):
+            return ns
+        if ledger.basis == "gpu":
+            return int(round(ns * ledger.windows / m.ledger.windows))
+        return int(round(ns * ledger.total_ns / m.ledger.total_ns))
 
     def part_pct(self, ledger: Ledger | None, *components: Component) -> float | None:
         """The share of step time of some parts of a ledger (None without one)."""
@@ -509,6 +639,7 @@ class RuleContext:
         severity_pct: float | None = None,
         expected: float | None = None,
         expected_note: str = "",
+        source: TraceMetrics | None = None,
     ) -> Finding:
         """A finding of the rule being run. With ``claims`` (parts of ``ledger``, each whole
         (None) or up to a measured ns), the share of step time at stake is what they amount to,
@@ -517,11 +648,15 @@ class RuleContext:
         ``severity_pct``: a figure that is not a share of step time (CPU demand, system CPU, the
         other ranks' wait) but sets the severity on the same scale; the gain note says what it is.
         ``expected``: the fraction (0..1) of the share at stake that the rule's model (stated in its
-        documentation) expects the fix to win, ``expected_note`` that model with its factors."""
+        documentation) expects the fix to win, ``expected_note`` that model with its factors.
+        ``source``: the trace the claims' ns were measured over, when it is not the ledger's windows
+        alone (``ns_on_ledger`` puts them in the ledger's terms)."""
         claimed: tuple[Claim, ...] = ()
         if claims and ledger is not None and ledger.total_ns > 0:
             out = []
             for comp, ns in claims:
+                if ns is not None and source is not None:
+                    ns = self.ns_on_ledger(source, ns, ledger)
                 part = ledger.ns(comp)
                 want = part if ns is None else max(0, min(int(ns), part))
                 out.append(Claim(comp.value, ledger.key, want, want, part, ledger.total_ns))
@@ -543,11 +678,16 @@ class RuleContext:
 
     # ---------------------------------------------------------------- multi-trace
 
-    def per_trace(self, judge: Callable[[TraceMetrics], RuleResult]) -> RuleResult:
-        """Judge every trace; keep the worst finding and name the other ranks where it also fired."""
+    def per_trace(self, judge: Callable[[TraceMetrics], RuleResult], use: str = "account") -> RuleResult:
+        """Judge the traces; keep the worst finding and name the other ranks where it also fired.
+        ``use``: which of each process's traces: "account" (the accounting ones: a figure of time
+        judged where the profiler weighs least), "shapes" or "stacks" (the detailed ones, for a rule
+        that reads the ops' shapes or Python frames), "all"."""
         if not self.metrics:
             return RuleResult.cannot_judge("no trace in this run")
-        results = [(m, judge(m)) for m in self.metrics]
+        traces = (self.metrics if use == "all" else self.accounting_traces() if use == "account"
+                  else self.detail_traces(use))
+        results = [(m, judge(m)) for m in traces]
         return merge_results(results)
 
 

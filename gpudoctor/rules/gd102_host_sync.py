@@ -109,7 +109,7 @@ from gpudoctor.model.findings import (
     TimeRange,
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
+from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, trace_label
 from gpudoctor.rules.helpers import parse_frame
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
@@ -172,7 +172,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         at_stake = share
         confidence = Confidence.INFERRED
         gain_note = "host time blocked in synchronizations (no ledger of the step)"
-    top_frame = s.by_frame[0] if s.by_frame else None
+    # the lines come from the window that recorded stacks (the account's records timings only)
+    framed = ctx.detail_of(m, "stacks")
+    by_frame = s.by_frame or (framed.syncs.by_frame if framed is not None and framed.syncs is not None else ())
+    top_frame = by_frame[0] if by_frame else None
     location = parse_frame(top_frame.name) if top_frame is not None else None
     what = ", ".join(f"{n.name} ×{n.count}" for n in s.by_name[:3])
     where = f"; most from {top_frame.name} (×{top_frame.count})" if top_frame is not None else ""
@@ -188,13 +191,15 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         Metric("gpu_idle_after_sync_pct", round(at_stake, 2), "%", "steps" if m.steps else "span"),
     ]
     notes = [f"{n.name}: {n.count} calls, {fmt_ns(n.total_ns)}" for n in s.by_name[:5]]
-    notes += [f"caused at {n.name}: {n.count} syncs, {fmt_ns(n.total_ns)}" for n in s.by_frame[:5]]
-    if not m.has_stacks:
+    notes += [f"caused at {n.name}: {n.count} syncs, {fmt_ns(n.total_ns)}" for n in by_frame[:5]]
+    if by_frame is not s.by_frame and framed is not None:
+        notes.append(f"the lines from {trace_label(framed)}, the window that recorded stacks")
+    if not m.has_stacks and framed is None:
         notes.append("no Python stacks in the trace: record with stacks (gpudoctor profile --stack) to name the lines")
     ranges = tuple(
         TimeRange(h.ts_ns, h.ts_ns + h.dur_ns, f"{h.name}{' at ' + h.frame if h.frame else ''}") for h in s.top[:5]
     )
-    lines = ", ".join(n.name for n in s.by_frame[:3])
+    lines = ", ".join(n.name for n in by_frame[:3])
     instruction = (
         f"Remove the per-step synchronizations at {lines}: keep values on the GPU and read them every N steps."
         if lines

@@ -198,7 +198,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"peak GPU memory {fmt_pct(peak.pct)} of the device (threshold {t.batch_memory_share_pct:g}%)",
             applied=True,
         )
-    idle_pct, wname = ctx.idle(m)
+    idle_pct, wname = ctx.account_idle(m)
     short = m.kernels.under_10us_pct if m.kernels is not None else None
     idle_under = idle_pct is not None and idle_pct >= t.batch_gpu_idle_share_pct
     short_under = short is not None and short >= t.launch_short_kernel_share_pct

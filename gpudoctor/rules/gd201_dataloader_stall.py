@@ -83,16 +83,28 @@ instrument (torch.profiler's and cProfile's windows slow the loading and the
 step unevenly, and `--verify`'s trial runs carry neither; all steady steps when
 fewer than 5 ran bare):
 
-    step_after = max(compute, load ÷ w, load_cpu ÷ usable_cores,
-                     (training_cpu + load_cpu) ÷ cores) + hand-over
+    step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
+                     (training_cpu + hand-over + load_cpu) ÷ cores)
     expected   = (step_now − step_after) ÷ wait, clipped to [0, 1]
 
 where w is the workers recommended (for a computing load, at most the usable
 cores), load_cpu the loading's CPU time per batch and training_cpu the training
 process's own (getrusage); the last two terms say the workers' CPU cannot run
 faster than the cores left to them, nor all the CPU faster than every core.
+A pipeline runs at the rate of its slowest stage: the hand-over is the
+training process's work (its stage), not the workers'. A win per batch under
+the hand-over (`step_now − step_after`) is within what the model can tell, as a
+wait under it is no stall the rule reports: the expected gain is then none, and
+the finding at most info (tuned_baseline on 2 cores, its CPU saturated: 56.18
+against 55.92 ms).
 `expected` is the share of the finding's time at stake (its `data_loading`
-part) the fix is expected to win. Sources: workers run `__getitem__` and
+part) the fix is expected to win. The finding's figures and the model's means
+are of the account's steps (the unprofiled ones where there are enough,
+docs/account.md); on a run without a GPU so is the share at stake, a share of
+their sums, as `--verify` measures a run (time per step): the expected speed-up
+is then step_now ÷ step_after, and the bound (the whole wait) one that a trial
+run without the wait cannot beat. On a GPU run the share at stake is the GPU's
+idle time while the loop waited, in the account's window. Sources: workers run `__getitem__` and
 `collate_fn` in parallel processes, each with `prefetch_factor` batches in
 flight (PyTorch data docs); the hand-over (unpickling a batch, mapping its
 shared memory) measured at 1.2-1.4 ms per batch on a 2-core VM
@@ -219,6 +231,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
+from gpudoctor.model.steady import data_wait_share_pct
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -440,13 +453,16 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     after = loader_step_ns(compute_ns=compute_ns, load_ns=load.load_ns, load_cpu_ns=cpu, workers=running,
                            usable_cores=usable, cores=cores, main_cpu_ns=main_cpu_ns, handover_ns=handover)
     now = compute_ns + wait_ns
-    fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 else 0.0
-    terms = [f"compute {fmt_ns(compute_ns)}", f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
+    # a win per batch under the hand-over is within what the model can tell (its smallest term; a wait under it
+    # is no stall the rule reports either): none is promised
+    fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 and now - after >= handover else 0.0
+    terms = [f"compute {fmt_ns(compute_ns)} + hand-over {fmt_ns(handover)}",
+             f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
     if cpu is not None and usable:
         terms.append(f"load CPU {fmt_ns(cpu)} ÷ {usable} usable core(s)")
         if main_cpu_ns is not None and cores:
-            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + load CPU) ÷ {cores} cores")
-    model = (f"step per batch = max({', '.join(terms)}) + hand-over {fmt_ns(handover)} = {fmt_ns(after)}, "
+            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cores} cores")
+    model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
              f"against {fmt_ns(now)} now{f' ({basis})' if basis else ''}: {fmt_pct(100.0 * fraction)} of the "
              f"{fmt_ns(wait_ns)} wait won")
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
@@ -483,8 +499,10 @@ def _hot_text(load: Load) -> str:
 
 def _from_steps(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    steps = ctx.steady_steps()
-    share = ctx.data_wait_share_pct()
+    # the account's steps: the unprofiled ones where there are enough, as --verify's trial runs carry no
+    # instrument (docs/account.md, "The accounting window"), else every steady step
+    steps = ctx.account_steps(every_rank=True)
+    share = data_wait_share_pct(steps)
     dl = ctx.main_dataloader()
     if share is None:
         return RuleResult.cannot_judge("no per-step records")

@@ -214,7 +214,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
     t = ctx.thresholds
     best = None
     for m in ctx.gpu_traces():
-        idle_pct, wname = ctx.idle(m)
+        idle_pct, wname = ctx.account_idle(m)
         if idle_pct is None:
             continue
         ledger = ctx.ledger(m)

@@ -215,6 +215,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.H2D, dur)],
         ledger=ctx.ledger(m),
+        source=m,
         expected=expected,
         expected_note=expected_note,
     )

@@ -182,6 +182,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         expected=expected,
         expected_note=expected_note,
         ledger=ledger,
+        source=m,
     )
     return RuleResult.fired(finding)
 

@@ -156,6 +156,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.D2H, dur)],
         ledger=ctx.ledger(m),
+        source=m,
         expected=1.0 - 1.0 / READ_EVERY_STEPS,
         expected_note=f"the copies made every {READ_EVERY_STEPS} steps instead of every step",
     )

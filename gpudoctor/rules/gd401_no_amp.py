@@ -348,7 +348,7 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.cannot_judge("the trace does not say which GPU ran it (no compute capability)")
     if cc < t.amp_min_compute_capability:
         return RuleResult.not_applicable(f"{name or 'the GPU'} (compute capability {cc:g}) has no Tensor Cores")
-    return ctx.per_trace(lambda m: _judge(ctx, m, name, cc))
+    return ctx.per_trace(lambda m: _judge(ctx, m, name, cc), use="shapes")  # the dtypes: the detailed window
 
 
 # --------------------------------------------------------------------------- `gpudoctor check`

@@ -158,7 +158,7 @@ def check(ctx: RuleContext) -> RuleResult:
         )
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels to measure FP32 matmul time")
-    return ctx.per_trace(lambda m: _judge(ctx, m, refs, name, cc))
+    return ctx.per_trace(lambda m: _judge(ctx, m, refs, name, cc), use="shapes")  # the dtypes: the detailed window
 
 
 def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:

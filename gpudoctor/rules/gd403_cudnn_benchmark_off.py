@@ -208,7 +208,7 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable(f"determinism required: {flag_text(det)}")
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels to measure convolution time")
-    return ctx.per_trace(lambda m: _judge(ctx, m, bench))
+    return ctx.per_trace(lambda m: _judge(ctx, m, bench), use="shapes")  # the input shapes: the detailed window
 
 
 def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:

@@ -96,6 +96,13 @@ Thresholds
 Known limits
 ------------
 Needs recorded shapes for the FLOPs (the chains need only kernel names).
+Where a run has a window recorded with shapes and one without (`gpudoctor
+profile`'s default: docs/account.md, "The accounting window"), both findings
+are read from the one with shapes, their shares taken of the account's step:
+without shapes, any elementwise kernels in a row count as a chain (on the
+H200, the BF16 probe's autocast casts and their neighbours made 4 chains of
+14 kernels per step in its timings-only window, 15% of step time; with its
+shapes, 1 chain of 4, under 6%).
 FLOPs are model FLOPs from the shapes (a backward attention counts twice its
 forward, not FlashAttention's recomputation); bytes the least traffic, each
 tensor once. A forward convolution needs Concrete Inputs (stride, padding),
@@ -222,8 +229,9 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
         + "."
     )
     ledger = ctx.ledger(m)  # the parts the flagged kernels are in (the ledger files some elsewhere)
-    mm_ns = sum(x.kernel_ns for x in flagged if x.op_class != "conv")
-    conv_ns = sum(x.kernel_ns for x in flagged if x.op_class == "conv")
+    # measured over this trace's windows: in the account's terms (its windows may be another trace's)
+    mm_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class != "conv"), ledger)
+    conv_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class == "conv"), ledger)
     claims = _claims(ledger, [(Component.GPU_FP32_MATMUL, mm_ns)], Component.GPU_COMPUTE) + _claims(
         ledger, [(Component.GPU_FP32_CONV, conv_ns)], Component.GPU_CONV)
     top = max(flagged, key=lambda x: x.kernel_ns)
@@ -324,6 +332,7 @@ def _chain_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline) -> tuple[Find
         rank=m.rank,
         claims=[(Component.GPU_COMPUTE, r.chain_ns)],
         ledger=ledger,
+        source=m,
         expected=expected,
         expected_note="a fused chain moves about its largest member's bytes: it takes about its longest kernel",
     )
@@ -353,7 +362,7 @@ def check(ctx: RuleContext) -> RuleResult:
     if not ctx.gpu_traces():
         return RuleResult.cannot_judge("no trace with GPU kernels in this run")
     _, cc = ctx.device_cc()
-    return ctx.per_trace(lambda m: _judge(ctx, m, cc))
+    return ctx.per_trace(lambda m: _judge(ctx, m, cc), use="shapes")  # FLOPs and chains: the detailed window
 
 
 # --------------------------------------------------------------------------- the summary's figures

@@ -171,6 +171,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.OTHER_CPU, api_ns)] if measured else (),
         ledger=ctx.ledger(m),
+        source=m,
         expected=1.0 if measured else None,
         expected_note="the caching allocator reuses its blocks: a steady step makes no cudaMalloc/cudaFree call",
     )

@@ -142,6 +142,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         rank=m.rank,
         claims=[(Component.OTHER_CPU, loss_ns), (Component.D2H, d2h_ns)],
         ledger=ctx.ledger(m),
+        source=m,
         expected=max(0.0, 1.0 - nsteps * DEVICE_LOSS_HOST_NS_PER_STEP / (loss_ns + d2h_ns)) if loss_ns + d2h_ns else None,
         expected_note=(f"the loss on the device costs the host ~{DEVICE_LOSS_HOST_NS_PER_STEP // 1000} µs of "
                        "dispatch per step instead of the CPU loss and the copy of the outputs"),

@@ -96,6 +96,21 @@ def test_gd102_fires_and_points_at_the_line():
     assert f.severity == Severity.ERROR
 
 
+def test_gd102_judges_the_timings_only_window_and_names_the_line_from_the_detailed_one():
+    """The account's window records no stacks (docs/account.md, "The accounting window"): the share is
+    its own, the line the one the detailed window's stacks give."""
+    detail = trace(path="p.00000011.pt.trace.json.gz", syncs=_syncs(30.0),
+                   utilization=(utilization(60.0, causes={GapCause.SYNC: 1.0}),))
+    plain_syncs = dataclasses.replace(_syncs(12.0), by_frame=(), top=())
+    plain = trace(path="p.00000025.pt.trace.json.gz", syncs=plain_syncs, has_stacks=False, has_shapes=False,
+                  utilization=(utilization(30.0, causes={GapCause.SYNC: 1.0}),))
+    (f,) = judge("GD102", run(metrics=(detail, plain))).findings
+    assert "12.0% of step time" in f.message and f.gain.share_pct == 30.0  # the plain window's figures
+    assert f.location is not None and (f.location.file, f.location.line) == ("train.py", 42)
+    assert any("p.00000011.pt.trace.json.gz, the window that recorded stacks" in n for n in f.evidence.notes)
+    assert "also on" not in " ".join(f.evidence.notes)  # the detailed window is not judged for the share
+
+
 def test_gd102_sync_on_saturated_gpu_is_only_info():
     m = trace(syncs=_syncs(12.0), utilization=(utilization(1.0, causes={GapCause.SHORT: 1.0}),))
     (f,) = judge("GD102", run(metrics=(m,))).findings

@@ -92,6 +92,28 @@ def test_a_waiting_load_gets_more_workers_than_cores_with_the_gain_of_that_count
     assert any("time.sleep" in n for n in f.evidence.notes)
 
 
+def test_the_model_and_its_bound_are_of_the_unprofiled_steps():
+    """Issue 37's held-out loader (a collate that waits ~30 ms, num_workers=0, 2 cores): the profiler's
+    windows made its steps heavier, and the finding mixed them in (a bound of 87.4% that --verify's
+    measured 91.0% beat). The account's steps are the unprofiled ones: the share at stake is the wait's
+    share of their sums, and the model's speed-up is their step over the step it expects."""
+    data = _two_core_run(32.0, 30.0, cpu_ms=2.0, model_ms=1.8)
+    heavy = {i: w for i, w in ((9, "warmup"), *((i, "active") for i in range(10, 15)), (15, "cprofile"),
+                               *((i, "cprofile") for i in range(16, 20)))}
+    windowed = tuple(dataclasses.replace(x, window=heavy[x.index], wall_ns=x.wall_ns + 10 * MS)
+                     if x.index in heavy else x for x in data.steps)
+    (f,) = judge("GD201", dataclasses.replace(data, steps=windowed)).findings
+    bare = [x for x in windowed if not x.window and x.index not in (0, 20)]  # the first, and the one after a window
+    assert f.gain.share_pct == pytest.approx(100.0 * 30 / 32, abs=1e-3)
+    assert f"over {len(bare)} steps" in f.message and "30.00 ms of a 32.00 ms step" in f.message
+    after = _metric(f, "expected_step_ns")
+    assert f.gain.expected_speedup == pytest.approx(32.0 * MS / after, rel=2e-3)
+    # every steady step mixed in (the profiled ones 10 ms heavier), the share would be lower than what a bare
+    # trial run waits: the bound would not hold
+    every = [x for x in windowed if x.index != 0]
+    assert 100.0 * sum(x.data_wait_ns for x in every) / sum(x.wall_ns for x in every) < f.gain.share_pct - 2
+
+
 def test_a_waiting_load_is_told_by_getrusage_alone():
     # no cProfile: the process used 12 ms of CPU per step, 11 ms of it in the model's calls, against a 20 ms
     # wait: the loading used at most 1 ms of CPU in its 20 ms
@@ -121,8 +143,9 @@ def test_a_computing_load_is_capped_at_the_usable_cores_and_names_its_hot_functi
     assert _metric(f, "suggested_num_workers") == 1  # 2 cores less 1 for the training process
     assert "capped at 1" in f.fix.instruction and "computing load cannot use more workers than cores" in f.fix.instruction
     assert "cannot hide this load" in f.fix.instruction and "train.py:30(decode)" in f.fix.instruction
-    # one worker: max(12, 40 ÷ 1, 40 CPU ÷ 1 core, (12 + 40) ÷ 2) + 1 = 41 ms against 52 ms: 11 of the 40 ms wait
-    assert f.gain.expected_fraction == pytest.approx(11 / 40, abs=0.01)
+    # one worker: max(12 + 1 hand-over, 40 ÷ 1, 40 CPU ÷ 1 core, (12 + 1 + 40) ÷ 2) = 40 ms against 52 ms: 12 of
+    # the 40 ms wait (the worker sets the pace; the loop's hand-over runs beside it)
+    assert f.gain.expected_fraction == pytest.approx(12 / 40, abs=0.01)
     assert f.gain.expected_share_pct <= f.gain.share_pct
 
 
@@ -133,7 +156,7 @@ def test_a_computing_load_the_cores_can_hide_gets_its_gain():
                          settings=settings(device_type="cpu", cpu_count=8, num_threads=8))
     (f,) = judge("GD201", data).findings
     assert _metric(f, "suggested_num_workers") == 5 and "cannot hide" not in f.fix.instruction
-    # max(12, 40 ÷ 5, 40 ÷ 7, (12 + 40) ÷ 8) + 1 = 13 ms against 52: 39 of the 40 ms
+    # max(12 + 1, 40 ÷ 5, 40 ÷ 7, (12 + 1 + 40) ÷ 8) = 13 ms against 52: 39 of the 40 ms
     assert f.gain.expected_fraction == pytest.approx(39 / 40, abs=0.01)
 
 
@@ -189,7 +212,7 @@ def test_the_most_workers_recommended_is_a_threshold():
     (f,) = judge("GD201", data).findings
     assert _metric(f, "suggested_num_workers") == 16 and "dataloader_max_workers_count=16" in f.fix.instruction
     # 200 ÷ 16 = 12.5 ms per batch: the model does not promise the whole wait
-    assert f.gain.expected_fraction == pytest.approx((202 - 13.5) / 200, abs=0.01)
+    assert f.gain.expected_fraction == pytest.approx((202 - 12.5) / 200, abs=0.01)
     (g,) = judge("GD201", data, dataloader_max_workers_count=8).findings
     assert _metric(g, "suggested_num_workers") == 8 and g.gain.expected_fraction < f.gain.expected_fraction
 
@@ -211,9 +234,26 @@ def test_the_expected_fraction_is_bounded_and_computed_for_the_count_recommended
     assert 0.0 <= plan.expected_fraction <= 1.0
     # the fraction is the model's step for that count
     running = plan.workers if kind == WAITING else min(plan.workers, max(1, cores - 1))
-    assert plan.step_after_ns >= max(compute_ms * MS, load_ms * MS / running) + th.dataloader_handover_ms * MS
+    # a pipeline: the loop's stage (compute and the hand-over) or the workers', whichever is slower
+    assert plan.step_after_ns >= max(compute_ms * MS + th.dataloader_handover_ms * MS, load_ms * MS / running)
     now = (compute_ms + load_ms) * MS
-    assert plan.expected_fraction == pytest.approx(max(0.0, min(1.0, (now - plan.step_after_ns) / (load_ms * MS))))
+    won = now - plan.step_after_ns  # under the hand-over: within what the model can tell, no gain promised
+    want = max(0.0, min(1.0, won / (load_ms * MS))) if won >= th.dataloader_handover_ms * MS else 0.0
+    assert plan.expected_fraction == pytest.approx(want)
+
+
+def test_a_win_under_the_hand_over_is_not_promised():
+    """tuned_baseline on 2 cores, its CPU saturated: workers would leave the step at 55.92 ms of 56.18 ms, a
+    win inside what the model can tell; with the whole CPU term gone the same wait is won."""
+    th = Thresholds()
+    load = Load(112.4 * MS, 5.5 * MS, 0.05, WAITING)
+    plan = plan_workers(load, compute_ns=52.67 * MS, wait_ns=3.51 * MS, workers_now=2, cores=2,
+                        main_cpu_ns=105.34 * MS, mem_cap=None, t=th)
+    assert 0 < (52.67 + 3.51) * MS - plan.step_after_ns < th.dataloader_handover_ms * MS
+    assert plan.expected_fraction == 0.0
+    free = plan_workers(load, compute_ns=52.67 * MS, wait_ns=3.51 * MS, workers_now=2, cores=8,
+                        main_cpu_ns=52.0 * MS, mem_cap=None, t=th)
+    assert free.step_after_ns == pytest.approx(53.67 * MS) and free.expected_fraction == pytest.approx(2.51 / 3.51)
 
 
 def test_classify_reads_its_threshold():
@@ -310,6 +350,16 @@ def test_gd204_expects_nothing_it_cannot_model_when_the_workers_pools_spin():
     assert f.gain.expected_fraction is None and f.gain.expected_speedup is None
     assert "no expected gain: the workers' thread pools spin" in f.gain.note
     assert not [m for m in f.evidence.metrics if m.name == "expected_step_ns"]
+    # spinning pools stretch the compute beyond what the run-queue figures see: the bound takes each step's
+    # compute down to the least a step of the run showed (--verify measured 9.85x on the planted sample
+    # against a bound of 9.10x from those figures)
+    fast = tuple(dataclasses.replace(x, wall_ns=x.data_wait_ns + 20 * MS) if x.index == 19 else x
+                 for x in data.steps)
+    (g,) = judge("GD204", dataclasses.replace(data, steps=fast)).findings
+    assert g.gain.share_pct > f.gain.share_pct
+    # per batch over the 19 steady steps: 97.4 ms, 30 of it waiting, 67.4 computing, down to 20: 77.4 at stake
+    step = (18 * 100.0 + 50.0) / 19
+    assert g.gain.share_pct == pytest.approx(100.0 * (30.0 + (step - 30.0) - 20.0) / step, abs=0.5)
 
 
 def test_gd204_without_per_step_records_keeps_the_demand_as_its_figure():

@@ -165,6 +165,18 @@ def test_verified_column_and_summary():
     assert "verified" not in acc.table([acc.judge(_scenario(), [_variant(False, ["GD201"])], None, 0)])
 
 
+def test_a_verified_gain_beyond_its_bound_is_a_missed_target():
+    r = acc.judge(_scenario(), [_variant(False, ["GD201"], "error", 300)], [_variant(True, [], per_sample_us=100)], 0)
+    r.verified = acc.Verified("GD201", "confirmed", 11.15, (2.15, 57.7))
+    r.expected_speedup, r.speedup_bound = 4.88, 7.94  # issue 37's held-out loader: "at most 87.4% at stake"
+    assert r.beyond_bound and "beyond the bound" in acc.calibration_table([r])
+    r.speedup_bound = 23.3  # the wait's share of the unprofiled steps' sums, 95.7%
+    assert not r.beyond_bound and "beyond" not in acc.calibration_table([r])
+    r.verified = acc.Verified("GD201", "not_tried", reason="a code change")
+    r.speedup_bound = 1.5
+    assert not r.beyond_bound
+
+
 def test_parse_docstring_reads_codes_gpu_needs_and_speedup_needs(tmp_path):
     script = tmp_path / "x.py"
     script.write_text('"""X.\n\nProblem: p.\nExpected: GD301, GD302\nNeeds: GPU\nSpeedup: needs 2+ GPUs\nFix: f.\n"""\n')
