@@ -256,3 +256,28 @@ def test_dataloader_limit_counts_the_request_after_a_batch():
     lim.batch_returned()
     with pytest.raises(StopAfterSteps):
         lim.batch_asked()
+
+
+def test_the_loader_profile_is_written_as_the_window_closes_not_in_the_next_batchs_wait(tmp_path):
+    """On 3.12 writing loader.pstats took 67 ms; done in the first batch after the window it was that
+    batch's wait, an unprofiled step's, and GD201 read a DataLoader stall on a loop that had none
+    (eval_without_no_grad's fix, CI). It is written in the boundary's bookkeeping as the window closes."""
+    from gpudoctor.collect.loaderprof import LoaderProfile  # noqa: PLC0415
+
+    window = _window(tmp_path, start=2, stop_before=4)
+    t, _w = _tracker(tmp_path, window)
+    lp = LoaderProfile(window, tmp_path / "loader.pstats")
+    opt = object.__new__(type("Opt", (), {}))
+    t.optimizer_created()
+    batches = iter(range(100))
+    asked_after_close = []
+    for _ in range(6):
+        if window.done:
+            asked_after_close.append((tmp_path / "loader.pstats").is_file())
+        lp.call(lambda it: (work(), next(it))[1], batches)
+        _step(t, opt)
+    t.finish()
+    assert (window.first, window.last) == (2, 3)
+    assert asked_after_close and all(asked_after_close)  # on disk before any batch after the window
+    assert _calls(tmp_path / "loader.pstats", "work") == 2  # the batches of steps 2 and 3
+    assert not lp.dirty and lp.error == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import cProfile
 import marshal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor.collect import schedule as sched
@@ -42,6 +43,9 @@ class CprofileWindow:
         self.gave_way = ""  # the window did not start, or stopped, for another profiler: at which step and why
         self.write_error = ""  # profile.pstats could not be written: the system's reason
         self.thread_id: int | None = None
+        # called as the window closes, in the boundary's bookkeeping (no step's time): the DataLoader's
+        # cProfile (collect.loaderprof) writes its file there, not in the next batch's wait
+        self.on_stop: Callable[[], None] | None = None
         self._offsets = (start_step, stop_before)
 
     def rebase(self, origin: int) -> None:
@@ -129,7 +133,17 @@ class CprofileWindow:
             self.stop()
 
     def stop(self) -> None:
-        """Close the window and write what it recorded (nothing when it never ran)."""
+        """Close the window and write what it recorded (nothing when it never ran), then :attr:`on_stop`."""
+        try:
+            self._stop()
+        finally:
+            if self.on_stop is not None:
+                try:
+                    self.on_stop()
+                except Exception:
+                    pass
+
+    def _stop(self) -> None:
         if self.profiler is None or self.done:
             self.done = True
             self.running = False
