@@ -94,9 +94,11 @@ faster than the cores left to them, nor all the CPU faster than every core.
 A pipeline runs at the rate of its slowest stage: the hand-over is the
 training process's work (its stage), not the workers'. A win per batch under
 the hand-over (`step_now − step_after`) is within what the model can tell, as a
-wait under it is no stall the rule reports: the expected gain is then none, and
-the finding at most info (tuned_baseline on 2 cores, its CPU saturated: 56.18
-against 55.92 ms).
+wait under it is no stall the rule reports, and so is one under two standard
+errors of the mean step per batch (the noise of `step_now`): the expected gain
+is then none, and the finding at most info (tuned_baseline on 2 cores, its CPU
+saturated: 56.18 against 55.92 ms; on a noisier run 61.68 against 62.79 ms, a
+win of 1.11 ms under two standard errors of 1.9 ms).
 `expected` is the share of the finding's time at stake (its `data_loading`
 part) the fix is expected to win. The finding's figures and the model's means
 are of the account's steps (the unprofiled ones where there are enough,
@@ -420,14 +422,16 @@ def memory_cap(ctx: RuleContext, dl: DataLoaderSetting | None) -> tuple[int, str
 
 def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: int, cores: int | None,
                  main_cpu_ns: float | None, mem_cap: tuple[int, str] | None, t: Thresholds,
-                 basis: str = "") -> WorkerPlan:
+                 basis: str = "", noise_ns: float = 0.0) -> WorkerPlan:
     """The workers to recommend for ``load`` and the step the model expects with them (per batch).
 
     Enough workers to hide the load: ceil(load ÷ (compute + hand-over)) + spare. A waiting load is not
     capped at the cores: the usable cores run usable ÷ (CPU share of a worker) of them; a computing (or
     unmeasured) load at most the usable cores. Always at most ``dataloader_max_workers_count`` and what
     memory holds. The model is ``loader_step_ns`` with the workers that can run at once; ``basis`` names
-    the steps its figures are means of, beside "now" (the summary's step time is another statistic)."""
+    the steps its figures are means of, beside "now" (the summary's step time is another statistic);
+    ``noise_ns`` what the mean step per batch is known to (two standard errors of it): a smaller win is
+    none the model can tell."""
     handover = t.dataloader_handover_ms * 1e6
     usable = max(1, cores - t.dataloader_reserved_cores) if cores else None
     needed = max(1, math.ceil(load.load_ns / (compute_ns + handover))) + t.dataloader_spare_workers_count
@@ -454,8 +458,9 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
                            usable_cores=usable, cores=cores, main_cpu_ns=main_cpu_ns, handover_ns=handover)
     now = compute_ns + wait_ns
     # a win per batch under the hand-over is within what the model can tell (its smallest term; a wait under it
-    # is no stall the rule reports either): none is promised
-    fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 and now - after >= handover else 0.0
+    # is no stall the rule reports either), and so is one under the noise of the step's mean: none is promised
+    resolution = max(handover, noise_ns)
+    fraction = max(0.0, min(1.0, (now - after) / wait_ns)) if wait_ns > 0 and now - after >= resolution else 0.0
     terms = [f"compute {fmt_ns(compute_ns)} + hand-over {fmt_ns(handover)}",
              f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
     if cpu is not None and usable:
@@ -465,6 +470,10 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
              f"against {fmt_ns(now)} now{f' ({basis})' if basis else ''}: {fmt_pct(100.0 * fraction)} of the "
              f"{fmt_ns(wait_ns)} wait won")
+    if wait_ns > 0 and 0 < now - after < resolution:
+        model += (f" (a win of {fmt_ns(now - after)} per batch is under "
+                  + (f"the hand-over, {fmt_ns(handover)})" if resolution == handover else
+                     f"two standard errors of the step's mean, {fmt_ns(noise_ns)}: within the noise)"))
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
                       after <= (compute_ns + handover) * 1.01, model)
 
@@ -553,8 +562,10 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     mem = memory_cap(ctx, dl)
     basis = (f"means per batch over the {len(model_steps)} steps no instrument ran in" if model_steps is plain
              else f"means per batch over {len(model_steps)} steps")
+    per_batch = [s.wall_ns / micro for s in model_steps]
+    noise_ns = 2.0 * statistics.stdev(per_batch) / math.sqrt(len(per_batch)) if len(per_batch) > 1 else 0.0
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
-                        main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis)
+                        main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns)
     n = plan.workers
     # the share is one of sums (the summary's "waiting for data"): its figures are the means, so that the
     # sentence checks out (a median wait of a median step said 30.64 ms of a 32.03 ms step beside 87.4%)
