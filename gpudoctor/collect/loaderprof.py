@@ -50,7 +50,11 @@ class LoaderProfile:
         """``fn(it)``: an iterator's ``__next__``, under this profile while the window runs on this thread."""
         w = self.window
         main = w.profiler
-        if self._inside or self.error or not w.running or main is None or w.thread_id != threading.get_ident():
+        # w.on: a step of the window is in progress, its profiler enabled (a batch asked for between two of
+        # its steps, as at an epoch's end, runs unprofiled: re-enabling the window's profiler after it would
+        # leave it enabled while the window thinks it paused)
+        if (self._inside or self.error or not w.running or not w.on or main is None
+                or w.thread_id != threading.get_ident()):
             if self.dirty and not w.running:
                 self.write()
             return fn(it)
@@ -74,7 +78,7 @@ class LoaderProfile:
             profslot.disable_own(prof)
             self._inside = False
             self.dirty = True
-            if w.running and w.profiler is main:  # (a StopAfterSteps or an error may have ended the window)
+            if w.running and w.on and w.profiler is main:  # (a StopAfterSteps or an error may have ended the window)
                 profslot.enable_own(main)
 
     def write(self) -> None:

@@ -375,6 +375,8 @@ class RootModuleWatch:
             entry[0] = None
             if token is _UNTIMED:
                 watch._count_untimed(module, result)
+                if tracker.limit is not None:  # step tracking stopped: --steps goes on counting (StepLimit)
+                    tracker.limit.mark("module", key)
                 return
             t = tracker.phase_end(token, FORWARD)
             if not module.training or not tracker.first_grad_site_seen:  # an evaluation's call (see _note_call)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import cProfile
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -104,6 +105,14 @@ def displaced(prof: cProfile.Profile) -> bool:
     """Up to 3.11: another profiler replaced ``prof`` (enabled, on this thread) since it was enabled;
     its ``disable()`` would clear that one. From 3.12 no one can take the slot from an enabled cProfile."""
     return not NEW_SLOT and sys.getprofile() is not prof
+
+
+def shares_slot_with(owner_thread: int | None) -> bool:
+    """Does a profiler started on this thread take the slot of one of gpudoctor's, enabled on
+    ``owner_thread``? From 3.12 always (one slot for the process); up to 3.11 only on that thread (each
+    thread has its own profile function: a profiler on another thread takes nothing from it, and a
+    ``disable()`` from here could not reach it)."""
+    return NEW_SLOT or owner_thread is None or threading.get_ident() == owner_thread
 
 
 def disable_own(prof: cProfile.Profile) -> bool:

@@ -139,6 +139,8 @@ class TimeWindow:
                 self._begin()
             elif action == "stop":
                 self._end()
+            elif action == "cprof":
+                self._stop_cprof()
         except Exception as err:  # gpudoctor's error never reaches the script
             self.reason = f"the time window failed: {type(err).__name__}: {err}"
 
@@ -172,6 +174,16 @@ class TimeWindow:
     def _stop_cprof(self) -> None:
         if not self._cprof_on or self._cprof is None:
             return
+        if not profslot.shares_slot_with(self._main):
+            # up to 3.11 only the main thread can disable what it enabled (the loop's first step written on
+            # another thread): the main thread is signalled to, and the profile kept for that
+            if self._sig is not None:
+                self._pending = "cprof"
+                try:
+                    signal.pthread_kill(self._main, self._sig)
+                except (OSError, ValueError, RuntimeError):
+                    pass
+            return
         self._cprof_on = False
         try:
             if profslot.disable_own(self._cprof):
@@ -182,7 +194,7 @@ class TimeWindow:
     def yield_to_script(self, what: str) -> None:
         """The script starts a profiler of its own (``what``): the window's cProfile stops (what it
         recorded is kept) so that the script's can run (``profslot``)."""
-        if self._cprof_on:
+        if self._cprof_on and profslot.shares_slot_with(self._main):
             self._stop_cprof()
             self.cprofile_note = f"stopped early: {what}; Python runs one profiler at a time"
 
@@ -193,7 +205,8 @@ class TimeWindow:
             self._end()
         if self.state == "recorded":
             self.state = "dropped"
-            self._cprof = None
+            if not self._cprof_on:  # (still enabled: the main thread was signalled to disable it)
+                self._cprof = None
             self.recorded_s = None
             if self.driver is not None:
                 self.driver.drop_time_window()

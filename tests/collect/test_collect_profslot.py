@@ -17,6 +17,8 @@ from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.steps import CprofileWindow, StepTracker, StopAfterSteps
 from gpudoctor.collect.steps.limit import StepLimit
 
+NEW_SLOT = profslot.NEW_SLOT
+
 
 class _Cuda:
     @staticmethod
@@ -281,3 +283,39 @@ def test_the_loader_profile_is_written_as_the_window_closes_not_in_the_next_batc
     assert asked_after_close and all(asked_after_close)  # on disk before any batch after the window
     assert _calls(tmp_path / "loader.pstats", "work") == 2  # the batches of steps 2 and 3
     assert not lp.dirty and lp.error == ""
+
+
+def test_a_script_profiler_on_another_thread_takes_the_slot_only_from_3_12(tmp_path):
+    """Up to 3.11 each thread has its own profile function: the script's cProfile on a thread of its own
+    takes nothing from the window's, which keeps recording (it used to 'give way' from that thread, whose
+    disable could not reach the loop's thread: the window read stopped while its profiler stayed set).
+    From 3.12 the slot is the process's: the window gives way and the slot is free for the script's."""
+    window = _window(tmp_path, start=0, stop_before=100)
+    profslot.on_script_profiler(window.yield_to_script)
+    profslot.watch_script()
+    window.on_step_start(0, [])
+    assert window.resume_after_bookkeeping(0)
+    errors = []
+
+    def theirs() -> None:
+        p = cProfile.Profile()
+        try:
+            p.enable()
+            work()
+            p.disable()
+        except Exception as err:  # noqa: BLE001 - what the script would see
+            errors.append(err)
+
+    t = threading.Thread(target=theirs)
+    t.start()
+    t.join()
+    assert not errors
+    if NEW_SLOT:
+        assert not window.running and window.gave_way.startswith("stopped at step 0: the script started its own cProfile")
+        assert profslot.holder() == ""
+    else:
+        assert window.running and window.on and window.gave_way == ""
+        assert sys.getprofile() is window.profiler
+        window.pause_for_bookkeeping()
+        window.stop()
+        assert sys.getprofile() is None

@@ -79,10 +79,12 @@ def test_step_tracking_broken_on_purpose_still_stops_at_n_and_says_so(tmp_path):
     assert proc.stdout.index("warning:") < proc.stdout.index("Findings")
 
 
-@pytest.mark.parametrize(("shape", "extra"), [("manual", ()), ("eval", ()), ("data", ()), ("scaler", ("--inf-every", "3"))])
+@pytest.mark.parametrize(("shape", "extra"), [("manual", ()), ("eval", ()), ("eval_seq", ()), ("data", ()),
+                                              ("scaler", ("--inf-every", "3"))])
 def test_steps_limit_holds_for_every_marker_once_tracking_stopped(tmp_path, shape, extra):
-    """backward(), the root module's calls, DataLoader batches, a GradScaler that skips steps: each
-    marker's hook counts on for --steps once step tracking stopped at step 5."""
+    """backward(), the root module's calls (the script's class, and torch's own nn.Sequential: hooks on the
+    instance), DataLoader batches, a GradScaler that skips steps: each marker's hook counts on for --steps
+    once step tracking stopped at step 5."""
     copy_script("loops.py", tmp_path)
     proc = run_profile("--no-report", "--out", "runs", "--steps", "14", *FAST_SCHEDULE, "loops.py", "--",
                        "--shape", shape, "--iters", "40", "--break-tracking", "5", *extra, cwd=tmp_path)
@@ -150,3 +152,18 @@ def test_the_scripts_torch_profiler_with_stacks_beside_gpudoctors_cprofile(tmp_p
     assert cp["ok"] and cp["detail"].startswith("steps 16..")
     gave_way = "stopped at step 18: the script started torch.profiler with Python stacks"
     assert (gave_way in cp["detail"]) != NEW_SLOT
+
+
+def test_an_epochs_end_inside_the_cprofile_window_leaves_the_slot_free(tmp_path):
+    """An epoch's last batch is asked for between two of the cProfile window's steps (the DataLoader marks
+    the steps): the DataLoader's own cProfile runs only while a step of the window does, the window covers
+    its steps without giving way, and the slot is free for the script's cProfile at the end (3.12 raised)."""
+    copy_script("short_epochs.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "--skip-first", "2", "--warmup", "1", "--active", "3",
+                       "--wait", "30", "short_epochs.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "short_epochs: the script's cProfile ran" in proc.stdout, proc.stdout
+    assert "short_epochs: profiler slot at the end: None" in proc.stdout, proc.stdout
+    m = manifest(only_run_dir(tmp_path / "runs"))
+    cp = collected(m, "cprofile")
+    assert cp["ok"] and "gave way" not in cp["detail"] and "held by" not in cp.get("reason", ""), cp

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor.collect import schedule as sched
-from gpudoctor.collect.profslot import OwnProfile, disable_own, enable_own
+from gpudoctor.collect.profslot import OwnProfile, disable_own, enable_own, shares_slot_with
 from gpudoctor.collect.rundir import os_reason, write_bytes_atomic
 
 
@@ -112,7 +112,7 @@ class CprofileWindow:
 
     def yield_to_script(self, what: str) -> None:
         """The script starts a profiler of its own (``what``): the window gives way if it records."""
-        if self.running:
+        if self.running and shares_slot_with(self.thread_id):
             self._give_way(f"{what}: Python runs one profiler at a time, gpudoctor's gave way")
 
     def _give_way(self, why: str) -> None:
@@ -152,9 +152,10 @@ class CprofileWindow:
         self.done = True
         prof = self.profiler
         try:
-            if self.on:
-                self.on = False
-                disable_own(prof)
+            # whatever self.on says: a profiler left enabled would hold the slot for the rest of the run (on
+            # 3.12 a disable() of one not enabled does nothing; up to 3.11 disable_own leaves another's alone)
+            self.on = False
+            disable_own(prof)
             if self.first is None:
                 return
             prof.snapshot_stats()  # create_stats() without its disable(), which could clear another profiler

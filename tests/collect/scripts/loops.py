@@ -6,6 +6,8 @@
                   the model's __init__ calls a submodule once to infer a size
 --shape accum     gradient accumulation (--accum K micro-batches per optimizer step) over a
                   DataLoader whose collate_fn sleeps --collate-ms
+--shape eval_seq  the same evaluation loop with an nn.Sequential model (torch's own class:
+                  its calls are watched by hooks on the instance, not by a wrapped forward)
 --shape data      DataLoader batches only, no model
 --shape lbfgs     LBFGS, whose step(closure) runs the forward and backward(): phases inside
                   the optimizer's; the forward and the backward each sleep --phase-ms
@@ -139,6 +141,20 @@ def evaluate():
     for x in batches:  # no torch.no_grad(): autograd records every op
         ITERS += 1
         total += model(x).softmax(1).max(1).values.sum().item()  # SITE:eval_loop
+    print(f"eval score {total:.6f}")
+    return model
+
+
+def evaluate_sequential():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model.eval()
+    batches = [torch.randn(16, 8) for _ in range(ARGS.iters)]
+    total = 0.0
+    global ITERS
+    for x in batches:
+        ITERS += 1
+        total += model(x).sum().item()
     print(f"eval score {total:.6f}")
     return model
 
@@ -371,7 +387,7 @@ def break_tracking(at):
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", required=True, choices=["manual", "eval", "accum", "data", "tensors", "lbfgs", "scaler", "amp",
+    p.add_argument("--shape", required=True, choices=["manual", "eval", "eval_seq", "accum", "data", "tensors", "lbfgs", "scaler", "amp",
                                                       "gan", "train_eval", "word_lm"])
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--accum", type=int, default=4)
@@ -391,7 +407,7 @@ def main():
     p.add_argument("--break-tracking", type=int, default=None)
     ARGS = p.parse_args()
     torch.set_num_threads(1)
-    shapes = {"manual": manual, "eval": evaluate, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
+    shapes = {"manual": manual, "eval": evaluate, "eval_seq": evaluate_sequential, "accum": accum, "data": data_only, "tensors": tensors, "lbfgs": lbfgs,
               "scaler": scaler, "amp": amp, "gan": gan, "train_eval": train_eval, "word_lm": word_lm}
     if ARGS.break_tracking is not None:
         break_tracking(ARGS.break_tracking)
