@@ -89,6 +89,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
     # FP32 eligible ops (by the op that launched each kernel)
     shapes_known = bool(view.tl.info.record_shapes and (view.h_types >= 0).any())
     fp32_ns = fp32_tc_ns = 0
+    fp32_conv_ns: int | None = None
     fp32_ops = 0
     fp32_pct = None
     half = tc & ~tf32  # Tensor Core kernels in a reduced precision: not TF32 by name, not of float32 ops
@@ -104,6 +105,11 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
                 ok = type_cache[t] = is_fp32_types(view.tl.string_of(t))
             types_ok[j] = ok
         sel = eligible & types_ok
+        # launched by a convolution op, whatever the kernel's name: cuDNN's layout kernels (nchwToNhwc,
+        # genericTranspose) are the convolution's work as much as its implicit GEMM, and no matmul's
+        by_conv = np.zeros(len(kidx), bool)
+        by_conv[eligible] = view.host_is(names.conv_family_op)[op[eligible]]
+        fp32_conv_ns = int(dur[sel & by_conv].sum())
         fp32_ns = int(dur[sel].sum())
         fp32_tc_ns = int(dur[sel & tc].sum())
         half &= ~sel
@@ -140,6 +146,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
         tf32_kernel_ns=int(dur[tf32].sum()),
         fp32_eligible_op_count=fp32_ops,
         fp32_eligible_tensor_core_ns=fp32_tc_ns,
+        fp32_conv_op_ns=fp32_conv_ns,
         half_tensor_core_ns=int(dur[half].sum()),
         window=WindowKind.STEPS if windows.from_steps else WindowKind.TRACE,
     )

@@ -99,16 +99,20 @@ def _copy_direction(view: TraceView) -> np.ndarray:
     return np.where(view.d_kind == DeviceKind.MEMCPY, out, 0)
 
 
-def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel of ``kidx``: launched by a Tensor-Core-eligible op with float32 inputs (as
     ``analysis.kernels`` counts them); launched by a matmul / linear / attention op (not a
-    convolution) with inputs of another precision. All False without recorded shapes."""
+    convolution) with inputs of another precision; launched by a convolution op (whatever the
+    kernel's name: cuDNN's layout kernels are the convolution's work). All False without recorded
+    shapes."""
     fp32 = np.zeros(len(kidx), bool)
     other = np.zeros(len(kidx), bool)
+    conv = np.zeros(len(kidx), bool)
     if not (view.tl.info.record_shapes and (view.h_types >= 0).any()) or not len(kidx):
-        return fp32, other
+        return fp32, other, conv
     op = view.eligible_op_of(kidx)
     eligible = op >= 0
+    conv[eligible] = view.host_is(view.names.conv_family_op)[op[eligible]]
     cache: dict[int, bool] = {}
     for j in np.flatnonzero(eligible).tolist():
         t = int(view.h_types[op[j]])
@@ -116,8 +120,8 @@ def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np
         if ok is None:
             ok = cache[t] = is_fp32_types(view.tl.string_of(t))
         fp32[j] = ok
-        other[j] = not ok and t >= 0 and "conv" not in view.tl.names[int(view.h_name[op[j]])]
-    return fp32, other
+        other[j] = not ok and t >= 0 and not conv[j]
+    return fp32, other, conv
 
 
 def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarray, np.ndarray]]:
@@ -132,8 +136,9 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
     kidx = np.flatnonzero(compute & view.is_kernel)
     fp32 = np.zeros(len(on), bool)
     matmul = np.zeros(len(on), bool)
-    fp32[kidx], matmul[kidx] = _eligible_kernels(view, kidx)
-    conv = compute & view.is_kernel & view.dev_is(names.conv_kernel)
+    conv_op = np.zeros(len(on), bool)
+    fp32[kidx], matmul[kidx], conv_op[kidx] = _eligible_kernels(view, kidx)
+    conv = compute & view.is_kernel & (view.dev_is(names.conv_kernel) | conv_op)
     opt = np.zeros(len(on), bool)
     oi = np.flatnonzero(view.is_optimizer_step)
     if len(oi) and len(kidx):

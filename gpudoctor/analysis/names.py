@@ -64,6 +64,7 @@ _FP32_ELIGIBLE_OP = re.compile(
     r"^aten::(_?conv\w*|cudnn_convolution\w*|miopen_convolution\w*|(add|b|baddb|addb)?mm|matmul|linear|einsum|"
     r"_?scaled_dot_product\w*|_scaled_mm|_addmm_activation)$"
 )
+_CONV_FAMILY_OP = re.compile(r"conv")
 _LOSS_OP = re.compile(
     r"^aten::(mse_loss|l1_loss|smooth_l1_loss|huber_loss|nll_loss\w*|cross_entropy_loss|binary_cross_entropy\w*|"
     r"kl_div|ctc_loss|margin_ranking_loss|hinge_embedding_loss|soft_margin_loss|multilabel_margin_loss\w*|"
@@ -197,6 +198,7 @@ class NameClasses:
         self.backward = matches(names, _BACKWARD)
         self.conv_op = matches(names, _CONV_OP)
         self.fp32_eligible_op = matches(names, _FP32_ELIGIBLE_OP)
+        self.conv_family_op = matches(names, _CONV_FAMILY_OP)  # of those, the convolutions (backward ones too)
         self.loss_op = matches(names, _LOSS_OP)
         self.sync_op = in_set(names, SYNC_OPS)
         self.host_collective = matches(names, _HOST_COLLECTIVE)

@@ -18,21 +18,22 @@ from gpudoctor.model.metrics import Component, Ledger, LedgerSlice, WindowWeight
 C = Component
 
 
-#: Kernel time a trace without shapes files in one part, and the parts a trace with shapes splits it into
-#: (``_device_sets``: the FP32 and matmul masks need the ops' input types; convolution kernels are known by
-#: name, optimizer kernels by the ``Optimizer.step`` range that launched them, with or without shapes).
-_SHAPE_SPLIT: tuple[tuple[Component, tuple[Component, ...]], ...] = (
-    (C.GPU_CONV, (C.GPU_FP32_CONV, C.GPU_CONV)),
-    (C.GPU_COMPUTE, (C.GPU_FP32_MATMUL, C.GPU_MATMUL, C.GPU_COMPUTE)),
+#: Kernel time a trace without shapes files in its convolution part (by the kernel's name) and its other
+#: kernels, and the parts a trace with shapes splits the two into (``_device_sets``: the FP32 and matmul
+#: masks need the ops' input types, and so does a convolution known by the op that launched it, whose
+#: layout kernels' names say no convolution). Optimizer kernels are known by the ``Optimizer.step`` range
+#: that launched them, with or without shapes, and are left as they are.
+_SHAPE_SPLIT: tuple[tuple[tuple[Component, ...], tuple[Component, ...]], ...] = (
+    ((C.GPU_CONV, C.GPU_COMPUTE), (C.GPU_FP32_CONV, C.GPU_CONV, C.GPU_FP32_MATMUL, C.GPU_MATMUL, C.GPU_COMPUTE)),
 )
 _NEEDS_SHAPES = frozenset({C.GPU_FP32_CONV.value, C.GPU_FP32_MATMUL.value, C.GPU_MATMUL.value})
 
 
 def split_like(ledger: Ledger, detail: Ledger, detail_label: str = "") -> Ledger:
     """``ledger`` (a GPU trace recorded without shapes) with its kernel time split as ``detail`` (a trace
-    of the same process recorded with them) splits its own: its convolution time into FP32 and other
-    convolutions, its other kernels into FP32 matmuls, other matmuls and the rest, in ``detail``'s
-    proportions. The same kernels run in every step, and the profiler's weight is on the host: what a
+    of the same process recorded with them) splits its own: its convolution and other kernels' time
+    together into FP32 and other convolutions (by the op that launched them: cuDNN's layout kernels
+    too), FP32 and other matmuls and the rest, in ``detail``'s proportions. The same kernels run in every step, and the profiler's weight is on the host: what a
     kernel computes does not depend on the window. Unchanged when ``ledger`` has parts that need shapes
     already, or ``detail`` has none."""
     have = {s.component for s in ledger.slices}
@@ -42,13 +43,13 @@ def split_like(ledger: Ledger, detail: Ledger, detail_label: str = "") -> Ledger
         return ledger
     ns = {s.component: s.ns for s in ledger.slices}
     by = {s.component: s for s in ledger.slices}
-    for whole, parts in _SHAPE_SPLIT:
-        total = ns.pop(whole.value, 0)
+    for wholes, parts in _SHAPE_SPLIT:
+        total = sum(ns.pop(w.value, 0) for w in wholes)
         weights = [detail.ns(p) for p in parts]
         if total <= 0:
             continue
         if sum(weights) <= 0:
-            ns[whole.value] = total
+            ns.update({w.value: v for w in wholes if (v := ledger.ns(w)) > 0})
             continue
         for p, v in zip(parts, _scale(total, weights), strict=True):
             if v > 0:

@@ -11,7 +11,7 @@ from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import Manifest, PstatsEntry, Samples, Settings, StepRecord
 from gpudoctor.model.verify import Verification
 
-REPORT_SCHEMA_VERSION = 8  # 8: Ledger.weight (WindowWeight: the accounting window against the unprofiled steps); 7: Report.warnings; 6: Fix.edits / source / illustration / automatic (Edit); 5: Verification by runs (per_run, load_*, looks, median_*, ladder, measured_best; statistic "throughput"), Samples.host / HostSample, Samples.system_memory_bytes, PstatsEntry.loader_tottime_s/loader_cumtime_s, TraceMetrics.compiled, Settings.compile, GpuSample app/max clocks, power limit, throttle_read; 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
+REPORT_SCHEMA_VERSION = 8  # 8: Ledger.weight (WindowWeight: the accounting window against the unprofiled steps), KernelStats.fp32_conv_op_ns; 7: Report.warnings; 6: Fix.edits / source / illustration / automatic (Edit); 5: Verification by runs (per_run, load_*, looks, median_*, ladder, measured_best; statistic "throughput"), Samples.host / HostSample, Samples.system_memory_bytes, PstatsEntry.loader_tottime_s/loader_cumtime_s, TraceMetrics.compiled, Settings.compile, GpuSample app/max clocks, power limit, throttle_read; 4: Gain.expected_* (the expected gain beside the bound), Action.expected_pct, step_ns_expected; 2: the account (Report.account, TraceMetrics.ledger), claims, no_problem_seen; breakdown is the ledger; 3: StepRecord.cpu_steps
 
 
 class Severity(str, Enum):

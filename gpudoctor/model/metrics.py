@@ -303,6 +303,7 @@ class KernelStats(Serde):
     tf32_kernel_ns: int | None = None  # GPU time of kernels whose name says TF32 (None: not measured)
     fp32_eligible_op_count: int = 0  # FP32 conv/matmul/linear/bmm ops that launched kernels (needs shapes)
     fp32_eligible_tensor_core_ns: int = 0  # part of fp32_eligible_op_ns in Tensor Core kernels (TF32 on)
+    fp32_conv_op_ns: int | None = None  # part of fp32_eligible_op_ns launched by convolution ops (any kernel name)
     half_tensor_core_ns: int | None = None  # Tensor Core kernels neither TF32 by name nor of float32 ops: reduced precision
     window: WindowKind = WindowKind.TRACE  # kernels that start in this window (STEPS when there are steps)
 

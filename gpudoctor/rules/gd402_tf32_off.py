@@ -90,8 +90,10 @@ def _judge(ctx: RuleContext, m: TraceMetrics, refs, name: str, cc: float) -> Rul
     if k is None or not k.eligible_dtypes_known or k.fp32_eligible_pct_of_gpu is None:
         return RuleResult.cannot_judge("no input dtypes in the trace: record shapes to see FP32 matmuls")
     fp32_ns = int(k.total_ns * k.fp32_eligible_pct_of_gpu / 100.0)
-    conv_ns = k.conv_kernel_ns or 0
-    matmul_ns = max(0, fp32_ns - conv_ns)  # cuDNN convolutions use TF32 by default already
+    # cuDNN convolutions use TF32 by default already: the kernels their ops launched (the layout kernels
+    # too, whose names say no convolution), else those named as convolutions
+    conv_ns = k.fp32_conv_op_ns if k.fp32_conv_op_ns is not None else (k.conv_kernel_ns or 0)
+    matmul_ns = max(0, fp32_ns - conv_ns)
     matmul_pct = 100.0 * matmul_ns / k.total_ns if k.total_ns else 0.0
     if matmul_pct <= t.tf32_fp32_share_pct:
         return RuleResult.fine(

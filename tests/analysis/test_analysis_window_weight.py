@@ -137,8 +137,13 @@ def test_a_window_without_shapes_splits_its_kernels_as_the_detailed_one_does():
                       "gpu_optimizer": 5, "gpu_compute": 15, "launch_overhead": 35})
     out = split_like(plain, detail, "t.11")
     ns = {s.component: s.ns for s in out.slices}
-    assert ns == {"gpu_fp32_conv": 24 * MS, "gpu_conv": 6 * MS, "gpu_fp32_matmul": 15 * MS, "gpu_matmul": int(7.5 * MS),
-                  "gpu_optimizer": 5 * MS, "gpu_compute": int(22.5 * MS), "other_cpu": 20 * MS}
+    # the convolution and other kernels together (75 ms) in the detailed window's proportions (24:6:10:5:15): a
+    # convolution is known there by the op that launched it, cuDNN's layout kernels too, which the plain
+    # window files with the other kernels by their names (cudnn_benchmark_off on the H200: 30% of its kernel
+    # time read "FP32 matmul", and GD402 fired on convolutions)
+    assert ns == {"gpu_fp32_conv": 30 * MS, "gpu_conv": int(7.5 * MS), "gpu_fp32_matmul": int(12.5 * MS),
+                  "gpu_matmul": int(6.25 * MS), "gpu_optimizer": 5 * MS, "gpu_compute": int(18.75 * MS),
+                  "other_cpu": 20 * MS}
     assert out.total_ns == plain.total_ns == sum(ns.values())
     assert all(s.side == ("device" if s.component in DEVICE else "host") for s in out.slices)
     assert any("t.11" in n for n in out.notes)

@@ -111,3 +111,18 @@ def test_host_sync_every_step_costs_too_little_for_gd102() -> None:
     assert "GD102" not in _alarms(report)
     led = report.account.ledger
     assert led.pct(Component.SYNC_WAIT) < Thresholds().warning_share_pct
+
+
+def test_cudnns_layout_kernels_are_the_convolutions_work_not_fp32_matmuls() -> None:
+    """cudnn_benchmark_off (FP32 convolutions, no matmul to speak of): the kernels cuDNN launches for a
+    convolution whose names say no convolution (genericTranspose, nchwToNhwc: 30% of its kernel time) are
+    filed by the op that launched them, in both windows. They read "FP32 matmul" before, and GD402 (TF32 for
+    matmuls) fired at error on a loop whose fix could not touch them."""
+    run, report = _report("cudnn_benchmark_off")
+    led = report.account.ledger
+    assert led.pct(Component.GPU_FP32_MATMUL) < 1.0 and led.pct(Component.GPU_FP32_CONV) > 60.0
+    for m in run.metrics:
+        assert m.kernels is not None
+        if m.kernels.eligible_dtypes_known:  # the detailed window
+            assert m.kernels.fp32_conv_op_ns > 0.9 * m.kernels.fp32_eligible_op_ns
+    assert "GD402" not in _alarms(report)
