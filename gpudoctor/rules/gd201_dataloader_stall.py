@@ -95,10 +95,11 @@ A pipeline runs at the rate of its slowest stage: the hand-over is the
 training process's work (its stage), not the workers'. A win per batch under
 the hand-over (`step_now − step_after`) is within what the model can tell, as a
 wait under it is no stall the rule reports, and so is one under two standard
-errors of the mean step per batch (the noise of `step_now`): the expected gain
-is then none, and the finding at most info (tuned_baseline on 2 cores, its CPU
+errors of the mean of the step less its wait (what the model's terms are known
+to; the wait's own scatter is the stall, not noise): the expected gain is then
+none, and the finding at most info (tuned_baseline on 2 cores, its CPU
 saturated: 56.18 against 55.92 ms; on a noisier run 61.68 against 62.79 ms, a
-win of 1.11 ms under two standard errors of 1.9 ms).
+win of 1.11 ms against 1.9 ms of such noise).
 `expected` is the share of the finding's time at stake (its `data_loading`
 part) the fix is expected to win. The finding's figures and the model's means
 are of the account's steps (the unprofiled ones where there are enough,
@@ -430,8 +431,8 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     unmeasured) load at most the usable cores. Always at most ``dataloader_max_workers_count`` and what
     memory holds. The model is ``loader_step_ns`` with the workers that can run at once; ``basis`` names
     the steps its figures are means of, beside "now" (the summary's step time is another statistic);
-    ``noise_ns`` what the mean step per batch is known to (two standard errors of it): a smaller win is
-    none the model can tell."""
+    ``noise_ns`` what the model's step per batch is known to (two standard errors of the mean of the step
+    less its wait): a smaller win is none the model can tell."""
     handover = t.dataloader_handover_ms * 1e6
     usable = max(1, cores - t.dataloader_reserved_cores) if cores else None
     needed = max(1, math.ceil(load.load_ns / (compute_ns + handover))) + t.dataloader_spare_workers_count
@@ -473,7 +474,7 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     if wait_ns > 0 and 0 < now - after < resolution:
         model += (f" (a win of {fmt_ns(now - after)} per batch is under "
                   + (f"the hand-over, {fmt_ns(handover)})" if resolution == handover else
-                     f"two standard errors of the step's mean, {fmt_ns(noise_ns)}: within the noise)"))
+                     f"two standard errors of the mean step less its wait, {fmt_ns(noise_ns)}: within the noise)"))
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
                       after <= (compute_ns + handover) * 1.01, model)
 
@@ -562,8 +563,10 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     mem = memory_cap(ctx, dl)
     basis = (f"means per batch over the {len(model_steps)} steps no instrument ran in" if model_steps is plain
              else f"means per batch over {len(model_steps)} steps")
-    per_batch = [s.wall_ns / micro for s in model_steps]
-    noise_ns = 2.0 * statistics.stdev(per_batch) / math.sqrt(len(per_batch)) if len(per_batch) > 1 else 0.0
+    # what the model's step is known to: the scatter of the part of the step that is not the wait (its
+    # compute and the CPU terms are built from it; the wait's own scatter is the stall, not noise)
+    computes = [(s.wall_ns - min(s.data_wait_ns, s.wall_ns)) / micro for s in model_steps]
+    noise_ns = 2.0 * statistics.stdev(computes) / math.sqrt(len(computes)) if len(computes) > 1 else 0.0
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
                         main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns)
     n = plan.workers

@@ -259,7 +259,7 @@ def test_a_win_under_the_hand_over_is_not_promised():
 def test_a_win_under_the_noise_of_the_step_is_not_promised():
     """tuned_baseline on a noisier run (CI: a warning on the tuned baseline): workers would leave the step at
     61.68 ms of 62.79 ms, a win of 1.11 ms, over the 1 ms hand-over but under two standard errors of the
-    step's mean (1.9 ms over 8 steps); the same win with a steadier step is promised."""
+    mean of the step less its wait (1.9 ms over 8 steps); the same win with a steadier step is promised."""
     th = Thresholds()
     load = Load(125.59 * MS, 6.03 * MS, 0.048, WAITING)
     args = dict(compute_ns=59.50 * MS, wait_ns=3.29 * MS, workers_now=2, cores=2, main_cpu_ns=116.33 * MS,
