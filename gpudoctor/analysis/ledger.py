@@ -100,14 +100,10 @@ def _copy_direction(view: TraceView) -> np.ndarray:
 
 
 def _eligible_kernels(view: TraceView, kidx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per kernel of ``kidx``: launched by a Tensor-Core-eligible op with float32 inputs (as
-    ``analysis.kernels`` counts them); launched by a matmul / linear / attention op (not a
-    convolution) with inputs of another precision; launched by a convolution op (whatever the
-    kernel's name: cuDNN's layout kernels are the convolution's work). All False without recorded
-    shapes."""
-    fp32 = np.zeros(len(kidx), bool)
-    other = np.zeros(len(kidx), bool)
-    conv = np.zeros(len(kidx), bool)
+    """Per kernel of ``kidx``: launched by a Tensor-Core-eligible op with float32 inputs (as ``analysis.kernels``
+    counts them); by a matmul / linear / attention op with inputs of another precision; by a convolution op
+    (whatever the kernel's name: cuDNN's layout kernels are its work). All False without recorded shapes."""
+    fp32, other, conv = (np.zeros(len(kidx), bool) for _ in range(3))
     if not (view.tl.info.record_shapes and (view.h_types >= 0).any()) or not len(kidx):
         return fp32, other, conv
     op = view.eligible_op_of(kidx)
