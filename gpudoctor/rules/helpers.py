@@ -183,13 +183,13 @@ def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
 
 def device_limited(m: TraceMetrics) -> str | None:
     """Why the host's launches and batch size do not set the step time, when the device limits every
-    profiled step of ``m`` (``TraceMetrics.timelines``: the device ran behind the host, waiting for it
-    under the cut): the reason in words; None when some step waits for the host (or no timelines)."""
+    profiled step of ``m`` (``TraceMetrics.timelines``: the device ran behind the host, waiting for it,
+    and on its dependencies, under the cut): the reason in words; None when some step waits for the host (or no timelines)."""
     t = m.timelines
     if t is None or not t.steps or t.device_bound_steps < len(t.steps):
         return None
-    return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host under "
-            f"{t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
+    return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host, and on other streams, "
+            f"events or collectives, under {t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
             + (f"; the host runs {duration_text(t.lead_ns)} ahead)" if t.lead_ns else ")"))
 
 
