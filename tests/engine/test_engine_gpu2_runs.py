@@ -161,3 +161,19 @@ def test_gd201_is_fine_where_the_account_shows_the_gpu_barely_waiting_for_data()
     m = re.search(r"the GPU sat idle waiting for a batch ([\d.]+)% of the 5 ProfilerStep windows", reason)
     assert m and float(m.group(1)) == pytest.approx(report.account.ledger.pct(Component.DATA_LOADING), abs=0.05)
     assert "8 unprofiled steps" in reason and "the 5 steps the window recorded" in reason
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_gd405s_share_is_at_most_the_fp32_parts_it_heads(name: str) -> None:
+    # cudnn_benchmark_off's convolution kernels overlap on cuDNN's streams: their durations summed read 76.4%
+    # of step time ("at most 76.4%") where the account's FP32 convolutions and matmuls are 67.6%
+    _, report = _report(name)
+    f = next((f for f in report.findings if f.code == "GD405" and "compute-bound" in f.message), None)
+    if f is None:
+        return
+    led = report.account.ledger
+    parts = led.pct(*(Component(h) for h in f.gain.heads))
+    assert f.gain.share_pct <= parts + 1e-3
+    assert f.message.startswith(f"{f.gain.share_pct:.1f}% of step time")
+    if name == "cudnn_benchmark_off":
+        assert f.gain.share_pct == pytest.approx(led.pct(Component.GPU_FP32_CONV), abs=0.01)
