@@ -210,6 +210,8 @@ class WindowWeight(Serde):
     source: str  # what timed both: "CUDA events" (the rate the loop sustains) or "wall"
     scaled: bool = False  # the host-side parts were scaled to the unprofiled step (ratio above the threshold)
     removed_ns: int = 0  # host time the scaling took out of the ledger (all its windows)
+    waits_removed_ns: int = 0  # of it, what the host's work could not hold: taken out of its waits
+    scaled_windows: int = 0  # the windows of the trace ledger the scaling took it out of
 
 
 @dataclass(frozen=True, slots=True)
