@@ -543,7 +543,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         limited = device_limited(m) if m is not None else None
         gpu_pct = ledger.pct(Component.DATA_LOADING)
         if limited is not None or gpu_pct <= t.dataloader_wait_share_pct:
-            idle = (f"the GPU sat idle waiting for a batch {fmt_pct(gpu_pct)} of the {ledger.window} "
+            scaled = ", scaled to the unprofiled step" if ledger.weight is not None and ledger.weight.scaled else ""
+            idle = (f"the GPU sat idle waiting for a batch {fmt_pct(gpu_pct)} of the {ledger.window}{scaled} "
                     f"(threshold {t.dataloader_wait_share_pct:g}%)")
             if limited is not None:
                 why = f"the GPU did not wait for the batches: {limited}; {idle}"
@@ -723,9 +724,10 @@ def _gpu_wait_text(ledger: Ledger | None) -> str:
     the steps the waits are of)."""
     if ledger is None or ledger.basis != "gpu":
         return ""
+    scaled = ", scaled to the unprofiled step" if ledger.weight is not None and ledger.weight.scaled else ""
     return (
         f"; the GPU sat idle waiting for it {fmt_pct(ledger.pct(Component.DATA_LOADING))} of the "
-        f"{ledger.window} (the share at stake: what workers can win back)"
+        f"{ledger.window}{scaled} (the share at stake: what workers can win back)"
     )
 
 

@@ -158,7 +158,8 @@ def test_gd201_is_fine_where_the_account_shows_the_gpu_barely_waiting_for_data()
     _, report = _report("host_sync_every_step")
     assert "GD201" not in {f.code for f in report.findings}
     reason = _gd201_reason(report)
-    m = re.search(r"the GPU sat idle waiting for a batch ([\d.]+)% of the 5 ProfilerStep windows", reason)
+    m = re.search(r"the GPU sat idle waiting for a batch ([\d.]+)% of the 5 ProfilerStep windows, timings only "
+                  r"\(shapes and stacks: [^)]*\), scaled to the unprofiled step \(threshold", reason)
     assert m and float(m.group(1)) == pytest.approx(report.account.ledger.pct(Component.DATA_LOADING), abs=0.05)
     assert "8 unprofiled steps" in reason and "the 5 steps the window recorded" in reason
 
@@ -195,3 +196,13 @@ def test_gd101_says_where_its_figures_are_scaled_to_the_unprofiled_step(name: st
     assert bool(m.group(3)) == bool(w is not None and w.scaled)
     if w is not None and w.scaled:
         assert m.group(2) == f"{led.total_ns / 1e6:.2f} ms" and m.group(4) == f"{(led.total_ns + w.removed_ns) / 1e6:.2f} ms"
+
+
+def test_gd201_names_the_steps_of_each_figure_on_a_gpu_run() -> None:
+    # tuned_baseline: the waits are of the 8 unprofiled steps, the share at stake of the account's windows,
+    # scaled to the unprofiled step
+    _, report = _report("tuned_baseline")
+    f = next(f for f in report.findings if f.code == "GD201")
+    assert "means over 8 unprofiled steps" in f.message and ", scaled to the unprofiled step (the share at stake" in f.message
+    m = re.search(r"the GPU sat idle waiting for it ([\d.]+)%", f.message)
+    assert m and float(m.group(1)) == pytest.approx(f.gain.share_pct, abs=0.05)
