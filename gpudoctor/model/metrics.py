@@ -235,8 +235,7 @@ class Ledger(Serde):
     weight: WindowWeight | None = None  # against the unprofiled steps (None: too few of them, or a bare trace)
 
     @property
-    def step_ns(self) -> float:
-        """Mean time of one window."""
+    def step_ns(self) -> float:  # mean time of one window
         return self.total_ns / self.windows if self.windows else 0.0
 
     def ns(self, *components: Component | str) -> int:
@@ -251,8 +250,7 @@ class Ledger(Serde):
         return next((s for s in self.slices if s.component == key), None)
 
     @property
-    def idle_pct(self) -> float:
-        """Host-side share: GPU idle on a GPU ledger."""
+    def idle_pct(self) -> float:  # the host-side share: GPU idle on a GPU ledger
         return sum(s.pct for s in self.slices if s.side == "host")
 
 
