@@ -27,10 +27,12 @@ still ran earlier ones) is no device window.
 **Which timeline limits a step.** The device waited for the host in an idle gap whose ending
 work was launched after the gap began (``analysis.utilization``: the data loader, a sync, the
 launches, other host work; not launch latency or a dependency). A step whose device waited for
-the host less than ``DEVICE_BOUND_WAIT_PCT`` of its device window is *device-bound*: the device
-limits it, and its window on the device's timeline is the step (its busy time is compute, its
-idle instants are charged to what the device waited for). Any other step is host-bound: its host
-window stands, as before. The *account windows* are those chosen windows, in step order, each
+the host less than ``DEVICE_BOUND_WAIT_PCT`` of its device window, and on another stream, an event
+or a collective (a ``dependency`` gap) less than that too, is *device-bound*: the device limits it,
+and its window on the device's timeline is the step (its busy time is compute, its idle instants
+are charged to what the device waited for). A device that waits on its dependencies (the other
+ranks' collectives, another stream) is no bottleneck of its own, however little it waits for the
+host. Any other step is not device-bound: its host window stands, as before. The *account windows* are those chosen windows, in step order, each
 clipped to start where the one before ended (a mixed run's two kinds of window may overlap where
 one kind gives way to the other).
 
@@ -192,11 +194,16 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
     busy = iv.Coverage(bs, be).covered(device_windows.starts, device_windows.ends) if len(dw) else np.zeros(0, np.int64)
     gaps = idle_gaps(view, device, device_windows, host) if len(dw) else None
     wait = np.zeros(len(dw), np.int64)
+    dep = np.zeros(len(dw), np.int64)
     if gaps is not None and len(gaps.start):
         waits = np.isin(gaps.cause, [CAUSES.index(c) for c in HOST_WAIT_CAUSES])
         wait = np.bincount(gaps.window[waits], weights=gaps.lengths[waits], minlength=len(dw)).astype(np.int64)
+        deps = gaps.cause == CAUSES.index(GapCause.DEPENDENCY)
+        dep = np.bincount(gaps.window[deps], weights=gaps.lengths[deps], minlength=len(dw)).astype(np.int64)
     dur = device_windows.ends - device_windows.starts
-    device_bound_dw = 100.0 * wait < DEVICE_BOUND_WAIT_PCT * dur
+    # the device limits a step only where it is busy: it waited neither for the host nor on another stream,
+    # an event or a collective (a device that waits on the other ranks is no bottleneck of its own)
+    device_bound_dw = (100.0 * wait < DEVICE_BOUND_WAIT_PCT * dur) & (100.0 * dep < DEVICE_BOUND_WAIT_PCT * dur)
     # per step, and the account windows (in step order, each starting where the one before ended)
     spans: list[StepSpan] = []
     a_s: list[int] = []
@@ -236,6 +243,7 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
             busy_ns=int(busy[i]) if i is not None else 0,
             host_wait_ns=int(wait[i]) if i is not None else 0,
             limit=limit,
+            dependency_wait_ns=int(dep[i]) if i is not None else 0,
         ))
     n_device = sum(1 for s in spans if s.limit == "device")
     account = windows if n_device == 0 else _windows(a_s, a_e, a_n, windows, account_what(n_device, len(spans)))
@@ -264,8 +272,8 @@ def step_timelines(view: TraceView, windows: Windows, device: int | None,
 def timelines_note(t: Timelines) -> str:
     """What a report says about the steps whose windows are on the device's timeline."""
     n = len(t.steps)
-    text = (f"the device limits {t.device_bound_steps} of {n} profiled steps (in each it waited for the host under "
-            f"{t.device_bound_wait_pct:g}% of its time): their windows are the device's steps (from where it was "
+    text = (f"the device limits {t.device_bound_steps} of {n} profiled steps (in each it waited for the host, and on "
+            f"another stream, an event or a collective, under {t.device_bound_wait_pct:g}% of its time): their windows are the device's steps (from where it was "
             f"done with the steps before to where the next begins, as CUDA events time a step), their work tied "
             f"to the host's steps by {t.tied_by or 'nothing'}")
     if t.lead_ns is not None:

@@ -95,13 +95,16 @@ def reweigh(ledger: Ledger, weight: WindowWeight | None, max_ratio: float) -> Le
     ns = {s.component: s.ns for s in ledger.slices}
     host = [s for s in ledger.slices if s.side == "host" and s.component != C.UNEXPLAINED.value]
     groups = ([s for s in host if s.component in WEIGHED_PARTS], [s for s in host if s.component not in WEIGHED_PARTS])
+    taken = []
     for group in groups:
         have = sum(s.ns for s in group)
         take = min(cut, have)
         if take <= 0:
+            taken.append(0)
             continue
         for s, v in zip(group, _scale(have - take, [s.ns for s in group]), strict=True):
             ns[s.component] = v
+        taken.append(sum(s.ns - ns[s.component] for s in group))
         cut -= take
     total = sum(ns.values())
     removed = ledger.total_ns - total
@@ -111,4 +114,5 @@ def reweigh(ledger: Ledger, weight: WindowWeight | None, max_ratio: float) -> Le
         for s in ledger.slices if ns[s.component] > 0
     )
     return replace(ledger, total_ns=total, slices=slices,
-                   weight=replace(weight, scaled=True, removed_ns=removed))
+                   weight=replace(weight, scaled=True, removed_ns=removed, waits_removed_ns=taken[1],
+                                  scaled_windows=ledger.windows))

@@ -210,6 +210,8 @@ class WindowWeight(Serde):
     source: str  # what timed both: "CUDA events" (the rate the loop sustains) or "wall"
     scaled: bool = False  # the host-side parts were scaled to the unprofiled step (ratio above the threshold)
     removed_ns: int = 0  # host time the scaling took out of the ledger (all its windows)
+    waits_removed_ns: int = 0  # of it, what the host's work could not hold: taken out of its waits
+    scaled_windows: int = 0  # the windows of the trace ledger the scaling took it out of
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +235,7 @@ class Ledger(Serde):
     weight: WindowWeight | None = None  # against the unprofiled steps (None: too few of them, or a bare trace)
 
     @property
-    def step_ns(self) -> float:
-        """Mean time of one window."""
+    def step_ns(self) -> float:  # mean time of one window
         return self.total_ns / self.windows if self.windows else 0.0
 
     def ns(self, *components: Component | str) -> int:
@@ -249,8 +250,7 @@ class Ledger(Serde):
         return next((s for s in self.slices if s.component == key), None)
 
     @property
-    def idle_pct(self) -> float:
-        """Host-side share: GPU idle on a GPU ledger."""
+    def idle_pct(self) -> float:  # the host-side share: GPU idle on a GPU ledger
         return sum(s.pct for s in self.slices if s.side == "host")
 
 

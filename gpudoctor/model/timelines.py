@@ -24,6 +24,7 @@ class StepSpan(Serde):
     busy_ns: int  # device busy inside the device window
     host_wait_ns: int  # device idle inside the device window waiting for the host (not launch latency or a dependency)
     limit: str  # "device" (the device window is the step) or "host" (the host window is)
+    dependency_wait_ns: int = 0  # device idle inside the device window waiting on another stream, an event or a collective
 
 
 @dataclass(frozen=True, slots=True)

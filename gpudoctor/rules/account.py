@@ -247,10 +247,21 @@ def weight_note(ledger: Ledger, max_ratio: float) -> str:
             f"window recorded, {fmt_ns(w.window_step_ns)}, over the median of {w.bare_steps} unprofiled steady steps, "
             f"{fmt_ns(w.bare_step_ns)}" + (f"; {w.source}" if w.source != "wall" else "; wall time") + ")")
     if w.scaled:
+        n = w.scaled_windows or w.window_steps
+        of = (f"the {n} windows of its trace, whose split of the steps' time it scales" if ledger.basis == "steps"
+              else f"its {n} windows")
+        kept = ["the device's busy time"] if ledger.basis == "gpu" else []
+        if w.waits_removed_ns:
+            waits = (f"; the host's work could not hold it all: {fmt_ns(w.waits_removed_ns)} of it came out of "
+                     "the waits (for a batch, a synchronization, another stream)")
+        else:
+            kept.append("the waits")
+            waits = ""
+        verb = "is" if kept == ["the device's busy time"] else "are"  # "the waits" are
+        as_recorded = f"; {' and '.join(kept)} {verb} as recorded" if kept else ""
         return (text + f": above {max_ratio:.2f}×, the host-side work of the account (launch and dispatch, Python "
                 f"and CPU ops, the optimizer on the host) is scaled to the unprofiled step: {fmt_ns(w.removed_ns)} "
-                f"of profiler time taken out of its {ledger.windows} windows; the device's busy time and the waits "
-                "are as recorded")
+                f"of profiler time taken out of {of}" + as_recorded + waits)
     return text + f": within {max_ratio:.2f}×, the account is as recorded"
 
 

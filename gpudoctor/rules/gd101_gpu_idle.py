@@ -10,6 +10,10 @@ host was doing meanwhile (waiting for the DataLoader, blocked in a
 synchronization, busy launching, inside the optimizer, other host work, or
 queued work waiting on a dependency): these are the host-side parts of the
 step's ledger (docs/account.md), the same numbers the cause findings claim.
+Where the account is scaled to the unprofiled step (the profiler's weight
+above `profiler_weight_max_ratio`: docs/account.md, "The accounting window"),
+so are its figures, and the message says so, with the windows' time as
+recorded.
 
 GD101 is the headline, not a competitor of its causes: it claims no share of
 the step itself (each cause finding gains its own part), it ranks after every
@@ -114,9 +118,14 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     idle_ns = sum(s.ns for s in causes)
     parts = [f"{label(s.component)} {s.pct:.1f}%" for s in causes if s.pct >= 0.05]
     cause_text = f"; of step time: {', '.join(parts)}" if parts else ""
+    w = ledger.weight
+    # an account scaled to the unprofiled step (analysis.weight.reweigh) is no longer the windows' time as
+    # recorded: say so, with what they recorded (the figures must agree with the evidence's)
+    scaled = (f", scaled to the unprofiled step: the windows recorded {fmt_ns(ledger.total_ns + w.removed_ns)}, "
+              f"{fmt_ns(w.removed_ns)} of it the profiler's weight" if w is not None and w.scaled else "")
     message = (
         f"GPU {u.device} idle {fmt_pct(idle_pct)} of {window_text} ({fmt_ns(idle_ns)} of "
-        f"{fmt_ns(ledger.total_ns)}){cause_text}"
+        f"{fmt_ns(ledger.total_ns)}{scaled}){cause_text}"
     )
     metrics = [
         Metric("gpu_idle_pct", round(idle_pct, 2), "%", wname),
@@ -126,6 +135,9 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         Metric("idle_gaps", u.gap_count, "count", u.gaps_window.value),
         Metric("idle_gaps_over_1ms", u.gaps_over_1ms, "count", u.gaps_window.value),
     ]
+    if w is not None and w.scaled:
+        metrics.append(Metric("window_recorded_ns", ledger.total_ns + w.removed_ns, "ns",
+                              "the windows as recorded; window_ns and the idle figures are scaled to the unprofiled step"))
     if u.idle_pct_hta is not None:
         metrics.append(Metric("gpu_idle_pct_hta", round(u.idle_pct_hta, 2), "%", "hta"))
     for s in causes:

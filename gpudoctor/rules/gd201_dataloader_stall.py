@@ -19,7 +19,12 @@ wait per batch too.
 The share it gains is the `data_loading` part of the step's ledger
 (docs/account.md): on a GPU run, the time the GPU sat idle while the loop
 waited for data (a wait while the GPU still ran queued work costs nothing); on
-a CPU run, the wait itself. A bare trace names the DataLoader's iterator:
+a CPU run, the wait itself. So on a GPU run the rule judges that part: where
+the GPU limits the loop (it waited for the host under 5% of each profiled
+step, as GD103 and GD104 judge) or idled for data at most the threshold in the
+account's window, the host's waits for batches cost the step nothing it can
+see, and the rule is fine and says so, with the waits of the steps they are of
+(the unprofiled ones: no trace shows whether the GPU idled for those). A bare trace names the DataLoader's iterator:
 `_SingleProcessDataLoaderIter` means the main process loads every batch (set
 `num_workers`), `_MultiProcessingDataLoaderIter` means workers exist and still
 cannot keep up (more workers if cores allow, else a cheaper pipeline).
@@ -253,6 +258,7 @@ from gpudoctor.rules.helpers import (
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
+    device_limited,
     entry_name,
     loader_profile,
     loader_step_ns,
@@ -529,6 +535,31 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             f"(threshold {t.dataloader_wait_share_pct:g}%)",
             applied=dl is not None and dl.num_workers > 0,
         )
+    ledger = ctx.ledger()
+    if ledger is not None and ledger.basis == "gpu":
+        # a GPU run: a wait for a batch costs the step only where the GPU idles for it (the ledger's
+        # data_loading part); where the device limits the loop, the host's waits hide behind its work
+        m = ctx.primary_trace()
+        limited = device_limited(m) if m is not None else None
+        gpu_pct = ledger.pct(Component.DATA_LOADING)
+        if limited is not None or gpu_pct <= t.dataloader_wait_share_pct:
+            scaled = ", scaled to the unprofiled step" if ledger.weight is not None and ledger.weight.scaled else ""
+            idle = (f"the GPU sat idle waiting for a batch {fmt_pct(gpu_pct)} of the {ledger.window}{scaled} "
+                    f"(threshold {t.dataloader_wait_share_pct:g}%)")
+            if limited is not None:
+                why = f"the GPU did not wait for the batches: {limited}; {idle}"
+            else:
+                recorded = ctx.recorded_steps(ctx.accounting_traces())
+                rec_share = data_wait_share_pct(recorded) if recorded else None
+                why = idle + (f", where the loop waited {fmt_pct(rec_share)} of the host's step (the {len(recorded)} "
+                              "steps the window recorded); the share at stake is the GPU's idle time, which no trace "
+                              "shows for the unprofiled steps" if rec_share is not None and bare_steps(ctx, steps)
+                              else "")
+            return RuleResult.fine(
+                f"the loop waits {fmt_pct(share)} of the host's step time for data ({_steps_text(ctx, steps)}), "
+                f"but {why}",
+                applied=dl is not None and dl.num_workers > 0,
+            )
     cores = ctx.cpu_count()
     if dl is not None and dl.num_workers and cores:
         demand = runnable_demand(ctx)
@@ -574,12 +605,13 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     # sentence checks out (a median wait of a median step said 30.64 ms of a 32.03 ms step beside 87.4%)
     wait_mean = sum(min(s.data_wait_ns, s.wall_ns) for s in steps) // max(len(steps), 1)
     step_mean = sum(s.wall_ns for s in steps) // max(len(steps), 1)
+    # on a GPU run the share at stake is of the account's window, which need not be these steps: say which
+    over = _steps_text(ctx, steps) if ledger is not None and ledger.basis == "gpu" else f"{len(steps)} steps"
     if micro > 1:
         per = (f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} optimizer step over its {micro} micro-batches, "
-               f"{fmt_ns(wait_mean // micro)} per batch; means over {len(steps)} steps")
+               f"{fmt_ns(wait_mean // micro)} per batch; means over {over}")
     else:
-        per = f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} step, means over {len(steps)} steps"
-    ledger = ctx.ledger()
+        per = f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} step, means over {over}"
     gpu_wait = _gpu_wait_text(ledger)
     kind_text = _kind_text(load)
     message = (
@@ -675,12 +707,27 @@ def _kind_text(load: Load) -> str:
     return f"the loading computes (it keeps a core busy {cpu} of its time)"
 
 
+def bare_steps(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> bool:
+    """Whether ``steps`` (the account's) leave the instrumented steady steps out."""
+    return len(steps) < len(ctx.steady_steps())
+
+
+def _steps_text(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> str:
+    """Which steps the figures of the loop's waits are of: "8 unprofiled steps" where the account's steps
+    leave the instrumented ones out, else "30 steps"."""
+    bare = bare_steps(ctx, steps)
+    return f"{len(steps)} {'unprofiled ' if bare else ''}step{'' if len(steps) == 1 else 's'}"
+
+
 def _gpu_wait_text(ledger: Ledger | None) -> str:
+    """On a GPU run: the share at stake, and which steps it is of (the account's window, which need not be
+    the steps the waits are of)."""
     if ledger is None or ledger.basis != "gpu":
         return ""
+    scaled = ", scaled to the unprofiled step" if ledger.weight is not None and ledger.weight.scaled else ""
     return (
         f"; the GPU sat idle waiting for it {fmt_pct(ledger.pct(Component.DATA_LOADING))} of the "
-        f"{ledger.window} (what workers can win back)"
+        f"{ledger.window}{scaled} (the share at stake: what workers can win back)"
     )
 
 

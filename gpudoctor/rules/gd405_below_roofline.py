@@ -12,7 +12,10 @@ findings:
   compute roof of their own precision, running at under a quarter of the
   GPU's BF16/FP16 Tensor Core peak, on a GPU that has those Tensor Cores.
   Precision is what caps them: GD401's fix (AMP), or GD402's (TF32) where
-  FP32 must stay.
+  FP32 must stay. Their share of step time is at most the account's parts
+  they are in (its FP32 matmul and convolution time, each instant counted
+  once): kernels that overlap on several streams (cuDNN's) would count twice
+  in a sum of their durations.
 - **Memory-bound elementwise chains**: runs of three or more ATen elementwise
   kernels back to back on one stream (add, mul, activations, their
   backward, copies): each reads and writes device memory in full, where
@@ -202,6 +205,22 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
         return None, (f"compute-bound FP32 work far below the Tensor Core peak: {fmt_pct(share or 0.0)} of step time "
                       f"(threshold {t.roofline_fp32_share_pct:g}%; all FP32 matmul/conv/attention "
                       f"{fmt_pct(total or 0.0)})"), Verdict.FINE
+    ledger = ctx.ledger(m)  # the parts the flagged kernels are in (the ledger files some elsewhere)
+    # measured over this trace's windows: in the account's terms (its windows may be another trace's)
+    mm_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class != "conv"), ledger)
+    conv_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class == "conv"), ledger)
+    claims = _claims(ledger, [(Component.GPU_FP32_MATMUL, mm_ns)], Component.GPU_COMPUTE) + _claims(
+        ledger, [(Component.GPU_FP32_CONV, conv_ns)], Component.GPU_CONV)
+    # the kernels' durations summed count twice where they overlap (streams); the ledger's parts charge each
+    # instant once: the share is at most the parts it heads, each up to what it holds
+    summed = share
+    if ledger is not None and ledger.total_ns > 0:
+        held = sum(min(ns_, ledger.ns(comp)) for comp, ns_ in claims)
+        share = min(share, 100.0 * held / ledger.total_ns)
+        if share < t.roofline_fp32_share_pct:
+            return None, (f"compute-bound FP32 work far below the Tensor Core peak: {fmt_pct(share)} of step time "
+                          f"(threshold {t.roofline_fp32_share_pct:g}%; {fmt_pct(summed)} with overlapping kernels "
+                          "counted twice)"), Verdict.FINE
     flops = sum(x.estimated_flops for x in flagged)
     tflops = flops / ns / 1e3 if ns else 0.0
     half_pct = 100.0 * tflops / peak.half_tflops
@@ -228,12 +247,6 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
            "(GD402's fix: TF32)")
         + "."
     )
-    ledger = ctx.ledger(m)  # the parts the flagged kernels are in (the ledger files some elsewhere)
-    # measured over this trace's windows: in the account's terms (its windows may be another trace's)
-    mm_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class != "conv"), ledger)
-    conv_ns = ctx.ns_on_ledger(m, sum(x.kernel_ns for x in flagged if x.op_class == "conv"), ledger)
-    claims = _claims(ledger, [(Component.GPU_FP32_MATMUL, mm_ns)], Component.GPU_COMPUTE) + _claims(
-        ledger, [(Component.GPU_FP32_CONV, conv_ns)], Component.GPU_CONV)
     top = max(flagged, key=lambda x: x.kernel_ns)
     metrics = [
         Metric("achieved_tflops", round(tflops, 2), "TFLOP/s", "the flagged kernels"),
@@ -251,6 +264,9 @@ def _fp32_finding(ctx: RuleContext, m: TraceMetrics, r: Roofline, cc: float | No
         confidence=Confidence.MEASURED,
         metrics=metrics,
         notes=[f"FLOPs estimated from the ops' input shapes; peaks: {peak.source}",
+               *([f"the flagged kernels' durations sum to {fmt_pct(summed)} of step time; where they overlap "
+                  f"(streams) each instant counts once: {fmt_pct(share)}, the account's parts they are in"]
+                 if share < summed - 0.05 else []),
                f"compute-bound: intensity at or above {src} peak ÷ memory bandwidth "
                f"({peak.memory_gbps:g} GB/s)"],
         gain_note=(f"GPU time of the compute-bound {src} kernels (upper bound): the findings whose fixes lower "

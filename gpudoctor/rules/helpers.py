@@ -183,13 +183,13 @@ def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
 
 def device_limited(m: TraceMetrics) -> str | None:
     """Why the host's launches and batch size do not set the step time, when the device limits every
-    profiled step of ``m`` (``TraceMetrics.timelines``: the device ran behind the host, waiting for it
-    under the cut): the reason in words; None when some step waits for the host (or no timelines)."""
+    profiled step of ``m`` (``TraceMetrics.timelines``: the device ran behind the host, waiting for it,
+    and on its dependencies, under the cut): the reason in words; None when some step waits for the host (or no timelines)."""
     t = m.timelines
     if t is None or not t.steps or t.device_bound_steps < len(t.steps):
         return None
-    return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host under "
-            f"{t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
+    return (f"the GPU limits all {len(t.steps)} profiled steps (it waited for the host, and on other streams, "
+            f"events or collectives, under {t.device_bound_wait_pct:g}% of each, busy {fmt_pct(t.device_busy_pct)}"
             + (f"; the host runs {duration_text(t.lead_ns)} ahead)" if t.lead_ns else ")"))
 
 
@@ -197,14 +197,19 @@ def steps_span(ctx: RuleContext, steps: Sequence[StepRecord] | None = None) -> t
     """When ``steps`` (default: the steady steps) ran, from the run's start (ns): from the first one's
     start to the later of the last one's end on the host and the end of their time at the rate the
     loop sustains (``model.steady.loop_times``: a GPU-bound loop's device runs its steps long after the
-    host enqueued them); None without steps."""
+    host enqueued them); None without steps. The ranks of a job run their steps side by side: each rank's
+    steps are timed apart, and the span ends at the latest of theirs (summed over every rank's steps, a
+    job of 8 ranks ran 8 times as long)."""
     steps = ctx.steady_steps() if steps is None else steps
     if not steps:
         return None
     lo = min(s.start_ns for s in steps)
-    host_end = max(s.start_ns + s.wall_ns for s in steps)
-    times, _ = loop_times(steps)
-    return lo, max(host_end, lo + sum(times))
+    end = max(s.start_ns + s.wall_ns for s in steps)
+    for rank in dict.fromkeys(s.rank for s in steps):
+        mine = [s for s in steps if s.rank == rank]
+        times, _ = loop_times(mine)
+        end = max(end, min(s.start_ns for s in mine) + sum(times))
+    return lo, end
 
 
 def gpu_samples_in_steps(ctx: RuleContext, device: int | None = None) -> tuple[tuple[GpuSample, ...], str]:

@@ -150,3 +150,33 @@ def test_a_window_without_shapes_splits_its_kernels_as_the_detailed_one_does():
     # a window with shapes of its own, or a detailed one without any, leaves it as it is
     assert split_like(detail, detail) is detail
     assert split_like(plain, plain) is plain
+
+
+def test_the_weight_note_says_what_was_cut_and_of_which_windows():
+    # rules.account.weight_note: what the report says of the scaling must be true of it
+    from dataclasses import replace as _replace
+
+    from gpudoctor.rules.account import weight_note
+
+    # the work alone holds the cut: the waits (and on a GPU ledger the device's busy time) are as recorded
+    led = _ledger({"gpu_compute": 50, "data_loading": 30, "other_cpu": 20})
+    out = reweigh(led, _weight(1.25), 1.10)
+    assert out.weight.waits_removed_ns == 0 and out.weight.scaled_windows == led.windows
+    note = weight_note(out, 1.10)
+    assert f"taken out of its {led.windows} windows" in note
+    assert "the device's busy time and the waits are as recorded" in note
+    # the work cannot hold it: 30 ms came out of the waits, and the note says so (it once said "as recorded")
+    out = reweigh(led, _weight(2.0), 1.10)
+    assert out.weight.waits_removed_ns == 30 * MS
+    note = weight_note(out, 1.10)
+    assert "the waits" not in note.split("as recorded")[0] and "30.00 ms of it came out of the waits" in note
+    assert "the device's busy time is as recorded" in note
+    # a CPU-only trace: no device to speak of
+    cpu = reweigh(_ledger({"data_loading": 20, "cpu_compute": 40, "other_cpu": 40}, basis="cpu"), _weight(1.25), 1.10)
+    note = weight_note(cpu, 1.10)
+    assert "device" not in note and "the waits are as recorded" in note
+    # a ledger of steps (a CPU run: the unprofiled steps, their trace's split): the windows are the trace's,
+    # not the steps the ledger sums
+    steps = _replace(cpu, basis="steps", windows=9)
+    note = weight_note(steps, 1.10)
+    assert f"the {cpu.windows} windows of its trace" in note and "9 windows" not in note and "device" not in note

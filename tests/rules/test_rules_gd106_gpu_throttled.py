@@ -124,3 +124,21 @@ def test_thresholds_are_thresholds(tmp_path):
 def test_needs_gpu_samples():
     assert judge("GD106", run(settings=settings(device_type="cpu"))).verdict == Verdict.NOT_APPLICABLE
     assert judge("GD106", run(settings=settings(), manifest=manifest())).verdict == Verdict.CANNOT_JUDGE
+
+
+def test_the_steps_span_of_a_job_is_its_ranks_side_by_side() -> None:
+    # helpers.steps_span once summed the loop times of every rank's steps: 2 ranks of 10 steps of 10 ms (CUDA
+    # events, the host enqueuing each in 2 ms) ran "200 ms", and NVML samples of the next 100 ms counted
+    import dataclasses as _dc
+
+    from gpudoctor.rules.context import RuleContext
+    from gpudoctor.rules.helpers import steps_span
+
+    def rank_steps(rank: int):
+        return tuple(_dc.replace(s, wall_ns=2 * MS, gpu_ns=10 * MS, rank=rank, start_ns=s.index * 2 * MS)
+                     for s in steps(10, wall_ms=2.0))
+
+    both = rank_steps(0) + rank_steps(1)
+    ctx = RuleContext(run(steps=both))
+    assert steps_span(ctx, both) == (0, 100 * MS)
+    assert steps_span(ctx, rank_steps(0)) == (0, 100 * MS)
