@@ -540,6 +540,10 @@ def main() -> None:
         _main()
 
 
+#: The most of an unexpected exception's text an internal-error line shows.
+_MAX_ERROR_CHARS = 200
+
+
 def _main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="gpudoctor")
@@ -572,8 +576,11 @@ def _main() -> None:
     except Exception as err:  # a bug in gpudoctor: one line, and the traceback on request
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
+        said = " ".join(str(err).split())  # one line, and short: a KeyError's key may be a whole CST node
+        if len(said) > _MAX_ERROR_CHARS:
+            said = said[:_MAX_ERROR_CHARS] + " …"
         _fail(
-            f"internal error: {type(err).__name__}: {err} "
+            f"internal error: {type(err).__name__}: {said} "
             "(set GPUDOCTOR_DEBUG=1 for the traceback and please report it)",
             EXIT_INTERNAL,
         )

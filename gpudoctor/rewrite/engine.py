@@ -551,8 +551,13 @@ def plan_edits(text: str, edits: Sequence[Edit]) -> Planned:
     skipped: list[tuple[Edit, str]] = []
     for e in edits:
         k = src.head if e.kind == "insert" and not src.whole else src.part_at(e.line)
-        ix = src.index(k) if k is not None else _nowhere()
-        part = parts.setdefault(k, _Part(ix)) if k is not None else _Part(ix)
+        if k is None:
+            part = _Part(_nowhere())
+        elif k in parts:  # the index its plan was made on: the source may have parsed the part again since
+            part = parts[k]  # (it keeps the last MAX_PARTS), and a new parse's nodes are not the plan's
+        else:
+            part = parts[k] = _Part(src.index(k))
+        ix = part.ix
         try:
             node, whole = _plan_one(ix, part.plan, e, src.top_level)
         except RewriteError as err:
