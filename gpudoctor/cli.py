@@ -247,6 +247,10 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             from gpudoctor.report import format_from_path
 
             format_from_path(output)  # a name that says no format: exit 2 now, not after the run
+        if output:
+            from gpudoctor.cli_check import guard_sources
+
+            guard_sources(output, _profiled_files(script, module), "the script profile runs")
         check_output_writable(output)
     signals.pause_point("parsed")
     result = profile_run(opts)
@@ -281,6 +285,16 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             if interrupted:
                 code = interrupted
     sys.exit(code)
+
+
+def _profiled_files(script: str | None, module: str | None) -> list[Path]:
+    """The file ``profile`` runs: the script, or where ``python -m module`` finds it (nothing imported)."""
+    if script:
+        return [Path(script)]
+    from gpudoctor.collect.options import _find_module
+
+    origin = _find_module(module, os.getcwd()) if module else None
+    return [Path(origin)] if origin else []
 
 
 @cli.command()
@@ -373,6 +387,11 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     from gpudoctor.collect.options import require_torch
 
     require_torch()  # the trials run the script: before anything is written
+    if output:
+        from gpudoctor.cli_check import guard_sources
+        from gpudoctor.verify.trials import trial_sources
+
+        guard_sources(output, trial_sources(path), "the script verify runs again")
     config = rule_config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)
@@ -382,6 +401,16 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
 
         sys.exit(exit_code(result.signum) if result.signum else EXIT_INTERRUPTED)
     sys.exit(fail_on_exit_code(result.report, fail_on))
+
+
+def _profiled_files(script: str | None, module: str | None) -> list[Path]:
+    """The file ``profile`` runs: the script, or where ``python -m module`` finds it (nothing imported)."""
+    if script:
+        return [Path(script)]
+    from gpudoctor.collect.options import _find_module
+
+    origin = _find_module(module, os.getcwd()) if module else None
+    return [Path(origin)] if origin else []
 
 
 @cli.command()

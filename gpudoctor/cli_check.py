@@ -105,25 +105,39 @@ def _check_fix(targets, config, fail_on, fmt, output, quiet, color, diff, worker
 
 
 def guard_output(output: str, paths: list[Path]) -> None:
-    """``-o`` may never name a script given or found in a folder given, nor anything that resolves to one
-    (a symlink, a hard link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written.
+    """``-o`` may never name a script given or found in a folder given, nor a project module they import
+    (check reads them: ``--fix`` may rewrite them), nor anything that resolves to one (a symlink, a hard
+    link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written."""
+    from gpudoctor.static import project_files
 
-    Files are compared by device and inode, so every spelling of one file is caught; a path that does
-    not exist yet cannot be an input."""
-    from gpudoctor.static.sources import discover
+    if _regular(output) is None:
+        return
+    guard_sources(output, [*paths, *map(Path, project_files(paths))], "a script check reads")
 
+
+def _regular(output: str) -> os.stat_result | None:
+    """``-o``'s file when it is a regular one that exists (else nothing it names can be a source)."""
     try:
         out = os.stat(output)
     except (OSError, ValueError):
-        return  # a new file (or one -o's own check refuses with its reason)
+        return None  # a new file (or one -o's own check refuses with its reason)
     if not stat.S_ISREG(out.st_mode):
-        return  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
-    found, _errors, _roots = discover(paths)
-    for candidate in [*paths, *(t.path for t in found)]:
+        return None  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
+    return out
+
+
+def guard_sources(output: str | None, files: list[Path], what: str) -> None:
+    """``-o`` may never be one of ``files`` (the sources a command reads or runs: ``what`` says which),
+    by any spelling: files are compared by device and inode. A ``UsageError`` (exit 2), before anything
+    is written; a path that does not exist yet cannot be a source."""
+    out = _regular(output) if output else None
+    if out is None:
+        return
+    for candidate in files:
         try:
             st = os.stat(candidate)
         except (OSError, ValueError):
             continue
         if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
-            raise UsageError(f"-o {output}: that is the script {candidate}, an input of check; the report would "
-                             "replace it. Name another file for the report (e.g. -o review.md)")
+            raise UsageError(f"-o {output}: that is {candidate}, {what}; the report would replace it. "
+                             "Name another file for the report (e.g. -o review.md)")

@@ -389,3 +389,16 @@ def test_diff_of_an_absolute_path_is_named_as_git_names_it(tmp_path, monkeypatch
     rel = str(script).lstrip("/")
     assert code == 1 and out.startswith(f"--- a/{rel}\n+++ b/{rel}\n"), out[:200]
     assert "a//" not in out
+
+
+@pytest.mark.parametrize("extra", [("--fix",), ()])
+def test_output_onto_a_module_the_script_imports_is_refused(extra, tmp_path, monkeypatch, capsys):
+    """check reads the project modules a script imports (and --fix may rewrite them): -o onto one replaced it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    before = (tmp_path / "b.py").read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", *extra, "a.py", "--format", "md", "-o", "b.py")
+    assert code == 2, err
+    assert "b.py" in err and err.count("\n") == 1
+    assert (tmp_path / "b.py").read_bytes() == before
