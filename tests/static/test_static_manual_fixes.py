@@ -80,3 +80,108 @@ def test_an_output_of_the_loop_differentiated_after_it_keeps_the_fix_manual(tmp_
     _manual(f, "differentiated after it")
     (f,) = _eval(tmp_path, after="other.sum().backward()")  # not the loop's: the fix stays
     assert f.fix.automatic
+
+
+# --------------------------------------------------------------------------- GD202 / GD201: persistent workers
+
+
+LOADER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Curriculum(Dataset):
+    def __init__(self):
+        self.epoch = 0
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(self.epoch)), torch.tensor(i % 2)
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+
+def main():
+    ds = Curriculum()
+    loader = DataLoader(ds, batch_size=4{args})
+    model = torch.nn.Linear(4, 2).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+{epoch}
+        for x, y in loader:
+{step}
+            loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _loader(tmp_path: Path, code: str, args: str = "", epoch: str = "pass", step: str = "pass") -> Finding:
+    (f,) = _findings(tmp_path, LOADER.format(args=args, epoch=" " * 8 + epoch, step=" " * 12 + step), code)
+    return f
+
+
+def test_gd202_keeps_its_fix_where_the_dataset_does_not_change(tmp_path):
+    f = _loader(tmp_path, "GD202", args=", num_workers=2")
+    assert f.fix.automatic and dict(f.fix.edits[0].args) == {"persistent_workers": "True"}
+
+
+def test_gd202_leaves_persistent_workers_to_the_author_where_the_dataset_changes_per_epoch(tmp_path):
+    """Persistent workers keep their first copy of the dataset: `ds.epoch = epoch` was never seen again."""
+    for epoch in ("ds.epoch = epoch", "ds.set_epoch(epoch)", "loader.dataset.set_epoch(epoch)"):
+        f = _loader(tmp_path, "GD202", args=", num_workers=2", epoch=epoch)
+        _manual(f, "is changed in place in the loop at")
+
+
+def test_gd202_never_overrides_an_explicit_persistent_workers(tmp_path):
+    f = _loader(tmp_path, "GD202", args=", num_workers=2, persistent_workers=False")
+    _manual(f, "passes persistent_workers itself (persistent_workers=False)")
+
+
+def test_gd201_adds_workers_without_persistence_where_the_dataset_changes_per_epoch(tmp_path):
+    f = _loader(tmp_path, "GD201", epoch="ds.set_epoch(epoch)")
+    assert f.fix.automatic
+    (edit,) = f.fix.edits
+    assert "persistent_workers" not in dict(edit.args) and "num_workers" in dict(edit.args)
+    f = _loader(tmp_path, "GD201", args=", persistent_workers=False")
+    assert f.fix.automatic and "persistent_workers" not in dict(f.fix.edits[0].args)
+    f = _loader(tmp_path, "GD201")  # nothing changes it: workers and persistent ones
+    assert dict(f.fix.edits[0].args)["persistent_workers"] == "True"
+
+
+def test_gd201_leaves_workers_to_the_author_where_the_dataset_changes_at_every_step(tmp_path):
+    f = _loader(tmp_path, "GD201", step="ds.epoch += 1")
+    _manual(f, "would not see the change")
+
+
+# --------------------------------------------------------------------------- GD201: what workers cannot unpickle
+
+
+def test_gd201_leaves_workers_to_the_author_where_spawned_workers_cannot_unpickle(tmp_path):
+    """lam.py: a dataset class defined in main() and a lambda collate_fn broke under spawn / forkserver."""
+    cases = [
+        (LOADER.replace("loader = DataLoader(ds, batch_size=4{args})",
+                        "loader = DataLoader(ds, batch_size=4, collate_fn=lambda b: b)"), "its collate_fn"),
+        (LOADER.replace("loader = DataLoader(ds, batch_size=4{args})",
+                        "pad = lambda b: b\n    loader = DataLoader(ds, batch_size=4, collate_fn=pad)"), "a lambda"),
+        (LOADER.replace("    ds = Curriculum()", "    class Local(Curriculum):\n        pass\n\n    ds = Local()"),
+         "a class defined inside main()"),
+        (LOADER.replace("loader = DataLoader(ds, batch_size=4{args})",
+                        "def seed(i):\n        pass\n\n    loader = DataLoader(ds, batch_size=4, worker_init_fn=seed)"),
+         "a function defined inside main()"),
+        (LOADER.replace("loader = DataLoader(ds, batch_size=4{args})", "loader = DataLoader(Local(), 4)").replace(
+            "    ds = Curriculum()", "    class Local(Curriculum):\n        pass\n"), "an instance of Local"),
+    ]
+    for text, why in cases:
+        assert text != LOADER
+        (f,) = _findings(tmp_path, text.format(args="", epoch="        pass", step="            pass"), "GD201")
+        _manual(f, why)
+        assert "spawn or forkserver" in " ".join(f.evidence.notes)
