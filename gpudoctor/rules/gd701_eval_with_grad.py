@@ -338,13 +338,13 @@ def _with_grad_source(scan: Scan, node: ast.stmt) -> str:
 def _loop_models(scan: Scan, node: ast.stmt, loop: Loop) -> None:
     """The models a loop calls (``model(x)``, ``net.forward(x)``), those in eval mode as it starts,
     whether every one of those calls is under a ``with torch.no_grad():`` of the loop's own, what in it
-    needs autograd ("" when nothing), and the names it binds."""
+    needs autograd ("" when nothing), the names it binds, and its last line (``Loop.site`` ends at its header)."""
     everywhere = _models_called(scan, scan.source_of(node))
     if everywhere:
         with_grad = _models_called(scan, _with_grad_source(scan, node))
         scan.record("loop_models", node, site=loop.site, text="",
                     data=(loop.id, frozenset(everywhere), frozenset(scan.eval_receivers), not with_grad,
-                          _needs_grad(scan, node), _bound(node)))
+                          _needs_grad(scan, node), _bound(node), getattr(node, "end_lineno", None) or loop.site.line))
 
 
 #: Calls that need autograd on (or turn it on): a loop that makes one breaks under ``torch.no_grad()``.
@@ -449,19 +449,19 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                 guarded = (loop.ctx.no_grad or fn.no_grad_decorated or _callers_no_grad(src, fn)
                            or models[loop.id][2])  # every forward under the loop's own no_grad
                 out.append(_EvalLoop(fn, loop, calls, calls & eval_before, src.location(fn, loop.site), guarded,
-                                     _grad_needed(fn, loop, *models[loop.id][3:5])))
+                                     _grad_needed(fn, *models[loop.id][3:6])))
         return out
 
     return src.memo("GD701.eval-loops", find)
 
 
-def _grad_needed(fn: Function, loop: Loop, inside: str, bound: frozenset[str]) -> str:
+def _grad_needed(fn: Function, inside: str, bound: frozenset[str], last_line: int) -> str:
     """Why the loop needs autograd on: a call in it (``inside``), or a name it binds differentiated after it
     in its function (``output.sum().backward()`` once the loop is done); "" when nothing says so."""
     if inside:
         return f"it calls {inside}"
     after = sorted((f.site.line, f.data) for f in fn.facts
-                   if f.kind == "differentiated" and f.site.line > loop.site.end_line and f.data in bound)
+                   if f.kind == "differentiated" and f.site.line > last_line and f.data in bound)
     if after:
         line, name = after[0]
         return f"`{name}`, bound in it, is differentiated after it (line {line})"

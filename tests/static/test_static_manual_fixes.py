@@ -185,3 +185,4 @@ def test_gd201_leaves_workers_to_the_author_where_spawned_workers_cannot_unpickl
         (f,) = _findings(tmp_path, text.format(args="", epoch="        pass", step="            pass"), "GD201")
         _manual(f, why)
         assert "spawn or forkserver" in " ".join(f.evidence.notes)
+
