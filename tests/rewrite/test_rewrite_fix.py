@@ -402,3 +402,24 @@ def test_output_onto_a_module_the_script_imports_is_refused(extra, tmp_path, mon
     assert code == 2, err
     assert "b.py" in err and err.count("\n") == 1
     assert (tmp_path / "b.py").read_bytes() == before
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink", "dotted"])
+def test_one_file_given_twice_is_checked_and_fixed_once(link, tmp_path, monkeypatch, capsys):
+    """`check a.py sl.py --fix` (sl.py -> a.py) exited 1 with "changed on disk" and counted findings twice."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "mnist_loader.py")
+    (tmp_path / "sub").mkdir()
+    other = {"symlink": "sl.py", "hardlink": "hard.py", "dotted": "sub/../mnist_loader.py"}[link]
+    if link == "symlink":
+        (tmp_path / "sl.py").symlink_to(script.name)
+    elif link == "hardlink":
+        os.link(script, tmp_path / "hard.py")
+    once = check_paths([script], Config())
+    twice = check_paths([script, Path(other)], Config())
+    assert len(twice.findings) == len(once.findings) and twice.summary[0].value == 1
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", other, "--format", "json",
+                                "-o", "review.json")
+    assert code == 0, err
+    assert "changed on disk" not in err and "could not be written" not in err
+    assert "num_workers=" in script.read_text()
