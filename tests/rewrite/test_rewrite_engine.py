@@ -120,3 +120,23 @@ def test_a_600_kb_file_takes_every_edit():
     todo = _loader_and_copy_edits(text)
     out = apply(text, todo)
     assert out.skipped == () and len(out.done) == len(todo)
+
+
+MIXED_HEAD = "import torch\r\nfrom torch.utils.data import DataLoader\r\n\r\n"
+MIXED_BODY = ("\ndef main():\n    loader = DataLoader(\n        ds,\n        batch_size=4,\n    )\n"
+              "    return loader\n")
+
+
+def test_a_line_added_to_a_file_of_mixed_newlines_ends_as_the_lines_around_it():
+    """Lines added in the \\n part of a file whose first line ends in \\r\\n ended in \\r\\n (LibCST takes a
+    module's newline from its first line), and the line before them was changed to \\r\\n too."""
+    text = MIXED_HEAD + MIXED_BODY
+    out = apply(text, [edits.dataloader_args("t.py", 8, {"num_workers": 2, "pin_memory": True})])
+    assert out.done and out.text == MIXED_HEAD + MIXED_BODY.replace(
+        "        batch_size=4,\n", "        batch_size=4,\n        num_workers=2,\n        pin_memory=True,\n")
+    # and the other way round: an insert after \r\n imports in a file whose body ends lines in \n
+    text = "import torch\nimport os\n" + MIXED_BODY.replace("\n", "\r\n")
+    out = apply(text, [edits.at_startup("t.py", 1, "torch.backends.cudnn.benchmark = True")])
+    assert out.done and "\r\ntorch.backends.cudnn.benchmark = True\r\n" not in out.text
+    assert "import os\n\ntorch.backends.cudnn.benchmark = True\n" in out.text
+    assert out.text.count("\r\n") == text.count("\r\n")
