@@ -31,6 +31,8 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     ScriptCommand,
     color_option,
     fail_on_exit_code,
+    guard_sources,
+    one_line,
     parallel_options,
     report_options,
     rule_config,
@@ -247,10 +249,11 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             from gpudoctor.report import format_from_path
 
             format_from_path(output)  # a name that says no format: exit 2 now, not after the run
-        if output:
-            from gpudoctor.cli_check import guard_sources
+        if output:  # never the script (or the file `-m` finds)
+            from gpudoctor.collect.options import _find_module
 
-            guard_sources(output, _profiled_files(script, module), "the script profile runs")
+            origin = script or (_find_module(module, os.getcwd()) if module else None)
+            guard_sources(output, [Path(origin)] if origin else [], "the script profile runs")
         check_output_writable(output)
     signals.pause_point("parsed")
     result = profile_run(opts)
@@ -285,16 +288,6 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             if interrupted:
                 code = interrupted
     sys.exit(code)
-
-
-def _profiled_files(script: str | None, module: str | None) -> list[Path]:
-    """The file ``profile`` runs: the script, or where ``python -m module`` finds it (nothing imported)."""
-    if script:
-        return [Path(script)]
-    from gpudoctor.collect.options import _find_module
-
-    origin = _find_module(module, os.getcwd()) if module else None
-    return [Path(origin)] if origin else []
 
 
 @cli.command()
@@ -388,7 +381,6 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
 
     require_torch()  # the trials run the script: before anything is written
     if output:
-        from gpudoctor.cli_check import guard_sources
         from gpudoctor.verify.trials import trial_sources
 
         guard_sources(output, trial_sources(path), "the script verify runs again")
@@ -401,16 +393,6 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
 
         sys.exit(exit_code(result.signum) if result.signum else EXIT_INTERRUPTED)
     sys.exit(fail_on_exit_code(result.report, fail_on))
-
-
-def _profiled_files(script: str | None, module: str | None) -> list[Path]:
-    """The file ``profile`` runs: the script, or where ``python -m module`` finds it (nothing imported)."""
-    if script:
-        return [Path(script)]
-    from gpudoctor.collect.options import _find_module
-
-    origin = _find_module(module, os.getcwd()) if module else None
-    return [Path(origin)] if origin else []
 
 
 @cli.command()
@@ -569,10 +551,6 @@ def main() -> None:
         _main()
 
 
-#: The most of an unexpected exception's text an internal-error line shows.
-_MAX_ERROR_CHARS = 200
-
-
 def _main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="gpudoctor")
@@ -605,11 +583,8 @@ def _main() -> None:
     except Exception as err:  # a bug in gpudoctor: one line, and the traceback on request
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
-        said = " ".join(str(err).split())  # one line, and short: a KeyError's key may be a whole CST node
-        if len(said) > _MAX_ERROR_CHARS:
-            said = said[:_MAX_ERROR_CHARS] + " …"
         _fail(
-            f"internal error: {type(err).__name__}: {said} "
+            f"internal error: {type(err).__name__}: {one_line(err)} "
             "(set GPUDOCTOR_DEBUG=1 for the traceback and please report it)",
             EXIT_INTERNAL,
         )

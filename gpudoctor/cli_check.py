@@ -8,14 +8,19 @@ with the codes its docstring lists (ruff's conventions); a user's mistake is a
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 from pathlib import Path
 
 import click
 
-from gpudoctor.cli_options import fail_on_exit_code, report_options, rule_config, rule_options
+from gpudoctor.cli_options import (
+    fail_on_exit_code,
+    guard_sources,
+    output_file,
+    report_options,
+    rule_config,
+    rule_options,
+)
 from gpudoctor.console import check_output_writable, emit_report, output_format, print_stdout, say
 from gpudoctor.errors import EXIT_FINDINGS, UsageError
 
@@ -110,34 +115,6 @@ def guard_output(output: str, paths: list[Path]) -> None:
     link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written."""
     from gpudoctor.static import project_files
 
-    if _regular(output) is None:
+    if output_file(output) is None:
         return
     guard_sources(output, [*paths, *map(Path, project_files(paths))], "a script check reads")
-
-
-def _regular(output: str) -> os.stat_result | None:
-    """``-o``'s file when it is a regular one that exists (else nothing it names can be a source)."""
-    try:
-        out = os.stat(output)
-    except (OSError, ValueError):
-        return None  # a new file (or one -o's own check refuses with its reason)
-    if not stat.S_ISREG(out.st_mode):
-        return None  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
-    return out
-
-
-def guard_sources(output: str | None, files: list[Path], what: str) -> None:
-    """``-o`` may never be one of ``files`` (the sources a command reads or runs: ``what`` says which),
-    by any spelling: files are compared by device and inode. A ``UsageError`` (exit 2), before anything
-    is written; a path that does not exist yet cannot be a source."""
-    out = _regular(output) if output else None
-    if out is None:
-        return
-    for candidate in files:
-        try:
-            st = os.stat(candidate)
-        except (OSError, ValueError):
-            continue
-        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
-            raise UsageError(f"-o {output}: that is {candidate}, {what}; the report would replace it. "
-                             "Name another file for the report (e.g. -o review.md)")

@@ -39,8 +39,6 @@ file, not with its square.
 from __future__ import annotations
 
 import ast
-import difflib
-import io
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -62,7 +60,7 @@ from gpudoctor.rewrite.parts import (
     _torch_alias,
     code_of,
 )
-from gpudoctor.rewrite.text import RewriteError
+from gpudoctor.rewrite.text import RewriteError, mixed_newlines, newlines_kept
 
 __all__ = ["KINDS", "WORK", "Applied", "Planned", "Work", "apply", "code_of", "plan_edits"]
 
@@ -508,7 +506,6 @@ def _on_path(ix: _Index, plan: _Plan) -> set[int]:
     return out
 
 
-
 @dataclass(slots=True)
 class _Part:
     """The edits located in one part of the file."""
@@ -553,12 +550,8 @@ def plan_edits(text: str, edits: Sequence[Edit]) -> Planned:
     skipped: list[tuple[Edit, str]] = []
     for e in edits:
         k = src.head if e.kind == "insert" and not src.whole else src.part_at(e.line)
-        if k is None:
-            part = _Part(_nowhere())
-        elif k in parts:  # the index its plan was made on: the source may have parsed the part again since
-            part = parts[k]  # (it keeps the last MAX_PARTS), and a new parse's nodes are not the plan's
-        else:
-            part = parts[k] = _Part(src.index(k))
+        # a part keeps the index its plan was made on: the source keeps the last MAX_PARTS parses, and one parsed again has other nodes
+        part = _Part(_nowhere()) if k is None else parts[k] if k in parts else parts.setdefault(k, _Part(src.index(k)))
         ix = part.ix
         try:
             node, whole = _plan_one(ix, part.plan, e, src.top_level)
@@ -586,51 +579,12 @@ def apply(text: str, edits: Sequence[Edit]) -> Applied:
         WORK.rendered_bytes += len(new)
     except (cst.CSTValidationError, cst.ParserSyntaxError, ValueError) as err:
         raise RewriteError(f"the rewrite failed ({type(err).__name__}: {err}); nothing was changed") from None
-    if _mixed_newlines(text):
-        new = _newlines_kept(text, new)
+    new = newlines_kept(text, new) if mixed_newlines(text) else new
     try:
         compile(ast.parse(new), "<rewritten>", "exec")
     except (SyntaxError, ValueError) as err:
         raise RewriteError(f"the rewritten file would not compile ({err}); nothing was changed") from None
     return Applied(new, tuple(planned.done), tuple(planned.skipped), tuple(planned.spans))
-
-
-_LINE_END = re.compile(r"\r\n|\r|\n")
-
-
-def _mixed_newlines(text: str) -> bool:
-    """Whether the text ends its lines in more than one way (\r\n and \n …)."""
-    crlf = text.count("\r\n")
-    return len({k for k, n in (("crlf", crlf), ("lf", text.count("\n") - crlf), ("cr", text.count("\r") - crlf))
-                if n}) > 1
-
-
-def _ending(line: str) -> str:
-    m = _LINE_END.search(line, max(0, len(line) - 2))
-    return m.group(0) if m is not None and m.end() == len(line) else ""
-
-
-def _newlines_kept(old: str, new: str) -> str:
-    """``new`` with each line it adds ending as the line of ``old`` it is inserted at does (the line it
-    replaces, else the one before it), and each line it keeps ending as it did: LibCST ends a line it
-    makes with the newline of the file's (or the part's) first line, which in a file of mixed line
-    endings is not that of the lines around it."""
-    before = io.StringIO(old, newline="").readlines()
-    after = io.StringIO(new, newline="").readlines()
-    ops = difflib.SequenceMatcher(a=[x.rstrip("\r\n") for x in before], b=[x.rstrip("\r\n") for x in after],
-                                  autojunk=False).get_opcodes()
-    out: list[str] = []
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":  # the line as it was (LibCST may have made its newline anew: a comma added after it)
-            for b, a in zip(before[i1:i2], after[j1:j2], strict=True):
-                out.append(b if _ending(b) or not _ending(a) else b + _ending(a))
-            continue
-        for k, line in enumerate(after[j1:j2]):
-            at = min(i1 + k, i2 - 1) if i2 > i1 else i1 - 1  # the line replaced, else the one before it
-            like = before[at] if 0 <= at < len(before) else (before[0] if before else "")
-            end = _ending(line)
-            out.append(line[:len(line) - len(end)] + _ending(like) if end and _ending(like) else line)
-    return "".join(out)
 
 
 def _spliced(planned: Planned) -> str:
