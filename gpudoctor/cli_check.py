@@ -8,6 +8,7 @@ with the codes its docstring lists (ruff's conventions); a user's mistake is a
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -112,9 +113,17 @@ def _check_fix(targets, config, fail_on, fmt, output, quiet, color, diff, worker
 def guard_output(output: str, paths: list[Path]) -> None:
     """``-o`` may never name a script given or found in a folder given, nor a project module they import
     (check reads them: ``--fix`` may rewrite them), nor anything that resolves to one (a symlink, a hard
-    link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written."""
-    from gpudoctor.static import project_files
+    link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written.
 
-    if output_file(output) is None:
+    The modules a script imports are found by reading the project (what the check then does again): only
+    for an ``-o`` that may be one, a Python file by its real name or a file with another link to it, not
+    for the common ``-o review.md`` that a run before wrote."""
+    from gpudoctor.static import project_files
+    from gpudoctor.static.sources import discover
+
+    out = output_file(output)
+    if out is None:
         return
-    guard_sources(output, [*paths, *map(Path, project_files(paths))], "a script check reads")
+    guard_sources(output, [*paths, *(t.path for t in discover(paths)[0])], "a script check reads")
+    if os.path.realpath(output).endswith((".py", ".pyw")) or out.st_nlink > 1:
+        guard_sources(output, list(map(Path, project_files(paths))), "a module a script check reads imports")

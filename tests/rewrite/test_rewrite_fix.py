@@ -423,3 +423,32 @@ def test_one_file_given_twice_is_checked_and_fixed_once(link, tmp_path, monkeypa
     assert code == 0, err
     assert "changed on disk" not in err and "could not be written" not in err
     assert "num_workers=" in script.read_text()
+
+
+def test_output_onto_a_report_does_not_read_the_project_twice(tmp_path, monkeypatch, capsys):
+    """The modules a script imports are looked up for an -o that may be one (a .py, a hard link) only."""
+    import gpudoctor.static as static
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    (tmp_path / "review.md").write_text("# an earlier report\n")
+    calls = []
+    real = static.project_files
+    monkeypatch.setattr(static, "project_files", lambda paths: calls.append(paths) or real(paths))
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "-o", "review.md")
+    assert code == 0 and calls == [], err
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "--format", "md", "-o", "notes.py")
+    assert code == 0 and calls == [], err  # a new file: nothing to replace, nothing looked up
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "--format", "md", "-o", "notes.py")
+    assert code == 0 and len(calls) == 1, err  # now a Python file: it might have been an imported module
+
+
+def test_output_onto_a_hard_link_to_an_imported_module_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    module = _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    os.link(module, tmp_path / "review.md")
+    before = module.read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "-o", "review.md")
+    assert code == 2 and "b.py" in err and module.read_bytes() == before, err
