@@ -452,3 +452,10 @@ def test_output_onto_a_hard_link_to_an_imported_module_is_refused(tmp_path, monk
     before = module.read_bytes()
     code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "-o", "review.md")
     assert code == 2 and "b.py" in err and module.read_bytes() == before, err
+
+
+def test_the_summary_says_one_finding_remains(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _copy(tmp_path, "mnist_loader.py")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "--select", "GD201,GD401")
+    assert "1 finding remains" in err, err
