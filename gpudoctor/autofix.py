@@ -110,7 +110,7 @@ class FixResult:
         lost = len(self.unwritten)
         out.append(f"{verb} {self.fixed_count} finding{'s' if self.fixed_count != 1 else ''} in {files} "
                    f"file{'s' if files != 1 else ''}; {remaining} finding{'s' if remaining != 1 else ''} "
-                   + ("remain" if self.written else "would remain")
+                   + (("remains" if remaining == 1 else "remain") if self.written else "would remain")
                    + (f"; {lost} file{'s' if lost != 1 else ''} could not be written" if lost else ""))
         return out
 

@@ -31,6 +31,8 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     ScriptCommand,
     color_option,
     fail_on_exit_code,
+    guard_sources,
+    one_line,
     parallel_options,
     report_options,
     rule_config,
@@ -247,6 +249,11 @@ def profile(script, script_args, module, out, steps, skip_first, wait, warmup, a
             from gpudoctor.report import format_from_path
 
             format_from_path(output)  # a name that says no format: exit 2 now, not after the run
+        if output:  # never the script (or the file `-m` finds)
+            from gpudoctor.collect.options import _find_module
+
+            origin = script or (_find_module(module, os.getcwd()) if module else None)
+            guard_sources(output, [Path(origin)] if origin else [], "the script profile runs")
         check_output_writable(output)
     signals.pause_point("parsed")
     result = profile_run(opts)
@@ -373,6 +380,10 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     from gpudoctor.collect.options import require_torch
 
     require_torch()  # the trials run the script: before anything is written
+    if output:
+        from gpudoctor.verify.trials import trial_sources
+
+        guard_sources(output, trial_sources(path), "the script verify runs again")
     config = rule_config(select, ignore, sets, path.resolve().parent)
     result = verify_run(path, config, opts)
     write_run_report(result.report, path)
@@ -573,7 +584,7 @@ def _main() -> None:
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
         _fail(
-            f"internal error: {type(err).__name__}: {err} "
+            f"internal error: {type(err).__name__}: {one_line(err)} "
             "(set GPUDOCTOR_DEBUG=1 for the traceback and please report it)",
             EXIT_INTERNAL,
         )

@@ -9,13 +9,19 @@ with the codes its docstring lists (ruff's conventions); a user's mistake is a
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from pathlib import Path
 
 import click
 
-from gpudoctor.cli_options import fail_on_exit_code, report_options, rule_config, rule_options
+from gpudoctor.cli_options import (
+    fail_on_exit_code,
+    guard_sources,
+    output_file,
+    report_options,
+    rule_config,
+    rule_options,
+)
 from gpudoctor.console import check_output_writable, emit_report, output_format, print_stdout, say
 from gpudoctor.errors import EXIT_FINDINGS, UsageError
 
@@ -105,25 +111,19 @@ def _check_fix(targets, config, fail_on, fmt, output, quiet, color, diff, worker
 
 
 def guard_output(output: str, paths: list[Path]) -> None:
-    """``-o`` may never name a script given or found in a folder given, nor anything that resolves to one
-    (a symlink, a hard link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written.
+    """``-o`` may never name a script given or found in a folder given, nor a project module they import
+    (check reads them: ``--fix`` may rewrite them), nor anything that resolves to one (a symlink, a hard
+    link, ``./x/../train.py``): a ``UsageError`` (exit 2) before anything is written.
 
-    Files are compared by device and inode, so every spelling of one file is caught; a path that does
-    not exist yet cannot be an input."""
+    The modules a script imports are found by reading the project (what the check then does again): only
+    for an ``-o`` that may be one, a Python file by its real name or a file with another link to it, not
+    for the common ``-o review.md`` that a run before wrote."""
+    from gpudoctor.static import project_files
     from gpudoctor.static.sources import discover
 
-    try:
-        out = os.stat(output)
-    except (OSError, ValueError):
-        return  # a new file (or one -o's own check refuses with its reason)
-    if not stat.S_ISREG(out.st_mode):
-        return  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
-    found, _errors, _roots = discover(paths)
-    for candidate in [*paths, *(t.path for t in found)]:
-        try:
-            st = os.stat(candidate)
-        except (OSError, ValueError):
-            continue
-        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
-            raise UsageError(f"-o {output}: that is the script {candidate}, an input of check; the report would "
-                             "replace it. Name another file for the report (e.g. -o review.md)")
+    out = output_file(output)
+    if out is None:
+        return
+    guard_sources(output, [*paths, *(t.path for t in discover(paths)[0])], "a script check reads")
+    if os.path.realpath(output).endswith((".py", ".pyw")) or out.st_nlink > 1:
+        guard_sources(output, list(map(Path, project_files(paths))), "a module a script check reads imports")

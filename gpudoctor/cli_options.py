@@ -1,6 +1,7 @@
 """The options several commands share (``cli.py``, ``cli_check.py``): rules, parallel reading, --verify,
-the report; and what the commands do with the rule options: the configuration they build
-(``rule_config``) and the exit code of ``--fail-on`` (``fail_on_exit_code``).
+the report (its ``-o`` never replaces a source: ``guard_sources``); and what the commands do with the
+rule options: the configuration they build (``rule_config``) and the exit code of ``--fail-on``
+(``fail_on_exit_code``).
 
 Imported by the command line's modules only; standard library and click at import (importing
 ``gpudoctor.verify`` for its defaults would load scipy for every command), the configuration
@@ -9,11 +10,13 @@ and the model inside the two functions that need them.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import click
 
-from gpudoctor.errors import EXIT_FINDINGS, EXIT_OK
+from gpudoctor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 FORMATS = ("terminal", "md", "json", "html", "sarif", "github")
 
@@ -159,3 +162,44 @@ class ScriptCommand(click.Command):
 def _drop_separator(rest: list[str]) -> list[str]:
     """What follows the script, less a first ``--`` (``gpudoctor profile train.py -- --epochs 1``)."""
     return rest[1:] if rest[:1] == ["--"] else rest
+
+
+# --------------------------------------------------------------------------- -o never replaces a source
+
+
+def output_file(output: str) -> os.stat_result | None:
+    """``-o``'s file when it is a regular one that exists (else nothing it names can be a source)."""
+    try:
+        out = os.stat(output)
+    except (OSError, ValueError):
+        return None  # a new file (or one -o's own check refuses with its reason)
+    if not stat.S_ISREG(out.st_mode):
+        return None  # /dev/stdout, a FIFO, a terminal: written through, never a source replaced
+    return out
+
+
+def guard_sources(output: str | None, files: list[Path], what: str) -> None:
+    """``-o`` may never be one of ``files`` (the sources a command reads or runs: ``what`` says which),
+    by any spelling: files are compared by device and inode. A ``UsageError`` (exit 2), before anything
+    is written; a path that does not exist yet cannot be a source."""
+    out = output_file(output) if output else None
+    if out is None:
+        return
+    for candidate in files:
+        try:
+            st = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            raise UsageError(f"-o {output}: that is {candidate}, {what}; the report would replace it. "
+                             "Name another file for the report (e.g. -o review.md)")
+
+
+#: The most of an unexpected exception's text an internal-error line shows.
+MAX_ERROR_CHARS = 200
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's text on one line, at most ``MAX_ERROR_CHARS`` (a KeyError's key may be a whole CST node)."""
+    said = " ".join(str(err).split())
+    return said[:MAX_ERROR_CHARS] + " …" if len(said) > MAX_ERROR_CHARS else said

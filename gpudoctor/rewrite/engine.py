@@ -60,7 +60,7 @@ from gpudoctor.rewrite.parts import (
     _torch_alias,
     code_of,
 )
-from gpudoctor.rewrite.text import RewriteError
+from gpudoctor.rewrite.text import RewriteError, mixed_newlines, newlines_kept
 
 __all__ = ["KINDS", "WORK", "Applied", "Planned", "Work", "apply", "code_of", "plan_edits"]
 
@@ -506,7 +506,6 @@ def _on_path(ix: _Index, plan: _Plan) -> set[int]:
     return out
 
 
-
 @dataclass(slots=True)
 class _Part:
     """The edits located in one part of the file."""
@@ -551,8 +550,9 @@ def plan_edits(text: str, edits: Sequence[Edit]) -> Planned:
     skipped: list[tuple[Edit, str]] = []
     for e in edits:
         k = src.head if e.kind == "insert" and not src.whole else src.part_at(e.line)
-        ix = src.index(k) if k is not None else _nowhere()
-        part = parts.setdefault(k, _Part(ix)) if k is not None else _Part(ix)
+        # a part keeps the index its plan was made on: the source keeps the last MAX_PARTS parses, and one parsed again has other nodes
+        part = _Part(_nowhere()) if k is None else parts[k] if k in parts else parts.setdefault(k, _Part(src.index(k)))
+        ix = part.ix
         try:
             node, whole = _plan_one(ix, part.plan, e, src.top_level)
         except RewriteError as err:
@@ -579,6 +579,7 @@ def apply(text: str, edits: Sequence[Edit]) -> Applied:
         WORK.rendered_bytes += len(new)
     except (cst.CSTValidationError, cst.ParserSyntaxError, ValueError) as err:
         raise RewriteError(f"the rewrite failed ({type(err).__name__}: {err}); nothing was changed") from None
+    new = newlines_kept(text, new) if mixed_newlines(text) else new
     try:
         compile(ast.parse(new), "<rewritten>", "exec")
     except (SyntaxError, ValueError) as err:

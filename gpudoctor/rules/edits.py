@@ -92,6 +92,15 @@ def assign(file: str, line: int, target: str, value: object) -> Edit:
                 text=f"{target} = {source_text(value)} at {file}:{line}")
 
 
+#: The start of the note a finding carries when ``gpudoctor check --fix`` leaves its fix to the author.
+FIX_LEFT = "not changed by `gpudoctor check --fix`"
+
+
+def manual_note(reason: str) -> str:
+    """The evidence note of a fix a rule leaves to the author (it would break the script there): why."""
+    return f"{FIX_LEFT}: {reason}"
+
+
 def edit_fix(instruction: str, before: str, after: str, *edits: Edit, source: Location | None = None,
              illustration: str = "") -> Fix:
     """A fix whose before/after the rewrite engine remakes from the source where it is at hand: until

@@ -200,6 +200,15 @@ crosses the 5% threshold. A mean wait per batch under `dataloader_handover_ms`
 is therefore not reported: on a fast host, where a hand-over costs a few
 hundred µs, a loader of 0.5–1 ms per batch that workers could still halve goes
 unreported.
+`gpudoctor check --fix` adds `persistent_workers=True` beside the workers only
+where the call does not pass it and no loop over the DataLoader changes its
+dataset in place (`ds.set_epoch(epoch)`: persistent workers keep their first
+copy), and leaves the whole fix to the author (the finding says why) where a step
+loop changes the dataset (no worker would see it) or where a worker started by
+spawn or forkserver could not unpickle what it is sent: a dataset, sampler,
+collate_fn or worker_init_fn that is a lambda, or a class or function defined
+inside a function (or an instance of such a class). A value made elsewhere (passed
+in, returned by a call) is not looked into.
 
 References
 ----------
@@ -249,7 +258,7 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args
+from gpudoctor.rules.edits import dataloader_args, manual_note
 from gpudoctor.rules.helpers import (
     CpuReading,
     LoaderProfile,
@@ -258,6 +267,7 @@ from gpudoctor.rules.helpers import (
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
+    dataset_changed,
     device_limited,
     entry_name,
     loader_profile,
@@ -863,9 +873,21 @@ def _no_workers(src: StaticContext, fn: Function, lf: LoaderFact) -> None:
     if sized.value is not None:
         n, sizing = sized.value, f"How many: {sized.value}, {sized.why}."
     flag = arg_fix(nw, str(n))
+    # what the automatic fix would break: the author's to change (the finding stays, its evidence says why)
+    pw_state, _pw = src.loader_value(fn, lf, "persistent_workers")
+    changed = dataset_changed(src, fn, lf)
+    manual = ""
+    if lf.unpicklable:
+        manual = (f"{lf.unpicklable}: worker processes started by spawn or forkserver (macOS, Windows; Linux from "
+                  "Python 3.14) receive it pickled and cannot unpickle it; define it at the module's top level")
+    elif changed is not None and changed[1]:
+        manual = f"{changed[0]}: a worker holds its own copy of the dataset and would not see the change"
+    keep = pw_state == "missing" and changed is None  # persistent workers keep their first copy of the dataset
+    changes: dict[str, object] = {"num_workers": n, **({"persistent_workers": True} if keep else {})}
     instruction = (
-        f"Load batches in worker processes: set num_workers on the DataLoader at {at(loc)}, with "
-        f"persistent_workers=True" + (f" (or change the default of {flag[0]})" if flag else "") + f". {sizing}"
+        f"Load batches in worker processes: set num_workers on the DataLoader at {at(loc)}"
+        + (", with persistent_workers=True" if keep else "")
+        + (f" (or change the default of {flag[0]})" if flag else "") + f". {sizing}"
     )
     src.report(
         "GD201",
@@ -873,13 +895,14 @@ def _no_workers(src: StaticContext, fn: Function, lf: LoaderFact) -> None:
         f"DataLoader at {at(loc)} loads every batch in the training process "
         f"({how('num_workers', nw_state, nw, '0')}): the step waits while the main process reads and collates "
         "each batch",
-        Fix(instruction, before, with_kwargs(before, {"num_workers": str(n), "persistent_workers": "True"}),
+        Fix(instruction, before, with_kwargs(before, {k: str(v) for k, v in changes.items()}),
             # a count from a command-line flag: its default is the script's to change (the instruction says so)
-            () if flag or sized.refused else
-            (dataloader_args(fn.file, lf.site.line, {"num_workers": n, "persistent_workers": True}, col=lf.site.col),)),
+            () if flag or sized.refused or manual else
+            (dataloader_args(fn.file, lf.site.line, changes, col=lf.site.col),)),
         fn,
         lf.site,
-        Evidence(ev.metrics, ev.time_ranges, ev.settings, (*ev.notes, sized.refused)) if sized.refused else ev,
+        Evidence(ev.metrics, ev.time_ranges, ev.settings,
+                 (*ev.notes, *filter(None, [sized.refused, manual_note(manual) if manual else ""]))),
     )
 
 

@@ -93,7 +93,13 @@ trace holds one profiling window and cannot show epochs. Persistent workers
 keep their memory between epochs; a Dataset that changes between epochs must
 do so through shared state or `worker_init_fn`. Work the loop does between
 epochs (an evaluation pass, a checkpoint) falls in the first step's time and is
-counted in the stall: the expected gain is then high by it. New workers'
+counted in the stall: the expected gain is then high by it.
+`gpudoctor check --fix` leaves the fix to the author (the finding says why) where
+the script passes `persistent_workers` itself (`False`, or a flag: its choice,
+never overridden), and where a loop over the DataLoader changes its dataset in
+place (`ds.epoch = epoch`, `ds.set_epoch(epoch)`, `loader.dataset.…`):
+persistent workers would keep their first copy and train on stale data. A change
+made in a function the loop calls is not seen. New workers'
 start-up CPU may also slow the steps after the first (on 2 cores the sample's
 median step fell 94.5 → 83.5 ms with the fix): the bound holds it, the expected
 gain does not count it.
@@ -126,12 +132,13 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args
+from gpudoctor.rules.edits import dataloader_args, manual_note
 from gpudoctor.rules.helpers import (
     dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
+    dataset_changed,
     no_dataloader_reason,
     worker_use,
 )
@@ -308,6 +315,18 @@ def static_check(src: StaticContext) -> None:
         loc = src.location(fn, lf.site)
         before = src.source(fn, lf.site)
         workers = nw.value if nw is not None and nw.known else "its"
+        manual = ""
+        if pw_state == "set":  # the script's own choice (False, or a flag whose default is False): never overridden
+            manual = (f"the DataLoader passes persistent_workers itself ({how('persistent_workers', pw_state, pw, 'False')}): "
+                      "the script's choice, left to its author")
+        else:
+            changed = dataset_changed(src, fn, lf)
+            if changed is not None:
+                manual = (f"{changed[0]}: persistent workers would keep their first copy of the dataset and load "
+                          "stale data")
+        edits = () if manual else (dataloader_args(fn.file, lf.site.line, {"persistent_workers": True}, col=lf.site.col),)
+        evidence = Evidence(settings=(SettingRef("DataLoader.persistent_workers", pw.value if pw is not None else False, loc),),
+                            notes=(manual_note(manual),) if manual else ())
         src.report(
             "GD202",
             Severity.INFO,
@@ -321,11 +340,11 @@ def static_check(src: StaticContext) -> None:
                    "workers: write persistent_workers=<the count> > 0"),
                 before,
                 with_kwargs(before, {"persistent_workers": "True"}),
-                (dataloader_args(fn.file, lf.site.line, {"persistent_workers": True}, col=lf.site.col),),
+                edits,
             ),
             fn,
             lf.site,
-            Evidence(settings=(SettingRef("DataLoader.persistent_workers", pw.value if pw is not None else False, loc),)),
+            evidence,
         )
 
 

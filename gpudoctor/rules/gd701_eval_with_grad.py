@@ -73,6 +73,13 @@ needs a trace with operator events, and then judges grad mode, not the graph: a
 model whose parameters were all frozen (`requires_grad_(False)`) builds none.
 A run without step structure (`step_source: "time"`) called no module with
 parameters: nothing says it evaluates a model.
+`gpudoctor check --fix` wraps the loop in `torch.no_grad()` only where nothing says
+it needs gradients: a loop that calls `torch.autograd.grad`, `.backward()`,
+`.requires_grad_()`, sets `.requires_grad`, or turns grad mode on
+(`torch.enable_grad`, `torch.set_grad_enabled`), or one whose results are
+differentiated after it in its function (`output.sum().backward()`), keeps the
+finding with the fix left to the author (its evidence says why). A function the loop
+calls that needs gradients is not looked into.
 
 References
 ----------
@@ -87,11 +94,19 @@ import ast
 import re
 from dataclasses import dataclass
 
-from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, Severity
+from gpudoctor.model.findings import (
+    ChecklistStatus,
+    Confidence,
+    Evidence,
+    Fix,
+    Location,
+    Metric,
+    Severity,
+)
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import CallSite
 from gpudoctor.rules.context import RuleContext, RuleResult, location_of
-from gpudoctor.rules.edits import edit_fix, wrap
+from gpudoctor.rules.edits import edit_fix, manual_note, wrap
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     Function,
@@ -103,6 +118,7 @@ from gpudoctor.rules.static_api import (
     Watch,
     examples,
     last,
+    root_name,
 )
 from gpudoctor.rules.static_api.names import MODEL_NAME, NO_GRAD_CONTEXTS
 from gpudoctor.rules.static_api.text import at, first_of, indent
@@ -320,13 +336,53 @@ def _with_grad_source(scan: Scan, node: ast.stmt) -> str:
 
 
 def _loop_models(scan: Scan, node: ast.stmt, loop: Loop) -> None:
-    """The models a loop calls (``model(x)``, ``net.forward(x)``), those in eval mode as it starts, and
-    whether every one of those calls is under a ``with torch.no_grad():`` of the loop's own."""
+    """The models a loop calls (``model(x)``, ``net.forward(x)``), those in eval mode as it starts,
+    whether every one of those calls is under a ``with torch.no_grad():`` of the loop's own, what in it
+    needs autograd ("" when nothing), the names it binds, and its last line (``Loop.site`` ends at its header)."""
     everywhere = _models_called(scan, scan.source_of(node))
     if everywhere:
         with_grad = _models_called(scan, _with_grad_source(scan, node))
         scan.record("loop_models", node, site=loop.site, text="",
-                    data=(loop.id, frozenset(everywhere), frozenset(scan.eval_receivers), not with_grad))
+                    data=(loop.id, frozenset(everywhere), frozenset(scan.eval_receivers), not with_grad,
+                          _needs_grad(scan, node), _bound(node), getattr(node, "end_lineno", None) or loop.site.line))
+
+
+#: Calls that need autograd on (or turn it on): a loop that makes one breaks under ``torch.no_grad()``.
+_GRAD_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.backward", "torch.enable_grad",
+                         "torch.set_grad_enabled", "torch.autograd.enable_grad", "torch.autograd.set_grad_enabled",
+                         "torch.autograd.grad_mode.enable_grad", "torch.autograd.grad_mode.set_grad_enabled"})
+_GRAD_METHODS = frozenset({"backward", "requires_grad_"})
+
+
+def _needs_grad(scan: Scan, node: ast.stmt) -> str:
+    """What in the loop needs gradients (``torch.autograd.grad(...)`` at line 19), or "" when nothing."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            q = scan.qualify(sub.func) or ""
+            if q in _GRAD_CALLS or q.startswith("torch.autograd.functional."):
+                return f"`{q}(...)` at line {sub.lineno}"
+            if isinstance(sub.func, ast.Attribute) and sub.func.attr in _GRAD_METHODS:
+                return f"`.{sub.func.attr}(...)` at line {sub.lineno}"
+        elif isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            if any(isinstance(target, ast.Attribute) and target.attr == "requires_grad" for target in targets):
+                return f"`.requires_grad = ...` at line {sub.lineno}"
+    return ""
+
+
+def _bound(node: ast.stmt) -> frozenset[str]:
+    """The names a loop binds (its target, what its body assigns)."""
+    return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+
+def _differentiated(scan: Scan, node: ast.Call, recv: ast.expr | str) -> None:
+    """``x.backward()`` / ``torch.autograd.grad(x, …)``: the name differentiated (an evaluation loop that
+    binds it needs autograd on)."""
+    if isinstance(recv, str):  # a calls hook: the first argument is what is differentiated
+        recv = node.args[0] if node.args else node
+    name = root_name(recv)
+    if name is not None:
+        scan.record("differentiated", node, data=name)
 
 
 def _models_called(scan: Scan, text: str) -> set[str]:
@@ -352,6 +408,7 @@ class _EvalLoop:
     evaluated: frozenset[str]  # of those, the ones in eval mode
     loc: Location
     guarded: bool  # under no_grad / inference_mode (the loop, its function, every caller, or each forward in it)
+    needs_grad: str = ""  # what in it (or after it) needs autograd on: no_grad would break it ("": nothing seen)
 
 
 def _callers_no_grad(src: StaticContext, fn: Function) -> bool:
@@ -376,7 +433,7 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                 # an evaluation loop may sit in the epoch loop, after the step loop; not inside a step
                 if loop.id in training or any(lid in steps for lid in loop.ctx.loops):
                     continue
-                calls, eval_before, _inner = models.get(loop.id, (frozenset(), frozenset(), False))
+                calls, eval_before = models.get(loop.id, (frozenset(), frozenset()))[:2]
                 # a model put in eval mode, then called in a loop: an evaluation, whether the loop runs over
                 # batches or over indices (word_language_model's `for i in range(0, n, bptt)`); in a
                 # function named for evaluation, only a loop over batches
@@ -391,10 +448,24 @@ def _eval_loops(src: StaticContext) -> list[_EvalLoop]:
                     continue
                 guarded = (loop.ctx.no_grad or fn.no_grad_decorated or _callers_no_grad(src, fn)
                            or models[loop.id][2])  # every forward under the loop's own no_grad
-                out.append(_EvalLoop(fn, loop, calls, calls & eval_before, src.location(fn, loop.site), guarded))
+                out.append(_EvalLoop(fn, loop, calls, calls & eval_before, src.location(fn, loop.site), guarded,
+                                     _grad_needed(fn, *models[loop.id][3:6])))
         return out
 
     return src.memo("GD701.eval-loops", find)
+
+
+def _grad_needed(fn: Function, inside: str, bound: frozenset[str], last_line: int) -> str:
+    """Why the loop needs autograd on: a call in it (``inside``), or a name it binds differentiated after it
+    in its function (``output.sum().backward()`` once the loop is done); "" when nothing says so."""
+    if inside:
+        return f"it calls {inside}"
+    after = sorted((f.site.line, f.data) for f in fn.facts
+                   if f.kind == "differentiated" and f.site.line > last_line and f.data in bound)
+    if after:
+        line, name = after[0]
+        return f"`{name}`, bound in it, is differentiated after it (line {line})"
+    return ""
 
 
 def static_check(src: StaticContext) -> None:
@@ -405,20 +476,29 @@ def static_check(src: StaticContext) -> None:
         model = sorted(e.evaluated or e.models)[0]
         why = f"`{model}.eval()` before it" if model in e.evaluated else f"in `{fn.name}()`"
         before = src.source(fn, Site(loop.site.line, loop.site.col, loop.site.end_line + 2), max_lines=3)
-        src.report(
-            "GD701",
-            Severity.WARNING,
-            f"Evaluation loop at {at(e.loc)} ({why}, no backward) calls `{model}(...)` with autograd on: every "
-            "forward pass records the graph and keeps its activations",
-            Fix(
+        if e.needs_grad:  # no_grad around the whole loop would break it: the change is the author's to make
+            fix = Fix(f"Run the forward passes that need no gradients under torch.no_grad(); not the whole loop: "
+                      f"{e.needs_grad}, which needs autograd on", before, "with torch.no_grad():\n" + indent(before),
+                      illustration="the whole loop under no_grad, which this loop cannot take as it is")
+            evidence = Evidence(notes=(manual_note(f"the loop needs gradients ({e.needs_grad})"),))
+        else:
+            fix = Fix(
                 "Run evaluation under torch.no_grad() (or torch.inference_mode() when its outputs never feed "
                 "autograd), or decorate the function with @torch.no_grad()",
                 before,
                 "with torch.no_grad():\n" + indent(before),
                 (wrap(fn.file, loop.site.line, "torch.no_grad()"),),
-            ),
+            )
+            evidence = None
+        src.report(
+            "GD701",
+            Severity.WARNING,
+            f"Evaluation loop at {at(e.loc)} ({why}, no backward) calls `{model}(...)` with autograd on: every "
+            "forward pass records the graph and keeps its activations",
+            fix,
             fn,
             loop.site,
+            evidence,
         )
 
 
@@ -442,7 +522,10 @@ def _judge_in_source(src: StaticContext) -> tuple[ChecklistStatus, str]:
     )
 
 
-STATIC = StaticCheck(check=static_check, watch=Watch(loops=_loop_models), judges={"no-grad-eval": _judge_in_source})
+STATIC = StaticCheck(check=static_check,
+                     watch=Watch(loops=_loop_models, methods={"backward": _differentiated},
+                                 calls={"torch.autograd.grad": _differentiated}),
+                     judges={"no-grad-eval": _judge_in_source})
 
 
 EXAMPLES = examples(

@@ -519,3 +519,31 @@ def loader_step_ns(
     if load_cpu_ns is not None and main_cpu_ns is not None and cores:
         terms.append((main_cpu_ns + handover_ns + load_cpu_ns) / cores)
     return max(terms)
+
+
+def dataset_changed(src, fn, lf) -> tuple[str, bool] | None:  # noqa: ANN001 - StaticContext, Function, LoaderFact
+    """Where a loop that iterates the DataLoader ``lf`` (of ``fn``) changes its dataset in place
+    (``ds.epoch = epoch``, ``ds.set_epoch(epoch)``, ``loader.dataset.…``), and whether it does so at every
+    step (in a step loop); None when no loop of its program does. Workers hold a copy of the dataset: one
+    kept across epochs (``persistent_workers=True``) never sees a change made after it started, and no
+    worker sees a change made while it runs (at every step)."""
+    names = src.loader_names(fn, lf)
+    if not names:
+        return None
+    receivers = {f"{n}.dataset" for n in names} | ({lf.dataset} if lf.dataset else set())
+    found: tuple[str, bool] | None = None
+    for other in src.program_functions(fn):
+        steps = set(src.step_loop_ids(other))
+        for loop in other.loops:
+            if not loop.mentions & names:
+                continue
+            hit = sorted(r for r in loop.changes if r in receivers or any(r.startswith(x + ".") for x in receivers))
+            if not hit:
+                continue
+            per_step = loop.id in steps
+            where = (f"`{hit[0]}` is changed in place in the {'step' if per_step else ''} loop at "
+                     f"{other.file}:{loop.site.line}").replace("the  loop", "the loop")
+            if per_step:
+                return where, True
+            found = found or (where, False)
+    return found

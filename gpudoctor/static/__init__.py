@@ -158,6 +158,19 @@ def check_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None 
     )
 
 
+def project_files(paths: Sequence[Path]) -> list[str]:
+    """The files a check of ``paths`` reads: those given or found in the folders given, and the project
+    modules they import, transitively (what ``-o`` may never replace)."""
+    reset_caches()
+    targets, errors, roots = discover(list(paths))
+    root_strs = [str(r) for r in roots]
+    modules: dict[str, ModuleSummary] = {}
+    file_errors: list[FileError] = list(errors)
+    _scan_all([(str(t.path), t.display) for t in targets], root_strs, modules, file_errors)
+    _follow_imports(modules, root_strs, file_errors)
+    return sorted({*modules, *(str(t.path) for t in targets)})
+
+
 # --------------------------------------------------------------------------- scanning
 
 

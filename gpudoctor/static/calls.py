@@ -320,6 +320,23 @@ class Calls:
 
     # ---------------------------------------------------------------- shared facts
 
+    #: DataLoader arguments a worker process receives pickled (by position: DataLoader's signature)
+    _SENT_TO_WORKERS = (("sampler", 3), ("batch_sampler", 4), ("collate_fn", 6), ("worker_init_fn", 10))
+
+    def _unpicklable(self, node: ast.Call, dataset: ast.AST | None) -> str:
+        """``LoaderFact.unpicklable``: the first argument a spawned worker could not unpickle, and why."""
+        args = [("dataset", dataset)]
+        for name, pos in self._SENT_TO_WORKERS:
+            value = self._kwnode(node, name)
+            if value is None and pos < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[:pos + 1]):
+                value = node.args[pos]
+            args.append((name, value))
+        for name, value in args:
+            why = self.not_picklable(value) if value is not None else ""
+            if why:
+                return f"its {name} (`{self.ms.segment(value, 40)}`) is {why}"
+        return ""
+
     def loader(self, node: ast.Call) -> None:
         kwargs: dict[str, Sym] = {}
         stars: list[Sym] = []
@@ -364,6 +381,8 @@ class Calls:
             text=self.ms.segment(node, 160),
             in_memory=in_memory,
             worker_init=worker_init,
+            dataset=(_dotted(dataset) or "") if dataset is not None else "",
+            unpicklable=self._unpicklable(node, dataset),
         )
         self.fs.loaders.append(fact)
         self.loader_nodes[id(node)] = fact

@@ -90,6 +90,7 @@ class Flow:
             mentions=frozenset(mentions),
             target_is_batch=batch,
             iter_names=frozenset(_IDENT.findall(self.ms.segment(iterated, 400))) if iterated is not None else frozenset(),
+            changes=_changes(node),
         )
         self.fs.loops.append(loop)
         for hook in self.hooks.loops:
@@ -240,3 +241,30 @@ def _is_periodic(test: ast.AST) -> bool:
             return True
     return False
 
+
+def _dotted_name(node: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _changes(node: ast.AST) -> frozenset[str]:
+    """``Loop.changes``: the dotted receivers of the attribute assignments and method calls in a loop."""
+    out: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]):
+                if isinstance(target, ast.Attribute):
+                    name = _dotted_name(target.value)
+                    if name:
+                        out.add(name)
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            name = _dotted_name(sub.func.value)
+            if name:
+                out.add(name)
+    return frozenset(out)

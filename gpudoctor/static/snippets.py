@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpudoctor.model.findings import Evidence, Finding, Fix, Location
+from gpudoctor.rules.edits import FIX_LEFT
 from gpudoctor.rules.registry import get
-
-FIX_LEFT = "not changed by `gpudoctor check --fix`"
 
 
 def with_source(finding: Finding, path: str, text_of: Callable[[str], str | None],

@@ -49,7 +49,8 @@ def display_path(path: Path) -> str:
 
 
 def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Path]]:
-    """The .py files of the given files and folders (sorted), errors, and the project folders.
+    """The .py files of the given files and folders (sorted; a file given twice, by another name or a link
+    to it, once: as it was first given), errors, and the project folders.
 
     A project folder bounds where local imports are followed: the folder given, or
     for a file the folder above its topmost package.
@@ -57,6 +58,23 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
     targets: dict[Path, Target] = {}
     errors: list[FileError] = []
     roots: list[Path] = []
+    seen: dict[tuple[int, int], Path] = {}  # one file given twice (a symlink, a hard link): checked and fixed once
+
+    def add(target: Target) -> None:
+        if target.path in targets:
+            return
+        try:
+            st = os.stat(target.path)
+        except (OSError, ValueError):
+            key = None
+        else:
+            key = (st.st_dev, st.st_ino)
+        if key is not None:
+            if key in seen:
+                return
+            seen[key] = target.path
+        targets[target.path] = target
+
     for raw in paths:
         shown = str(raw)
         try:
@@ -77,7 +95,7 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
             roots.append(absolute)
             real = Path(os.path.realpath(absolute))
             for f in _walk(absolute, errors):
-                targets.setdefault(f, Target(f, display_path(f), real))
+                add(Target(f, display_path(f), real))
             continue
         if absolute.suffix not in (".py", ".pyw"):
             errors.append(
@@ -85,7 +103,7 @@ def discover(paths: list[Path]) -> tuple[list[Target], list[FileError], list[Pat
             )
             continue
         roots.append(package_root(absolute.parent))
-        targets.setdefault(absolute, Target(absolute, display_path(absolute) if not p.is_absolute() else str(p)))
+        add(Target(absolute, display_path(absolute) if not p.is_absolute() else str(p)))
     return sorted(targets.values(), key=lambda t: str(t.path)), errors, _dedupe_roots(roots)
 
 

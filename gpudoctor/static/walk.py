@@ -54,6 +54,9 @@ class FunctionScanner(Values, Calls, Flow):
         self.in_memory_vars: set[str] = set()
         self.eval_receivers: set[str] = set()
         self.backward_receivers: set[str] = set()
+        # names no worker started by spawn / forkserver can unpickle: lambdas, what the function defines itself
+        # (a class, a function), instances of its own classes → what they are ("a lambda" …)
+        self.unpicklable: dict[str, str] = {}
         # where the walk is: loops, every-N-steps `if`s, guards, no_grad (Ctx)
         self.loop_stack: list[int] = []
         self.periodic_depths: list[int] = []
@@ -251,6 +254,21 @@ class FunctionScanner(Values, Calls, Flow):
                 if isinstance(child, ast.expr):
                     self.expr(child)
 
+    def not_picklable(self, node: ast.AST | None) -> str:
+        """Why a worker process started by spawn or forkserver could not unpickle this value ("" when nothing
+        says so): a lambda, a class or function the function defines itself, or an instance of such a class."""
+        if isinstance(node, ast.Lambda):
+            return "a lambda"
+        if isinstance(node, ast.Name):
+            return self.unpicklable.get(node.id, "")
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and self.unpicklable.get(func.id, "").startswith("a class"):
+                return f"an instance of {func.id}, {self.unpicklable[func.id]}"
+            if self.ms.qualify(func) == "functools.partial" and node.args:
+                return self.not_picklable(node.args[0])
+        return ""
+
     def define_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if self.is_module:
             fid = node.name
@@ -259,6 +277,7 @@ class FunctionScanner(Values, Calls, Flow):
             fid = f"{self.fs.fid}.<locals>.{node.name}"
             self.nested[node.name] = fid
             self.ms.queue_function(node, fid, None, dict(self.nested))
+            self.unpicklable[node.name] = f"a function defined inside {self.fs.name}()"
         for dec in node.decorator_list:
             self.expr(dec)
         self.values[node.name] = UNKNOWN
@@ -267,6 +286,7 @@ class FunctionScanner(Values, Calls, Flow):
         prefix = "" if self.is_module else f"{self.fs.fid}.<locals>."
         if not self.is_module:
             self.ms._register_class(node, prefix)
+            self.unpicklable[node.name] = f"a class defined inside {self.fs.name}()"
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.ms.queue_function(item, f"{prefix}{node.name}.{item.name}", node.name, {})
@@ -279,6 +299,13 @@ class FunctionScanner(Values, Calls, Flow):
 
     def assign(self, targets: list[ast.expr], value: ast.expr) -> None:
         names = tuple(_target_names(targets[0])) if len(targets) == 1 else ()
+        for target in targets:
+            if isinstance(target, ast.Name):
+                why = self.not_picklable(value)
+                if why:
+                    self.unpicklable[target.id] = why
+                else:
+                    self.unpicklable.pop(target.id, None)
         if isinstance(value, ast.Call) and names:
             self.pending_assign = (id(value), names)
         self.expr(value)

@@ -392,6 +392,29 @@ def _resolved(m: Manifest) -> str:
     return path
 
 
+def trial_sources(run_dir: Path) -> list[Path]:
+    """The files the trials of ``run_dir`` would run or that the run profiled (as ``_check_target`` resolves
+    them), for ``-o`` to never replace one; none for a run whose manifest cannot be read or names nothing
+    (verify refuses it with its reason)."""
+    from gpudoctor.parse.rundir import read_manifest  # noqa: PLC0415
+
+    try:
+        m = read_manifest(run_dir)
+    except GpudoctorError:
+        return []
+    if m is None:
+        return []
+    out: list[Path] = []
+    profiled = m.argv[0] if m.module and m.argv else m.script
+    if profiled:
+        out.append(Path(m.cwd, profiled))
+    try:
+        out.append(Path(_resolved(m)))
+    except (GpudoctorError, OSError, ValueError):
+        pass
+    return out
+
+
 def _check_target(m: Manifest, opts: VerifyOptions | None = None) -> None:
     """What a run directory's manifest names is untrusted. The target is what the trials will run
     (``trial_target``: the manifest's argv[0], or its module), resolved as they will resolve it, and it

@@ -50,3 +50,11 @@ def test_running_out_of_memory_is_exit_2_with_what_to_do(monkeypatch, capsys, tm
 def test_a_recursion_error_anywhere_is_exit_2(monkeypatch, capsys, tmp_path: Path) -> None:
     code, err = _main_raising(monkeypatch, capsys, RecursionError("maximum recursion depth exceeded"), tmp_path)
     assert code == 2 and err.count("\n") == 1 and "nests deeper" in err
+
+
+def test_an_internal_error_is_one_short_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A KeyError whose key was a whole LibCST node filled the terminal with its repr (the 560 KB --diff)."""
+    monkeypatch.delenv("GPUDOCTOR_DEBUG", raising=False)
+    code, err = _main_raising(monkeypatch, capsys, KeyError("Node(\n" + "    value='',\n" * 5000 + ")"), tmp_path)
+    assert code == 4 and err.count("\n") == 1
+    assert "internal error: KeyError" in err and "GPUDOCTOR_DEBUG" in err and len(err) < 400

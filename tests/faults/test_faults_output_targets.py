@@ -216,3 +216,51 @@ def test_check_o_dev_stdout_into_a_pipe(tmp_path: Path) -> None:
     done = gd("check", "loop.py", "-o", "/dev/stdout", "--format", "md", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("#") and "GD" in done.stdout
+
+
+# --------------------------------------------------------------------------- -o onto a source (review of the rewrite)
+
+
+def test_profile_o_onto_its_script_is_refused_before_the_run(tmp_path: Path) -> None:
+    """`profile --format md -o tiny.py tiny.py` replaced the script with the report."""
+    script = tmp_path / "tiny.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    before = script.read_bytes()
+    (tmp_path / "link.md").symlink_to(script)
+    for out in ("tiny.py", "./sub/../tiny.py", "link.md"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        done = gd("profile", "--format", "md", "-o", out, "tiny.py", cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        (line,) = gd_lines(done.stderr)
+        assert "tiny.py" in line and "the script profile runs" in line
+        assert script.read_bytes() == before and not (tmp_path / "ran").exists()
+        assert not (tmp_path / "gpudoctor-runs").exists()
+
+
+def test_profile_o_onto_the_module_it_runs_is_refused(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("print('ran')\n")
+    done = gd("profile", "--format", "md", "-o", "pkg/train.py", "-m", "pkg.train", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "pkg/train.py" in gd_lines(done.stderr)[0]
+    assert (pkg / "train.py").read_text() == "print('ran')\n"
+
+
+def test_verify_o_onto_the_runs_script_is_refused(tmp_path: Path) -> None:
+    import json
+
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "gpu2" / "tuned_baseline" / "manifest.json"
+    manifest = json.loads(fixture.read_text())
+    manifest.update(cwd=str(tmp_path), script=str(script), argv=["train.py"], module=None)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    done = gd("verify", "run", "--format", "md", "-o", "train.py", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = gd_lines(done.stderr)
+    assert "train.py" in line and "verify runs again" in line
+    assert script.read_text() == "print('ran')\n" and not (run / "verify").exists()

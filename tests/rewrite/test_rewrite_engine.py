@@ -80,3 +80,63 @@ def test_snippet_is_the_statement_before_and_after():
     assert cut.line == 7
     assert cut.before == "loader = DataLoader(ds, batch_size=4,   shuffle=True, collate_fn=pad)  # trailing comment"
     assert cut.after == "loader = DataLoader(ds, batch_size=4,   shuffle=True, collate_fn=pad, pin_memory=True)  # trailing comment"
+
+
+def _many_loaders(n: int) -> str:
+    head = "import torch\nfrom torch.utils.data import DataLoader\n\n"
+    body = "".join(f"\ndef train_{i}(ds, model):\n    loader = DataLoader(ds, batch_size=32)\n"
+                   f"    for x, y in loader:\n        x = x.cuda()\n        model(x).sum().backward()\n"
+                   for i in range(n))
+    return head + body
+
+
+def _loader_and_copy_edits(text: str) -> list:
+    """A check's order: one rule's edits down the file, then another's from its top again."""
+    lines = text.splitlines()
+    loaders = [i for i, x in enumerate(lines, 1) if "DataLoader(ds" in x]
+    copies = [i for i, x in enumerate(lines, 1) if "x.cuda()" in x]
+    return ([edits.dataloader_args("t.py", n, {"pin_memory": True}) for n in loaders]
+            + [edits.non_blocking("t.py", n, "cuda") for n in copies])
+
+
+def test_edits_in_a_part_parsed_again_after_it_left_the_cache_are_made(monkeypatch):
+    # a part that left the source's cache (it keeps the last MAX_PARTS) and is asked for again is parsed
+    # again; its edits must be planned on the one index (the first parse), or spans raised KeyError
+    from gpudoctor.rewrite import parts as rewrite_parts
+    monkeypatch.setattr(rewrite_parts, "MAX_PARTS", 3)
+    text = _many_loaders(200)
+    todo = _loader_and_copy_edits(text)
+    out = apply(text, todo)
+    assert out.skipped == () and len(out.done) == len(todo) == 400
+    assert out.text.count("pin_memory=True") == 200 and out.text.count("x.cuda(non_blocking=True)") == 200
+    assert len(out.spans) == 400
+
+
+@pytest.mark.slow
+def test_a_600_kb_file_takes_every_edit():
+    # over MAX_PARTS parts (the promise: a file up to 1 MiB is rewritten); the reviewer's k560.py crashed
+    text = _many_loaders(4100)
+    assert len(text) > 600_000
+    todo = _loader_and_copy_edits(text)
+    out = apply(text, todo)
+    assert out.skipped == () and len(out.done) == len(todo)
+
+
+MIXED_HEAD = "import torch\r\nfrom torch.utils.data import DataLoader\r\n\r\n"
+MIXED_BODY = ("\ndef main():\n    loader = DataLoader(\n        ds,\n        batch_size=4,\n    )\n"
+              "    return loader\n")
+
+
+def test_a_line_added_to_a_file_of_mixed_newlines_ends_as_the_lines_around_it():
+    """Lines added in the \\n part of a file whose first line ends in \\r\\n ended in \\r\\n (LibCST takes a
+    module's newline from its first line), and the line before them was changed to \\r\\n too."""
+    text = MIXED_HEAD + MIXED_BODY
+    out = apply(text, [edits.dataloader_args("t.py", 8, {"num_workers": 2, "pin_memory": True})])
+    assert out.done and out.text == MIXED_HEAD + MIXED_BODY.replace(
+        "        batch_size=4,\n", "        batch_size=4,\n        num_workers=2,\n        pin_memory=True,\n")
+    # and the other way round: an insert after \r\n imports in a file whose body ends lines in \n
+    text = "import torch\nimport os\n" + MIXED_BODY.replace("\n", "\r\n")
+    out = apply(text, [edits.at_startup("t.py", 1, "torch.backends.cudnn.benchmark = True")])
+    assert out.done and "\r\ntorch.backends.cudnn.benchmark = True\r\n" not in out.text
+    assert "import os\n\ntorch.backends.cudnn.benchmark = True\n" in out.text
+    assert out.text.count("\r\n") == text.count("\r\n")

@@ -389,3 +389,73 @@ def test_diff_of_an_absolute_path_is_named_as_git_names_it(tmp_path, monkeypatch
     rel = str(script).lstrip("/")
     assert code == 1 and out.startswith(f"--- a/{rel}\n+++ b/{rel}\n"), out[:200]
     assert "a//" not in out
+
+
+@pytest.mark.parametrize("extra", [("--fix",), ()])
+def test_output_onto_a_module_the_script_imports_is_refused(extra, tmp_path, monkeypatch, capsys):
+    """check reads the project modules a script imports (and --fix may rewrite them): -o onto one replaced it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    before = (tmp_path / "b.py").read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", *extra, "a.py", "--format", "md", "-o", "b.py")
+    assert code == 2, err
+    assert "b.py" in err and err.count("\n") == 1
+    assert (tmp_path / "b.py").read_bytes() == before
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink", "dotted"])
+def test_one_file_given_twice_is_checked_and_fixed_once(link, tmp_path, monkeypatch, capsys):
+    """`check a.py sl.py --fix` (sl.py -> a.py) exited 1 with "changed on disk" and counted findings twice."""
+    monkeypatch.chdir(tmp_path)
+    script = _copy(tmp_path, "mnist_loader.py")
+    (tmp_path / "sub").mkdir()
+    other = {"symlink": "sl.py", "hardlink": "hard.py", "dotted": "sub/../mnist_loader.py"}[link]
+    if link == "symlink":
+        (tmp_path / "sl.py").symlink_to(script.name)
+    elif link == "hardlink":
+        os.link(script, tmp_path / "hard.py")
+    once = check_paths([script], Config())
+    twice = check_paths([script, Path(other)], Config())
+    assert len(twice.findings) == len(once.findings) and twice.summary[0].value == 1
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", other, "--format", "json",
+                                "-o", "review.json")
+    assert code == 0, err
+    assert "changed on disk" not in err and "could not be written" not in err
+    assert "num_workers=" in script.read_text()
+
+
+def test_output_onto_a_report_does_not_read_the_project_twice(tmp_path, monkeypatch, capsys):
+    """The modules a script imports are looked up for an -o that may be one (a .py, a hard link) only."""
+    import gpudoctor.static as static
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    (tmp_path / "review.md").write_text("# an earlier report\n")
+    calls = []
+    real = static.project_files
+    monkeypatch.setattr(static, "project_files", lambda paths: calls.append(paths) or real(paths))
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "-o", "review.md")
+    assert code == 0 and calls == [], err
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "--format", "md", "-o", "notes.py")
+    assert code == 0 and calls == [], err  # a new file: nothing to replace, nothing looked up
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "--format", "md", "-o", "notes.py")
+    assert code == 0 and len(calls) == 1, err  # now a Python file: it might have been an imported module
+
+
+def test_output_onto_a_hard_link_to_an_imported_module_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("import b\n\nb.train()\n")
+    module = _copy(tmp_path, "mnist_loader.py").rename(tmp_path / "b.py")
+    os.link(module, tmp_path / "review.md")
+    before = module.read_bytes()
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "a.py", "-o", "review.md")
+    assert code == 2 and "b.py" in err and module.read_bytes() == before, err
+
+
+def test_the_summary_says_one_finding_remains(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _copy(tmp_path, "mnist_loader.py")
+    code, _out, err = gpudoctor(monkeypatch, capsys, "check", "--fix", "mnist_loader.py", "--select", "GD201,GD401")
+    assert "1 finding remains" in err, err

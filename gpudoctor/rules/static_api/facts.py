@@ -84,6 +84,9 @@ class LoaderFact:
     in_memory: bool = False  # the dataset is a TensorDataset
     # worker_init_fn: (callee ref, bound positional Syms, bound keyword Syms) of functools.partial
     worker_init: tuple | None = None
+    dataset: str = ""  # the dataset as a dotted name (``ds``, ``self.train_set``); "" for any other expression
+    # what a worker started by spawn / forkserver could not unpickle ("`collate_fn` is a lambda"; "": nothing seen)
+    unpicklable: str = ""
 
 
 @dataclass(slots=True)
@@ -120,6 +123,9 @@ class Loop:
     # the framework whose loop this stands for ("Lightning" …): its site is the step method's `def`
     # (Lightning's training_step), run once per training step; "" for a loop of the source
     framework: str = ""
+    # what its body may change in place: the dotted receivers of attribute assignments and method calls
+    # (`ds.epoch = epoch`, `loader.dataset.set_epoch(epoch)` → "ds", "loader.dataset")
+    changes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
