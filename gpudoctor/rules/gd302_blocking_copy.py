@@ -228,15 +228,28 @@ def _from_pinned(src: StaticContext, fn: Function, lid: int) -> bool:
     loop = src.loop(fn, lid) if lid >= 0 else None
     if loop is None or not loop.iter_names:
         return True
-    fed: list[bool] = []
-    for other in src.program_functions(fn):
-        for lf in other.loaders:
-            if not src.active(other, lf.ctx):
-                continue
-            if src.loader_names(other, lf) & loop.iter_names:
-                state, r = src.loader_value(other, lf, "pin_memory")
-                fed.append(state == "set" and r is not None and r.truth() is not False)
+    pins = _loader_pins(src, fn)
+    fed = [pinned for name in loop.iter_names for pinned in pins.get(name, ())]
     return not fed or any(fed)
+
+
+def _loader_pins(src: StaticContext, fn: Function) -> dict[str, list[bool]]:
+    """Of ``fn``'s program: for each name a DataLoader is bound to, whether each such DataLoader pins memory
+    (made once per program: looking through every DataLoader for every copy was quadratic in its size)."""
+
+    def make() -> dict[str, list[bool]]:
+        out: dict[str, list[bool]] = {}
+        for other in src.program_functions(fn):
+            for lf in other.loaders:
+                if not src.active(other, lf.ctx):
+                    continue
+                state, r = src.loader_value(other, lf, "pin_memory")
+                pinned = state == "set" and r is not None and r.truth() is not False
+                for name in src.loader_names(other, lf):
+                    out.setdefault(name, []).append(pinned)
+        return out
+
+    return src.memo(f"GD302.loader_pins.{src.program(fn)}", make)
 
 
 def _non_blocking_after(statement: str, method: str) -> str:

@@ -531,19 +531,39 @@ def dataset_changed(src, fn, lf) -> tuple[str, bool] | None:  # noqa: ANN001 - S
     if not names:
         return None
     receivers = {f"{n}.dataset" for n in names} | ({lf.dataset} if lf.dataset else set())
+    # the loops of the program that change anything in place, by the first name of what they change (made
+    # once per program: looking through every loop for every DataLoader was quadratic in a file's size)
+    index = _change_index(src, fn)
+    candidates = {pos: (other, loop) for r in receivers for pos, other, loop in index.get(r.split(".", 1)[0], ())}
     found: tuple[str, bool] | None = None
-    for other in src.program_functions(fn):
+    for _pos, (other, loop) in sorted(candidates.items()):  # in the program's order
+        if not loop.mentions & names:
+            continue
         steps = set(src.step_loop_ids(other))
-        for loop in other.loops:
-            if not loop.mentions & names:
-                continue
-            hit = sorted(r for r in loop.changes if r in receivers or any(r.startswith(x + ".") for x in receivers))
-            if not hit:
-                continue
-            per_step = loop.id in steps
-            where = (f"`{hit[0]}` is changed in place in the {'step' if per_step else ''} loop at "
-                     f"{other.file}:{loop.site.line}").replace("the  loop", "the loop")
-            if per_step:
-                return where, True
-            found = found or (where, False)
+        hit = sorted(r for r in loop.changes if r in receivers or any(r.startswith(x + ".") for x in receivers))
+        if not hit:
+            continue
+        per_step = loop.id in steps
+        where = (f"`{hit[0]}` is changed in place in the {'step' if per_step else ''} loop at "
+                 f"{other.file}:{loop.site.line}").replace("the  loop", "the loop")
+        if per_step:
+            return where, True
+        found = found or (where, False)
     return found
+
+
+def _change_index(src, fn) -> dict[str, list]:  # noqa: ANN001 - StaticContext, Function
+    """``fn``'s program's loops that change something in place, by the first name of each thing changed
+    (with each loop's place in the program's order), made once per program."""
+
+    def make() -> dict[str, list]:
+        index: dict[str, list] = {}
+        pos = 0
+        for other in src.program_functions(fn):
+            for loop in other.loops:
+                pos += 1
+                for root in {c.split(".", 1)[0] for c in loop.changes}:
+                    index.setdefault(root, []).append((pos, other, loop))
+        return index
+
+    return src.memo(f"dataset_changed.index.{src.program(fn)}", make)

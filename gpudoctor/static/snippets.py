@@ -11,6 +11,7 @@ from the source) and says why in the evidence.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -58,8 +59,19 @@ def _quoted_at(text: str, before: str, loc: Location) -> Location | None:
     first = before.splitlines()[0].strip() if before.strip() else ""
     if not first:
         return None
-    lines = [x.strip() for x in text.splitlines()]
+    lines, where = _stripped_lines(text)
     if 0 < loc.line <= len(lines) and lines[loc.line - 1] == first:
         return loc
-    found = [i + 1 for i, x in enumerate(lines) if x == first]
+    found = where.get(first, ())
     return Location(loc.file, found[0]) if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=4)
+def _stripped_lines(text: str) -> tuple[list[str], dict[str, list[int]]]:
+    """``text``'s lines stripped, and the line numbers of each: made once per file (a file's findings each
+    look their quote up; splitting the file for each was quadratic in its size). A str caches its hash."""
+    lines = [x.strip() for x in text.splitlines()]
+    where: dict[str, list[int]] = {}
+    for i, x in enumerate(lines, 1):
+        where.setdefault(x, []).append(i)
+    return lines, where
