@@ -100,8 +100,9 @@ A pipeline runs at the rate of its slowest stage: the hand-over is the
 training process's work (its stage), not the workers'. A win per batch under
 the hand-over (`step_now − step_after`) is within what the model can tell, as a
 wait under it is no stall the rule reports, and so is one under two standard
-errors of the mean of the step less its wait (what the model's terms are known
-to; the wait's own scatter is the stall, not noise): the expected gain is then
+errors of the mean of the step less its wait on a run without a GPU (what the
+model's terms are known to; the wait's own scatter is the stall, not noise; on a
+GPU run the host's step holds its waits for the device too): the expected gain is then
 none, and the finding at most info (tuned_baseline on 2 cores, its CPU
 saturated: 56.18 against 55.92 ms; on a noisier run 61.68 against 62.79 ms, a
 win of 1.11 ms against 1.9 ms of such noise).
@@ -132,7 +133,10 @@ or the trace's DataLoader share; the DataLoader's settings (`num_workers`,
 the cores available (`settings.cpu_count`). With workers, the run-queue figures
 of the process tree (see GD204): when the workers are short of CPU rather than
 of numbers, the rule leaves the case to GD204, since more workers would only
-deepen the oversubscription.
+deepen the oversubscription. Likewise on a busy machine (GD205's case, from the
+host samples: the training process waited for a core at least
+`cpu_contention_wait_pct` of the time while other processes used at least
+`cpu_contention_others_pct` of a core): the loading lacks cores others hold.
 
 **How it tells a waiting load from a computing one**: the loading's CPU time
 against its wall time, measured three ways.
@@ -235,6 +239,7 @@ import os
 import statistics
 from dataclasses import dataclass
 
+from gpudoctor.analysis.load import host_load
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     ChecklistStatus,
@@ -578,6 +583,12 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 f"the loop waits {fmt_pct(share)} of step time for data, but the workers are short of CPU, not of "
                 f"numbers: {demand.tree:.1f} runnable threads on {cores} cores (GD204); more workers would make it worse"
             )
+    busy = _machine_busy(ctx)
+    if busy:
+        return RuleResult.not_applicable(
+            f"the loop waits {fmt_pct(share)} of step time for data, but {busy} (GD205): what the loading "
+            "lacks is cores others hold, which more workers would not win back"
+        )
     workers = dl.num_workers if dl is not None else None
     # the mean, not the median: a loader that falls behind now and then waits long on a few steps
     batches = max(1, len(steps) * micro)
@@ -606,8 +617,11 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
              else f"means per batch over {len(model_steps)} steps")
     # what the model's step is known to: the scatter of the part of the step that is not the wait (its
     # compute and the CPU terms are built from it; the wait's own scatter is the stall, not noise)
+    # On a GPU run the host's step also holds its waits for the device, which the host does not choose: not
+    # the model's noise (the CUDA events time the loop there), so the hand-over alone sets the resolution.
     computes = [(s.wall_ns - min(s.data_wait_ns, s.wall_ns)) / micro for s in model_steps]
-    noise_ns = 2.0 * statistics.stdev(computes) / math.sqrt(len(computes)) if len(computes) > 1 else 0.0
+    on_gpu = ledger is not None and ledger.basis == "gpu"
+    noise_ns = 2.0 * statistics.stdev(computes) / math.sqrt(len(computes)) if len(computes) > 1 and not on_gpu else 0.0
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
                         main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns)
     n = plan.workers
@@ -705,6 +719,22 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         expected_note=f"{n} worker{'' if n == 1 else 's'} ({load.kind} load): {plan.model}" if more else "",
     )
     return RuleResult.fired(finding)
+
+
+def _machine_busy(ctx: RuleContext) -> str:
+    """GD205's case, in words ("" when not): the training process waited for cores while other processes held
+    them (the machine's load over the steps, from the host samples)."""
+    t = ctx.thresholds
+    steps = ctx.steps()
+    if not steps or ctx.run.samples is None:
+        return ""
+    load = host_load(ctx.run.samples, steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps))
+    if load is None or load.runq_wait_pct is None or load.others_cpu_pct is None:
+        return ""
+    if load.runq_wait_pct < t.cpu_contention_wait_pct or load.others_cpu_pct < t.cpu_contention_others_pct:
+        return ""
+    return (f"the machine was busy: the training process waited for a core {load.runq_wait_pct:.1f}% of the time "
+            f"while other processes used {load.others_cpu_pct / 100:.2f} cores")
 
 
 def _kind_text(load: Load) -> str:

@@ -73,3 +73,19 @@ def test_gd205_thresholds_are_thresholds():
 def test_gd205_says_threads_when_more_than_one_waits():
     (f,) = judge("GD205", _busy((40.0, 120.0), 200.0)).findings  # summed over threads: 1.2 threads waiting
     assert "kept 1.2 threads waiting for a core on average" in f.message
+
+
+def test_gd201_leaves_a_busy_machines_waits_to_gd205():
+    """The loop waits for data (60 of 100 ms) while other processes hold the cores and the training process
+    waits for one: more workers would want cores no one can give them. GD201 says so and stays out; on a
+    quiet machine the same waits are its finding (CI: the tuned baseline read a GD201 warning beside a
+    loaded machine)."""
+    procs = proc_samples(50.0, runq_wait_pct=50.0)
+    busy = run(manifest=cpu_manifest(cpu_count=2), settings=settings(device_type="cpu", cpu_count=2),
+               steps=steps(20, 100.0, 60.0), samples=Samples(process=procs, host=_host(200.0), system_cpu_count=2))
+    res = judge("GD201", busy)
+    assert res.verdict == Verdict.NOT_APPLICABLE and "(GD205)" in res.reason and "1.50 cores" in res.reason
+    quiet = run(manifest=cpu_manifest(cpu_count=2), settings=settings(device_type="cpu", cpu_count=2),
+                steps=steps(20, 100.0, 60.0), samples=Samples(process=proc_samples(50.0, runq_wait_pct=1.0),
+                                                              host=_host(60.0), system_cpu_count=2))
+    assert judge("GD201", quiet).verdict == Verdict.FIRED
