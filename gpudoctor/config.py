@@ -139,6 +139,9 @@ class Thresholds:
     # of the loop (a workstation does it in a few hundred µs). A per-batch wait under this is no more
     # than workers would still cost: GD201 does not recommend them for it.
     dataloader_handover_ms: float = 1.0
+    # Standard errors of the mean step less its wait (a run without a GPU) that GD201's modelled win per
+    # batch must exceed to be promised: two, about 95%. gpudoctor's choice.
+    dataloader_win_noise_se_count: float = 2.0
     # A load whose CPU time is under this share of its wall time *waits* (storage, network, a sleep):
     # a worker spends most of each batch blocked, so the cores can run more workers than there are
     # cores. Above it the load *computes*: workers beyond the usable cores only share them. Half is

@@ -177,6 +177,8 @@ Thresholds
 - `dataloader_handover_ms` (1): what receiving one batch from a worker
   costs the loop; a mean wait per batch under it is not a stall workers can
   win back (the rule says so and stays silent). The model adds it to the step.
+- `dataloader_win_noise_se_count` (2): standard errors of the mean step less
+  its wait (a run without a GPU) that the modelled win per batch must exceed.
 - `dataloader_waiting_cpu_max_pct` (50): a load whose CPU time is at most this
   share of its wall time waits; above it, it computes.
 - `dataloader_max_workers_count` (16): the most workers recommended.
@@ -495,7 +497,8 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     if wait_ns > 0 and 0 < now - after < resolution:
         model += (f" (a win of {fmt_ns(now - after)} per batch is under "
                   + (f"the hand-over, {fmt_ns(handover)})" if resolution == handover else
-                     f"two standard errors of the mean step less its wait, {fmt_ns(noise_ns)}: within the noise)"))
+                     f"{t.dataloader_win_noise_se_count:g} standard errors of the mean step less its wait, "
+                     f"{fmt_ns(noise_ns)}: within the noise)"))
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
                       after <= (compute_ns + handover) * 1.01, model)
 
@@ -621,7 +624,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     # the model's noise (the CUDA events time the loop there), so the hand-over alone sets the resolution.
     computes = [(s.wall_ns - min(s.data_wait_ns, s.wall_ns)) / micro for s in model_steps]
     on_gpu = ledger is not None and ledger.basis == "gpu"
-    noise_ns = 2.0 * statistics.stdev(computes) / math.sqrt(len(computes)) if len(computes) > 1 and not on_gpu else 0.0
+    noise_ns = (t.dataloader_win_noise_se_count * statistics.stdev(computes) / math.sqrt(len(computes))
+                if len(computes) > 1 and not on_gpu else 0.0)
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
                         main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns)
     n = plan.workers

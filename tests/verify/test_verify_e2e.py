@@ -200,7 +200,7 @@ def test_a_compute_bound_loop_confirms_nothing(tmp_path: Path) -> None:
     # gets (80 s): nothing may be confirmed at any look, and the ladder has tests of its own (test_verify_measure)
     shutil.copy(SCRIPTS / "compute_bound.py", tmp_path)
     res = _gpudoctor("profile", *PROFILE, "--verify", *TRIALS, "--verify-budget", "35", "--set", "dataloader_wait_share_pct=0",
-                     "--set", "dataloader_handover_ms=0", "--set", "warning_share_pct=0", "--out", "runs", "--format", "json", "compute_bound.py",
+                     "--set", "dataloader_handover_ms=0", "--set", "dataloader_win_noise_se_count=0", "--set", "warning_share_pct=0", "--out", "runs", "--format", "json", "compute_bound.py",
                      cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     report = _report(_run_dir(tmp_path / "runs"))
