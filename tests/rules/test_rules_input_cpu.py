@@ -475,3 +475,19 @@ def test_gd503_judges_readings_that_cover_several_short_steps():
     assert "the last 80 steady steps" in f.message  # 19 readings after step 0's, the later 10 judged
     quiet = run(manifest=cpu_manifest(), settings=settings(device_type="cpu"), steps=_grouped(160, 8, 0.25, 0.3, 30))
     assert judge("GD503", quiet).verdict == Verdict.FINE
+
+
+def test_a_finding_whose_model_expects_under_the_warning_share_is_info():
+    """Severity is the share at stake, but at most info where the rule's own model expects its fix to win less
+    of the step than the warning threshold (tuned_baseline on 2 cores, whole script: GD201 at 6.0% of step
+    time, its model expecting 1.9%, read as a warning on the tuned baseline). The bound is still shown."""
+    from gpudoctor.config import Thresholds as Th  # noqa: PLC0415
+    from gpudoctor.rules.context import RuleContext  # noqa: PLC0415
+
+    ctx = RuleContext(_cpu_run(), Th())
+    small = ctx.gain(6.0, expected=1.9 / 6.0)
+    assert ctx.severity_of(6.0, small) == Severity.INFO and small.share_pct == 6.0
+    at = ctx.gain(6.0, expected=4.9998 / 6.0)  # printed "−5.0%": not under a 5% threshold
+    assert ctx.severity_of(6.0, at) == Severity.WARNING
+    assert ctx.severity_of(25.0, ctx.gain(25.0, expected=0.5)) == Severity.ERROR  # 12.5% expected: by the share
+    assert ctx.severity_of(6.0, ctx.gain(6.0)) == Severity.WARNING  # no model: by the share
