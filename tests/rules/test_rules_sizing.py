@@ -366,16 +366,14 @@ def test_gd204_expects_nothing_it_cannot_model_when_the_workers_pools_spin():
     assert f.gain.expected_fraction is None and f.gain.expected_speedup is None
     assert "no expected gain: the workers' thread pools spin" in f.gain.note
     assert not [m for m in f.evidence.metrics if m.name == "expected_step_ns"]
-    # spinning pools stretch the compute beyond what the run-queue figures see: the bound takes each step's
-    # compute down to the least a step of the run showed (--verify measured 9.85x on the planted sample
-    # against a bound of 9.10x from those figures)
+    # spinning pools stretch the compute beyond what the run-queue figures see, every step's alike: the whole
+    # step is at stake (a bound from the least compute a step showed was beaten: 27.65x measured against 11.78x
+    # on Python 3.12; 9.85x against 9.10x from the run-queue figures before that), a faster step changes nothing
+    assert f.gain.share_pct == pytest.approx(99.9, abs=0.1)
     fast = tuple(dataclasses.replace(x, wall_ns=x.data_wait_ns + 20 * MS) if x.index == 19 else x
                  for x in data.steps)
     (g,) = judge("GD204", dataclasses.replace(data, steps=fast)).findings
-    assert g.gain.share_pct > f.gain.share_pct
-    # per batch over the 19 steady steps: 97.4 ms, 30 of it waiting, 67.4 computing, down to 20: 77.4 at stake
-    step = (18 * 100.0 + 50.0) / 19
-    assert g.gain.share_pct == pytest.approx(100.0 * (30.0 + (step - 30.0) - 20.0) / step, abs=0.5)
+    assert g.gain.share_pct == pytest.approx(f.gain.share_pct, abs=0.1)
 
 
 def test_gd204_without_per_step_records_keeps_the_demand_as_its_figure():
