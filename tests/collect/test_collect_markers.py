@@ -5,11 +5,14 @@ the time-based window's life cycle."""
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from gpudoctor.collect import profslot
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.steps import (
     DEFER_WHILE_OPTIMIZER_IDLE,
@@ -410,3 +413,29 @@ def test_time_window_off_and_too_short(tmp_path):
     short.arm(time.monotonic_ns())
     short.finish(0)
     assert short.reason == "the script ended before second 30, when the window would have opened"
+
+
+def test_time_window_gives_way_to_steps_on_another_thread(tmp_path):
+    """The loop's first step on a thread of its own ends the window: its cProfile, enabled on the main thread,
+    is disabled there (up to 3.11 a profiler is per thread, and a disable() from the loop's thread left it set
+    on the main thread for the rest of the run)."""
+    t, _, _ = _tracker(tmp_path)
+    driver = _Driver()
+    tw = TimeWindow(t, driver, tmp_path / "profile.pstats", 0.05, 5.0, cprofile=True)
+    t.on_first_step = tw.give_way
+    tw.arm(time.monotonic_ns())
+    _busy(0.3)  # the window opens on the main thread
+    assert tw.state == "recording" and profslot.holder() == "cProfile"
+
+    def loop() -> None:
+        for _ in range(3):
+            _forward(t)
+            _backward(t)
+
+    th = threading.Thread(target=loop)
+    th.start()
+    th.join()
+    _busy(0.05)  # the main thread runs Python: the signal's handler disables its cProfile
+    tw.finish(steps_seen=t.steps_seen)
+    assert driver.calls == ["start", "stop", "drop"]
+    assert profslot.holder() == "" and sys.getprofile() is None
