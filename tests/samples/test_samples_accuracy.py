@@ -245,3 +245,16 @@ def test_summary_and_exit_status_agree(bench):
     assert s["runnable"] + s["needs_gpu"] == sum(1 for r in bench["scenarios"] if r["expected"])
     assert (bench["_exit"] == 0) == s["targets_met"], bench["_stdout"]
     assert "diagnosed right:" in bench["_stdout"]
+
+
+def test_a_finding_its_own_model_declines_is_no_diagnosis():
+    """data_parallel on CPU (GD601 at info, n/a here): a GD201 at info whose model expects 0.4% of the step
+    ranked above it in one run of two and read "expected GD601 on top, got GD201". Such a finding is set apart."""
+    v = acc.Variant(fixed=False)
+    acc.read_findings(v, {"findings": [
+        {"code": "GD201", "severity": "info", "gain": {"share_pct": 6.0, "expected_share_pct": 0.4}},
+        {"code": "GD601", "severity": "info", "gain": {"share_pct": None}},
+        {"code": "GD203", "severity": "info", "gain": {"share_pct": 4.0, "expected_share_pct": None}},  # no model
+        {"code": "GD204", "severity": "warning", "gain": {"share_pct": 9.0, "expected_share_pct": 1.0}},
+    ]})
+    assert [f["code"] for f in v.findings] == ["GD601", "GD203", "GD204"] and v.declined == ["GD201"]
