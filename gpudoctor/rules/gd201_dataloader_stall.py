@@ -203,7 +203,8 @@ forked worker shares with the training process, so the memory bound is
 conservative. Even workers that keep up cost the loop the receipt of each
 batch: about 1–3 ms on a small 2-core VM, which on steps under ~40 ms alone
 crosses the 5% threshold. A mean wait per batch under `dataloader_handover_ms`
-is therefore not reported: on a fast host, where a hand-over costs a few
+(over the figures' steps, or, with workers, over the later half of the run's
+steady steps: the early ones may be the pipeline filling) is therefore not reported: on a fast host, where a hand-over costs a few
 hundred µs, a loader of 0.5–1 ms per batch that workers could still halve goes
 unreported.
 `gpudoctor check --fix` adds `persistent_workers=True` beside the workers only
@@ -606,6 +607,19 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             f"{fmt_ns(handover_ns)}): more workers would not win it back",
             applied=bool(workers),
         )
+    settled = _settled_wait_ns(ctx, micro)
+    if workers and settled is not None and settled - handover_ns < handover_ns:
+        # the figures' steps were the pipeline filling: its workers' first batches after start-up come slower
+        # (tuned_baseline under --steps 40: its unprofiled steps are steps 1-9, waiting 1.3-7.8 ms, and every
+        # step from 17 on 1.1-1.7 ms), which is GD202's start-up, not a stall more workers would win back: in
+        # the run's later half what workers could win (the wait beyond a hand-over) is under the hand-over,
+        # the model's resolution
+        return RuleResult.fine(
+            f"the loop waits {fmt_pct(share)} of step time for data over {len(steps)} steps, but the run's later "
+            f"half waits {fmt_ns(settled)} per batch: beyond receiving a batch from a worker ({fmt_ns(handover_ns)}), "
+            f"less than that again; the workers' pipeline was filling, not falling behind",
+            applied=True,
+        )
     # the model's figures: means over the steps no instrument slowed (torch.profiler's and cProfile's windows
     # slow the loading and the step unevenly, and --verify's trial runs carry neither) when there are enough
     plain = tuple(s for s in steps if not s.window)
@@ -723,6 +737,17 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         expected_note=f"{n} worker{'' if n == 1 else 's'} ({load.kind} load): {plan.model}" if more else "",
     )
     return RuleResult.fired(finding)
+
+
+def _settled_wait_ns(ctx: RuleContext, micro: int) -> float | None:
+    """The mean wait per batch over the later half of the run's steady steps (by index, instrumented ones
+    included: their waits are the workers' pace, which a slower step only flatters), where that half has at
+    least 5 steps; None otherwise."""
+    steady = sorted(ctx.steady_steps(), key=lambda s: s.index)
+    late = steady[len(steady) // 2:]
+    if len(late) < 5:
+        return None
+    return sum(min(s.data_wait_ns, s.wall_ns) for s in late) / (len(late) * max(1, micro))
 
 
 def _machine_busy(ctx: RuleContext) -> str:

@@ -491,3 +491,18 @@ def test_a_finding_whose_model_expects_under_the_warning_share_is_info():
     assert ctx.severity_of(6.0, at) == Severity.WARNING
     assert ctx.severity_of(25.0, ctx.gain(25.0, expected=0.5)) == Severity.ERROR  # 12.5% expected: by the share
     assert ctx.severity_of(6.0, ctx.gain(6.0)) == Severity.WARNING  # no model: by the share
+
+
+def test_gd201_leaves_the_workers_pipeline_filling_to_gd202():
+    """tuned_baseline under --steps 40 (CI): its only unprofiled steps, 1-9, came while its 2 workers' pipeline
+    filled (waits of 1.3-7.8 ms per 60 ms step), and every step from 17 on waited a hand-over (1.1-1.7 ms): the
+    figures' steps read a 7.1% stall, the run's later half none. A stall that lasts is still one."""
+    d = dataloader(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    early = [dataclasses.replace(s, data_wait_ns=int((6.0 if s.index % 2 else 1.4) * MS)) for s in steps(40, 60.0, 1.4)[:10]]
+    late = [dataclasses.replace(s, window="active" if s.index >= 30 else "cprofile") for s in steps(40, 60.0, 1.4)[10:]]
+    filling = _cpu_run(settings=settings(device_type="cpu", dataloaders=(d,)), steps=(*early, *late))
+    res = judge("GD201", filling)
+    assert res.verdict == Verdict.FINE and "pipeline was filling" in res.reason, res.reason
+    lasting = [dataclasses.replace(s, data_wait_ns=int((6.0 if s.index % 2 else 1.4) * MS)) for s in late]
+    assert judge("GD201", _cpu_run(settings=settings(device_type="cpu", dataloaders=(d,)),
+                                   steps=(*early, *lasting))).verdict == Verdict.FIRED
