@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from gpudoctor.rules.static_api.scan import dotted
 from gpudoctor.static import knowledge as K
 from gpudoctor.static.summary import Loop
 from gpudoctor.static.symbolic import UNKNOWN, Sym
@@ -242,17 +243,6 @@ def _is_periodic(test: ast.AST) -> bool:
     return False
 
 
-def _dotted_name(node: ast.AST) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def _changes(node: ast.AST) -> frozenset[str]:
     """``Loop.changes``: the dotted receivers of the attribute assignments and method calls in a loop."""
     out: set[str] = set()
@@ -260,11 +250,11 @@ def _changes(node: ast.AST) -> frozenset[str]:
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]):
                 if isinstance(target, ast.Attribute):
-                    name = _dotted_name(target.value)
+                    name = dotted(target.value)
                     if name:
                         out.add(name)
         elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-            name = _dotted_name(sub.func.value)
+            name = dotted(sub.func.value)
             if name:
                 out.add(name)
     return frozenset(out)
