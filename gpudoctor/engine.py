@@ -35,13 +35,14 @@ import os
 import stat
 import statistics
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from gpudoctor import __version__
 from gpudoctor.config import Config
-from gpudoctor.errors import ConfigError, RunDirError
+from gpudoctor.errors import ConfigError, GpudoctorError, RunDirError
 from gpudoctor.model import layout
 from gpudoctor.model.findings import (
     REPORT_SCHEMA_VERSION,
@@ -59,6 +60,7 @@ from gpudoctor.model.findings import (
     Severity,
     SummaryStat,
 )
+from gpudoctor.model.run import CallSite
 from gpudoctor.model.selectors import primary_trace
 from gpudoctor.model.steady import step_figures
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
@@ -401,7 +403,7 @@ def diagnose(run: RunData, config: Config, kind: str = "analyze") -> Report:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     rules = all_rules()
     _check_selection(config, rules)
-    ctx = RuleContext(run, config.thresholds)
+    ctx = RuleContext(run, config.thresholds, loader_source=loader_source_of(run))
     results, skipped, findings, errors, ran = run_rules(ctx, config, rules)
     findings = point_headline(ctx, assign_gains(ctx, findings))
     findings.sort(key=sort_key)
@@ -475,6 +477,33 @@ def _source_reader(run: RunData):  # noqa: ANN202 - (file) -> (text or None, why
             return None, f"{file} cannot be read ({err})"
 
     return read
+
+
+def loader_source_of(run: RunData) -> Callable[[CallSite], tuple[str, bool] | None] | None:
+    """What the script's source says of the DataLoader at a call site (``RuleContext.loader_source``): the
+    loop that changes its dataset in place (``gpudoctor.static.loader_sources``, as ``check`` reads it), read
+    once per file where the file is at hand and unchanged since the run; None for a run without settings."""
+    if run.settings is None or not run.settings.dataloaders:
+        return None
+    read = _source_reader(run)
+    mf = run.manifest
+    files: dict[str, dict[int, tuple[str, bool]]] = {}
+
+    def source(site: CallSite) -> tuple[str, bool] | None:
+        if site.file not in files:
+            files[site.file] = {}
+            text, _why = read(site.file)
+            if text is not None:
+                path = site.file if os.path.isabs(site.file) or mf is None else os.path.join(mf.cwd, site.file)
+                from gpudoctor.static import loader_sources
+
+                try:
+                    files[site.file] = loader_sources(Path(path), text, site.file)
+                except (GpudoctorError, SyntaxError, ValueError, RecursionError):
+                    pass  # a source the review cannot read says nothing against the fix
+        return files[site.file].get(site.line)
+
+    return source
 
 
 def from_source(findings: list[Finding], run: RunData) -> list[Finding]:

@@ -145,6 +145,10 @@ class RuleContext:
     name: str = ""
     # the accounting ledgers, made once per run (``trace_ledger``): every rule's copy (``for_rule``) shares it
     _ledgers: dict = field(default_factory=dict, compare=False, repr=False)
+    # what the script's source says of the DataLoader at a call site (``engine.loader_source_of``: the loop
+    # that changes its dataset in place, and whether at every step); None: the source is not read
+    loader_source: Callable[[CallSite], tuple[str, bool] | None] | None = field(default=None, compare=False,
+                                                                              repr=False)
 
     # ---------------------------------------------------------------- basics
 
@@ -162,6 +166,27 @@ class RuleContext:
     @property
     def manifest(self):
         return self.run.manifest
+
+    def workers_caveat(self, dl: DataLoaderSetting | None) -> tuple[str, bool] | None:
+        """Why a DataLoader fix must not keep workers alive across epochs (``persistent_workers=True``):
+        (the reason, and whether workers themselves would break the script). The script passed
+        persistent_workers itself (its choice, never overridden); its loop changes the dataset in place
+        (a worker holds its own copy: a persistent one never sees an epoch's change, none sees a change made
+        at every step), as its source says where the source is at hand. None: nothing against it."""
+        if dl is None:
+            return None
+        if dl.passed_args is not None and "persistent_workers" in dl.passed_args:
+            return (f"the DataLoader passes persistent_workers itself ({dl.persistent_workers}): the script's "
+                    "choice, left to its author"), False
+        if self.loader_source is None or dl.call_site is None:
+            return None
+        changed = self.loader_source(dl.call_site)
+        if changed is None:
+            return None
+        where, per_step = changed
+        if per_step:
+            return f"{where}: a worker holds its own copy of the dataset and would not see the change", True
+        return f"{where}: persistent workers would keep their first copy of the dataset and load stale data", False
 
     def gpu_traces(self) -> tuple[TraceMetrics, ...]:
         return tuple(m for m in self.metrics if m.has_gpu_activity)

@@ -215,7 +215,11 @@ loop changes the dataset (no worker would see it) or where a worker started by
 spawn or forkserver could not unpickle what it is sent: a dataset, sampler,
 collate_fn or worker_init_fn that is a lambda, or a class or function defined
 inside a function (or an instance of such a class). A value made elsewhere (passed
-in, returned by a call) is not looked into.
+in, returned by a call) is not looked into. A run's finding (`gpudoctor profile`,
+`analyze`, and `--verify`'s trial runs) reads the script's source the same way
+where it is at hand and unchanged since the run: no `persistent_workers=True`
+where the call passes it or a loop changes the dataset in place, and the whole
+fix left to the author where a step loop does.
 
 References
 ----------
@@ -505,12 +509,14 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
 
 
 def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
-    """The DataLoader arguments the fix sets, for ``n`` suggested workers."""
+    """The DataLoader arguments the fix sets, for ``n`` suggested workers: with persistent workers unless
+    the script chose itself or its loop changes the dataset in place (``RuleContext.workers_caveat``)."""
     workers = dl.num_workers if dl is not None else None
-    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
+    keep = {} if ctx.workers_caveat(dl) is not None else {"persistent_workers": True}
+    changes: dict[str, object] = {"num_workers": n, **keep}
     if workers and workers >= n:
         # already as many workers as the cores (or memory) allow: deepen the queue instead
-        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, "persistent_workers": True}
+        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, **keep}
     elif workers:
         changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
     if ctx.has_gpu() and dl is not None and not dl.pin_memory:
@@ -716,9 +722,17 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     if micro > 1:
         metrics.append(Metric("micro_batches_per_step", micro, "count", "backward() calls per optimizer step"))
         metrics.append(Metric("data_wait_per_batch_ns", wait_mean // micro, "ns", "mean"))
+    caveat = ctx.workers_caveat(dl)
+    fix = dataloader_fix(instruction, dl, changes)
+    if caveat is not None and caveat[1]:  # workers would break it: the change is the author's to make
+        notes.append(manual_note(caveat[0]))
+        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
+                  illustration=f"not an automatic change: {caveat[0]}")
+    elif caveat is not None:
+        notes.append(f"persistent_workers left out: {caveat[0]}")
     finding = ctx.finding(
         message,
-        dataloader_fix(instruction, dl, changes),
+        fix,
         share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=metrics,
@@ -863,9 +877,17 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"workers hide the {fmt_ns(wait_ns)} wait per step but the hand-over of its batch ({fmt_ns(handover_ns)}); "
             "assumes one batch per step and enough cores (or a load that waits): a bare trace records neither"
         )
+    caveat = ctx.workers_caveat(dl)
+    fix = dataloader_fix(instruction, dl, changes)
+    if caveat is not None and caveat[1]:  # workers would break it: the change is the author's to make
+        notes.append(manual_note(caveat[0]))
+        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
+                  illustration=f"not an automatic change: {caveat[0]}")
+    elif caveat is not None:
+        notes.append(f"persistent_workers left out: {caveat[0]}")
     finding = ctx.finding(
         message,
-        dataloader_fix(instruction, dl, changes),
+        fix,
         share_pct=share,
         confidence=Confidence.MEASURED,
         metrics=[
@@ -898,6 +920,9 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     n = next((m.value for m in finding.evidence.metrics if m.name == "suggested_num_workers"), None)
     if not isinstance(n, int):
         return "the finding comes from a trace without per-step records: no num_workers was derived"
+    caveat = ctx.workers_caveat(dl)
+    if caveat is not None and caveat[1]:
+        return f"the fix is left to the author: {caveat[0]}"
     return dataloader_injections(dl, _changes(ctx, dl, n))
 
 

@@ -99,7 +99,10 @@ the script passes `persistent_workers` itself (`False`, or a flag: its choice,
 never overridden), and where a loop over the DataLoader changes its dataset in
 place (`ds.epoch = epoch`, `ds.set_epoch(epoch)`, `loader.dataset.…`):
 persistent workers would keep their first copy and train on stale data. A change
-made in a function the loop calls is not seen. New workers'
+made in a function the loop calls is not seen. A run's finding (`gpudoctor
+profile`, `analyze`) does the same, from the DataLoader's recorded arguments and
+from the script's source where it is at hand and unchanged since the run; such a
+fix is not tried by `--verify`. New workers'
 start-up CPU may also slow the steps after the first (on 2 cores the sample's
 median step fell 94.5 → 83.5 ms with the fix): the bound holds it, the expected
 gain does not count it.
@@ -236,13 +239,19 @@ def check(ctx: RuleContext) -> RuleResult:
     ]
     if first_batch is not None:
         metrics.append(Metric("first_batch_ns", int(first_batch), "ns", "what persistent workers still wait for"))
+    fix = dataloader_fix(instruction, dl, {"persistent_workers": True})
+    caveat = ctx.workers_caveat(dl)
+    if caveat is not None:  # the script's own choice, or a dataset changed in place: the author's to change
+        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
+                  illustration=f"not an automatic change: {caveat[0]}")
     finding = ctx.finding(
         message,
-        dataloader_fix(instruction, dl, {"persistent_workers": True}),
+        fix,
         share_pct=bound,
         confidence=Confidence.MEASURED,
         metrics=metrics,
         settings=dataloader_settings(dl),
+        notes=[manual_note(caveat[0])] if caveat is not None else [],
         location=loc,
         gain_note=("of an epoch's time per step, its start included (what --verify measures): the epoch less its "
                    f"{epoch_steps} steps at their own work ({fmt_ns(floor_ns)} each, no wait); outside the steady "
@@ -273,6 +282,9 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     why = no_dataloader_reason(ctx, dl)
     if why:
         return why
+    caveat = ctx.workers_caveat(dl)
+    if caveat is not None:
+        return f"the fix is left to the author: {caveat[0]}"
     return dataloader_injections(dl, {"persistent_workers": True})
 
 

@@ -84,6 +84,7 @@ from gpudoctor.model.findings import (
     RuleInfo,
     SummaryStat,
 )
+from gpudoctor.rules.helpers import dataset_changed
 from gpudoctor.rules.registry import static_codes
 from gpudoctor.rules.static_api.names import installed_torch_version
 from gpudoctor.static.checklist import build_checklist, checklist_rows
@@ -92,10 +93,10 @@ from gpudoctor.static.link import Project
 from gpudoctor.static.scan import reset_caches, scan_file
 from gpudoctor.static.sizing import Sizing
 from gpudoctor.static.snippets import with_source
-from gpudoctor.static.sources import ImportResolver, discover, read_source
+from gpudoctor.static.sources import ImportResolver, Target, discover, read_source
 from gpudoctor.static.summary import FileError, ModuleSummary
 
-__all__ = ["STATIC_CODES", "check_paths", "checklist_rows"]
+__all__ = ["STATIC_CODES", "check_paths", "checklist_rows", "loader_sources"]
 
 #: Every code ``gpudoctor check`` can report: the rules with a static check.
 STATIC_CODES = static_codes()
@@ -116,23 +117,8 @@ def check_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None 
     ``--workers N``, what ``--verify`` measured);
     ``overlay``: texts that stand in for files (absolute path → text: ``--fix`` / ``--diff``
     between passes, before anything is written)."""
-    reset_caches()
     overlay = dict(overlay or {})
-    targets, errors, roots = discover(list(paths))
-    if not targets:
-        if errors:
-            raise UsageError(errors[0].message if len(errors) == 1 else f"{errors[0].message} (and {len(errors) - 1} more)")
-        raise UsageError(f"no Python files in {', '.join(str(p) for p in paths)}; pass a script or a folder of scripts")
-    root_strs = [str(r) for r in roots]
-    modules: dict[str, ModuleSummary] = {}
-    file_errors: list[FileError] = list(errors)
-    jobs = [(str(t.path), t.display) for t in targets]
-    _scan_all(jobs, root_strs, modules, file_errors, overlay)
-    if not any(path in modules for path, _display in jobs):  # not one file could be read
-        msgs = [e.message for e in file_errors]
-        raise UsageError(msgs[0] if len(msgs) == 1 else f"{msgs[0]} (and {len(msgs) - 1} more files that could not be checked)")
-    _follow_imports(modules, root_strs, file_errors, overlay)
-
+    targets, modules, file_errors = _read_project(paths, overlay)
     project = Project(modules, [str(t.path) for t in targets])
     checks = run_checks(project, sizing)
     findings = _filter(checks.raw, modules, config, _texts(overlay))
@@ -156,6 +142,50 @@ def check_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None 
         rules_run=tuple(enabled),
         rules=_rule_infos(enabled),
     )
+
+
+def _read_project(paths: Sequence[Path], overlay: Mapping[str, str]
+                  ) -> tuple[list[Target], dict[str, ModuleSummary], list[FileError]]:
+    """The targets among ``paths``, every module read (the targets and the project modules they import), and
+    the files that could not be; a UsageError when not one target could be read."""
+    reset_caches()
+    targets, errors, roots = discover(list(paths))
+    if not targets:
+        if errors:
+            raise UsageError(errors[0].message if len(errors) == 1 else f"{errors[0].message} (and {len(errors) - 1} more)")
+        raise UsageError(f"no Python files in {', '.join(str(p) for p in paths)}; pass a script or a folder of scripts")
+    root_strs = [str(r) for r in roots]
+    modules: dict[str, ModuleSummary] = {}
+    file_errors: list[FileError] = list(errors)
+    jobs = [(str(t.path), t.display) for t in targets]
+    _scan_all(jobs, root_strs, modules, file_errors, overlay)
+    if not any(path in modules for path, _display in jobs):  # not one file could be read
+        msgs = [e.message for e in file_errors]
+        raise UsageError(msgs[0] if len(msgs) == 1 else f"{msgs[0]} (and {len(msgs) - 1} more files that could not be checked)")
+    _follow_imports(modules, root_strs, file_errors, overlay)
+    return targets, modules, file_errors
+
+
+def loader_sources(script: Path, text: str, shown: str = "") -> dict[int, tuple[str, bool]]:
+    """For a run's analysis (``engine.loader_source_of``): the DataLoaders of ``script`` (its source ``text``,
+    the one the run ran; named ``shown`` as the run names it) whose loops change their dataset in place, by
+    each line of the DataLoader's call: (where, at every step), as ``rules.helpers.dataset_changed`` says for
+    ``check``. Persistent workers keep their first copy of the dataset, and no worker sees a change made at
+    every step."""
+    path = os.path.abspath(script)
+    targets, modules, _errors = _read_project([Path(path)], {path: text})
+    ctx = ProjectContext(Project(modules, [str(t.path) for t in targets]), None)
+    out: dict[int, tuple[str, bool]] = {}
+    for fn, lf in ctx.loaders():
+        if fn.path != path:
+            continue
+        changed = dataset_changed(ctx, fn, lf)
+        if changed is not None:
+            if shown:
+                changed = (changed[0].replace(f"{fn.file}:", f"{shown}:"), changed[1])
+            for line in range(lf.site.line, max(lf.site.line, lf.site.end_line) + 1):
+                out.setdefault(line, changed)
+    return out
 
 
 def project_files(paths: Sequence[Path]) -> list[str]:

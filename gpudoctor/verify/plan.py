@@ -134,7 +134,9 @@ def plan(report: Report, config: Config | None = None) -> tuple[list[_Arm], dict
         whole = "trials of distributed (torchrun) jobs are not supported"
     elif not run.steps and not mf.steps_seen:
         whole = "the run recorded no training steps: trial runs could not be timed"
-    ctx = RuleContext(run, thresholds)
+    from gpudoctor.engine import loader_source_of  # noqa: PLC0415 - the script's source, as the report read it
+
+    ctx = RuleContext(run, thresholds, loader_source=loader_source_of(run))
     arms: dict[tuple[str, ...], _Arm] = {}
     for i, f in enumerate(report.findings):
         if whole:

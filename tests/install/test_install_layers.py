@@ -27,8 +27,9 @@ LAYERS: dict[str, set[str] | str] = {
     "analysis": {"model"},
     "rules": {"analysis", "model", "config"},
     # config: the select/ignore lists and thresholds it runs the rules with; rewrite: the before/after of a
-    # finding made from the user's source at its call site (issue 29)
-    "engine": {"rules", "model", "config", "rewrite"},
+    # finding made from the user's source at its call site (issue 29); static: what the script's source says
+    # of a DataLoader a run recorded (its loop changes the dataset in place), read as `check` reads it
+    "engine": {"rules", "model", "config", "rewrite", "static"},
     "report": {"model"},
     # config: `check` reads the same [tool.gpudoctor] table; rewrite: the before/after of its findings
     "static": {"model", "rules", "config", "rewrite"},
