@@ -171,10 +171,11 @@ def test_steps_the_hooks_close_inline_are_every_one_recorded(tmp_path, shape, ma
             assert r["optimizer_ns"] > 0 and r["batches"] == 1 and r["epoch"] == 0, r
         else:
             assert r["optimizer_ns"] == 0 and r["batches"] == 0 and r["epoch"] is None, r
-    fast = [r for r in rows[1:] if r["cpu_steps"] is None]
-    assert len(fast) > n // 2, f"{len(fast)} of {n} rows took the fast path"
-    # each getrusage read covers the steps since the one before (those after the last read have none)
+    # getrusage is read at most every 20 ms of the clock (RUSAGE_EVERY_NS); the other rows take the fast path
     read = [r for r in rows if r["cpu_steps"] is not None]
+    span_ns = rows[-1]["start_ns"] + rows[-1]["wall_ns"] - rows[0]["start_ns"]
+    assert len(read) <= span_ns / 20e6 + 2, f"{len(read)} of {n} rows read getrusage over {span_ns / 1e6:.0f} ms"
+    # each getrusage read covers the steps since the one before (those after the last read have none)
     assert sum(r["cpu_steps"] for r in read) == read[-1]["index"] + 1
 
 
@@ -315,7 +316,8 @@ def test_no_step_structure_gets_a_time_based_window(tmp_path):
     m = manifest(run_dir)
     assert (m["step_source"], m["steps_seen"]) == ("time", 0)
     start, end = m["time_window_s"]
-    assert 0.5 <= start < 1.0 and 1.4 <= end < 2.5
+    # the window opens and closes from a timer thread through the main thread: a loaded machine delays both
+    assert 0.5 <= start < 1.5 and 1.4 <= end <= 2.6 and end > start
     (trace,) = m["traces"]
     assert trace.endswith(".00000000.pt.trace.json.gz") and (run_dir / trace).is_file()
     assert (run_dir / "profile.pstats").stat().st_size > 0
