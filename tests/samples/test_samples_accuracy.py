@@ -190,13 +190,11 @@ def test_parse_docstring_reads_codes_gpu_needs_and_speedup_needs(tmp_path):
 # ----------------------------------------------------------------- the benchmark itself (slow)
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("accuracy")
+def _benchmark(out: Path, *only: str) -> dict:
     json_path = out / "accuracy.json"
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--json", str(json_path), "--keep", str(out / "runs"), "--quiet",
-         "--steps", str(SHORT_STEPS), "--repeat", "1"],
+         "--steps", str(SHORT_STEPS), "--repeat", "1", *(a for name in only for a in ("--only", name))],
         capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
     )  # fmt: skip
     assert json_path.is_file(), f"the benchmark wrote no results (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
@@ -206,6 +204,11 @@ def bench(tmp_path_factory) -> dict:
     return data
 
 
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> dict:
+    return _benchmark(tmp_path_factory.mktemp("accuracy"))
+
+
 def _result(bench: dict, name: str) -> dict:
     for r in bench["scenarios"]:
         if r["name"] == name:
@@ -213,28 +216,44 @@ def _result(bench: dict, name: str) -> dict:
     raise AssertionError(f"{name} missing from the benchmark's results")
 
 
+def _misses(r: dict) -> list[str]:
+    """What a scenario's result misses of the targets (issue 6), in words; [] when it meets them all."""
+    name, planted, fixed = r["name"], r["planted"], r["fixed"]
+    if not planted or planted["error"]:
+        return [f"{name}: the planted run failed: {planted and planted['error']}"]
+    if not r["expected"]:  # the tuned baseline
+        return [f"false alarm on the baseline: {r['baseline_alarms']}"] if r["baseline_alarms"] else []
+    if not fixed or fixed["error"]:
+        return [f"{name}: the fixed run failed: {fixed and fixed['error']}"]
+    out = []
+    if not r["diagnosis_unjudged"] and r["top"] not in r["expected"]:  # unjudged: GD205 and nothing else
+        out.append(f"{name}: expected {r['expected']} on top, got {r['top']}")
+    if r["fixed_alarms"]:
+        out.append(f"{name}: findings >= warning on the fixed variant: {r['fixed_alarms']}")
+    if r["speedup_measurable"] and not r["unjudged"] and not (r["speedup"] is not None and r["speedup"] > 1.0):
+        out.append(f"{name}: the fix is not faster ({r['speedup']})")  # unjudged: GD205 measured other load
+    out.extend(f"{name}: {p}" for p in r["problems"])  # every repeat judged, not only the first
+    return out
+
+
 @pytest.mark.accuracy
 @pytest.mark.slow
-@pytest.mark.timeout(TIMEOUT_S + 60)
+@pytest.mark.timeout(2 * TIMEOUT_S + 60)
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_meets_the_targets(bench, name):
+def test_scenario_meets_the_targets(bench, name, tmp_path):
+    """One 40-step run of each variant; a scenario that misses a target is run once more on its own, and
+    fails only when it misses again: one stall on a loaded 2-core machine (a 67 ms write in one step's wait
+    once read as a GD201 alarm) is not a wrong rule, and a wrong rule misses every time."""
     r = _result(bench, name)
     if r["status"] == "needs GPU":
         pytest.skip(f"{name} needs a GPU; this machine has none")
-    table = bench["_stdout"]
-    planted = r["planted"]
-    assert planted and not planted["error"], f"{name}: the planted run failed: {planted and planted['error']}\n{table}"
-    if not r["expected"]:  # the tuned baseline
-        assert not r["baseline_alarms"], f"false alarm on the baseline: {r['baseline_alarms']}\n{table}"
+    first = _misses(r)
+    if not first:
         return
-    fixed = r["fixed"]
-    assert fixed and not fixed["error"], f"{name}: the fixed run failed: {fixed and fixed['error']}\n{table}"
-    if not r["diagnosis_unjudged"]:  # unjudged: a busy machine (GD205) and no other finding in the planted run
-        assert r["top"] in r["expected"], f"{name}: expected {r['expected']} on top, got {r['top']}\n{table}"
-    assert not r["fixed_alarms"], f"{name}: findings >= warning on the fixed variant: {r['fixed_alarms']}\n{table}"
-    if r["speedup_measurable"] and not r["unjudged"]:  # unjudged: GD205 measured other load in a timed run
-        assert r["speedup"] is not None and r["speedup"] > 1.0, f"{name}: the fix is not faster ({r['speedup']})\n{table}"
-    assert not r["problems"], f"{name}: {r['problems']}\n{table}"  # every repeat judged, not only the first
+    again = _benchmark(tmp_path, name)
+    second = _misses(_result(again, name))
+    assert not second, (f"{'; '.join(second)} (and in the first run: {'; '.join(first)})\n{bench['_stdout']}\n"
+                        f"{again['_stdout']}")
 
 
 @pytest.mark.accuracy
