@@ -524,6 +524,23 @@ def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str
     return changes
 
 
+def _fix(ctx: RuleContext, dl: DataLoaderSetting | None, instruction: str, changes: dict[str, object],
+         notes: list[str]) -> Fix:
+    """The fix of ``changes`` at the DataLoader, as the script allows (``RuleContext.workers_caveat``):
+    without persistent_workers where they would be wrong (the evidence says why), and left to the author
+    where workers themselves would not see a change the loop makes at every step."""
+    caveat = ctx.workers_caveat(dl)
+    if caveat is not None and not caveat[1]:
+        changes = {k: v for k, v in changes.items() if k != "persistent_workers"}
+        notes.append(f"persistent_workers left out: {caveat[0]}")
+    fix = dataloader_fix(instruction, dl, changes)
+    if caveat is not None and caveat[1]:
+        notes.append(manual_note(caveat[0]))
+        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
+                  illustration=f"not an automatic change: {caveat[0]}")
+    return fix
+
+
 def _hot_text(load: Load) -> str:
     """The loading code's hot functions, from the cProfile of the fetch (num_workers=0)."""
     p = load.profile
@@ -722,14 +739,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     if micro > 1:
         metrics.append(Metric("micro_batches_per_step", micro, "count", "backward() calls per optimizer step"))
         metrics.append(Metric("data_wait_per_batch_ns", wait_mean // micro, "ns", "mean"))
-    caveat = ctx.workers_caveat(dl)
-    fix = dataloader_fix(instruction, dl, changes)
-    if caveat is not None and caveat[1]:  # workers would break it: the change is the author's to make
-        notes.append(manual_note(caveat[0]))
-        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
-                  illustration=f"not an automatic change: {caveat[0]}")
-    elif caveat is not None:
-        notes.append(f"persistent_workers left out: {caveat[0]}")
+    fix = _fix(ctx, dl, instruction, changes, notes)
     finding = ctx.finding(
         message,
         fix,
@@ -849,8 +859,9 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         )
         instruction = (
             "The DataLoader already loads in workers and they still fall behind: raise num_workers if cores are "
-            "free (one per batch load time ÷ step compute time, up to the cores less one) and prefetch_factor, "
-            "keep persistent_workers=True; if the cores are busy, make each batch cheaper (cache decoded data, "
+            "free (one per batch load time ÷ step compute time, up to the cores less one) and prefetch_factor"
+            f"{'' if ctx.workers_caveat(dl) else ', keep persistent_workers=True'}; if the cores are busy, make each "
+            "batch cheaper (cache decoded data, "
             "move augmentation to the GPU). The trace does not record num_workers; `gpudoctor profile` derives a "
             "value from the settings."
         )
@@ -860,7 +871,8 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         message = f"{waits} {fmt_pct(share)} of {what}: the DataLoader loads{single or ' the batches'} (window: {window})"
         instruction = (
             "Load batches in worker processes: set num_workers > 0 (one per batch load time ÷ step compute time, "
-            "up to the cores less one), persistent_workers=True, pin_memory=True. The trace does not record the "
+            f"up to the cores less one),{'' if ctx.workers_caveat(dl) else ' persistent_workers=True,'} "
+            "pin_memory=True. The trace does not record the "
             "DataLoader's settings; `gpudoctor profile` derives a value from them."
         )
         changes = {"num_workers": 4, "persistent_workers": True}
@@ -877,14 +889,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"workers hide the {fmt_ns(wait_ns)} wait per step but the hand-over of its batch ({fmt_ns(handover_ns)}); "
             "assumes one batch per step and enough cores (or a load that waits): a bare trace records neither"
         )
-    caveat = ctx.workers_caveat(dl)
-    fix = dataloader_fix(instruction, dl, changes)
-    if caveat is not None and caveat[1]:  # workers would break it: the change is the author's to make
-        notes.append(manual_note(caveat[0]))
-        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
-                  illustration=f"not an automatic change: {caveat[0]}")
-    elif caveat is not None:
-        notes.append(f"persistent_workers left out: {caveat[0]}")
+    fix = _fix(ctx, dl, instruction, changes, notes)
     finding = ctx.finding(
         message,
         fix,

@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
-from rule_builders import CallSite, cpu_manifest, dataloader, manifest, run, settings, steps
+from rule_builders import CallSite, cpu_manifest, dataloader, manifest, run, settings, steps, trace
 
 from gpudoctor.config import Config
 from gpudoctor.engine import diagnose, loader_source_of
@@ -147,3 +147,12 @@ def test_the_scripts_own_persistent_workers_is_never_overridden():
     (f,) = rule.check(ctx).findings
     assert not f.fix.edits and "passes persistent_workers itself (False)" in f.fix.instruction
     assert "left to the author" in rule.inject(f, ctx)
+
+
+def test_a_trace_without_step_records_follows_the_source_too(tmp_path):
+    p = _script(tmp_path)
+    data = dataclasses.replace(_run(p, gpu=True), steps=(),
+                               metrics=(trace(breakdown_mean_pct={"data_loading": 35.0, "gpu_compute": 65.0}),))
+    f = _gd201(diagnose(data, Config(), kind="profile"))
+    assert "persistent_workers" not in f.fix.after and "persistent_workers" not in f.fix.instruction
+    assert any(n.startswith("persistent_workers left out: `ds` is changed in place") for n in f.evidence.notes)
