@@ -156,3 +156,15 @@ def test_a_trace_without_step_records_follows_the_source_too(tmp_path):
     f = _gd201(diagnose(data, Config(), kind="profile"))
     assert "persistent_workers" not in f.fix.after and "persistent_workers" not in f.fix.instruction
     assert any(n.startswith("persistent_workers left out: `ds` is changed in place") for n in f.evidence.notes)
+
+
+def test_a_review_that_fails_leaves_the_runs_own_fix(tmp_path, monkeypatch):
+    import gpudoctor.static
+
+    def broken(*_a, **_k):
+        raise RuntimeError("a bug in the review")
+
+    monkeypatch.setattr(gpudoctor.static, "loader_sources", broken)
+    monkeypatch.delenv("GPUDOCTOR_DEBUG", raising=False)
+    f = _gd201(diagnose(_run(_script(tmp_path)), Config(), kind="profile"))
+    assert "persistent_workers=True" in f.fix.after  # GD201 itself stands
