@@ -494,11 +494,20 @@ def loader_source_of(run: RunData) -> Callable[[CallSite], tuple[str, bool] | No
             files[site.file] = {}
             text, _why = read(site.file)
             if text is not None:
-                path = site.file if os.path.isabs(site.file) or mf is None else os.path.join(mf.cwd, site.file)
+                path = os.path.abspath(site.file if os.path.isabs(site.file) or mf is None
+                                       else os.path.join(mf.cwd, site.file))
+                texts, names = {path: text}, {path: site.file}
+                if mf is not None and mf.script and os.path.abspath(mf.script) != path:
+                    # a DataLoader built in a module of the project: the script's loop may be the one iterating it
+                    script = os.path.abspath(mf.script)
+                    script_text, _ = read(script)
+                    if script_text is not None:
+                        texts[script] = script_text
+                        names[script] = os.path.relpath(script, mf.cwd) if script.startswith(mf.cwd + os.sep) else script
                 from gpudoctor.static import loader_sources
 
                 try:
-                    files[site.file] = loader_sources(Path(path), text, site.file)
+                    files[site.file] = loader_sources(Path(path), texts, names)
                 except Exception:  # noqa: BLE001 - an aid to the fix: a review that fails says nothing against it
                     if os.environ.get("GPUDOCTOR_DEBUG"):
                         raise

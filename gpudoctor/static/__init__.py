@@ -166,14 +166,17 @@ def _read_project(paths: Sequence[Path], overlay: Mapping[str, str]
     return targets, modules, file_errors
 
 
-def loader_sources(script: Path, text: str, shown: str = "") -> dict[int, tuple[str, bool]]:
-    """For a run's analysis (``engine.loader_source_of``): the DataLoaders of ``script`` (its source ``text``,
-    the one the run ran; named ``shown`` as the run names it) whose loops change their dataset in place, by
-    each line of the DataLoader's call: (where, at every step), as ``rules.helpers.dataset_changed`` says for
-    ``check``. Persistent workers keep their first copy of the dataset, and no worker sees a change made at
-    every step."""
-    path = os.path.abspath(script)
-    targets, modules, _errors = _read_project([Path(path)], {path: text})
+def loader_sources(file: Path, texts: Mapping[str, str], names: Mapping[str, str] | None = None
+                   ) -> dict[int, tuple[str, bool]]:
+    """For a run's analysis (``engine.loader_source_of``): the DataLoaders built in ``file`` whose loops change
+    their dataset in place, by each line of the DataLoader's call: (where, at every step), as
+    ``rules.helpers.dataset_changed`` says for ``check``. ``texts``: the sources the run ran, by absolute
+    path: ``file``'s and the script's (whose loop may iterate a DataLoader ``file`` builds), read together
+    with the project modules they import; ``names``: how the run names them (absolute path -> name, e.g.
+    relative to its working directory). Persistent workers keep
+    their first copy of the dataset, and no worker sees a change made at every step."""
+    path = os.path.abspath(file)
+    targets, modules, _errors = _read_project([Path(p) for p in dict.fromkeys([path, *texts])], texts)
     ctx = ProjectContext(Project(modules, [str(t.path) for t in targets]), None)
     out: dict[int, tuple[str, bool]] = {}
     for fn, lf in ctx.loaders():
@@ -181,8 +184,11 @@ def loader_sources(script: Path, text: str, shown: str = "") -> dict[int, tuple[
             continue
         changed = dataset_changed(ctx, fn, lf)
         if changed is not None:
-            if shown:
-                changed = (changed[0].replace(f"{fn.file}:", f"{shown}:"), changed[1])
+            where = changed[0]
+            for abs_path, name in (names or {}).items():
+                if abs_path in modules:
+                    where = where.replace(f"{modules[abs_path].display}:", f"{name}:")
+            changed = (where, changed[1])
             for line in range(lf.site.line, max(lf.site.line, lf.site.end_line) + 1):
                 out.setdefault(line, changed)
     return out

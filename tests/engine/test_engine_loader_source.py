@@ -65,10 +65,10 @@ def _script(tmp_path: Path, change: str = "ds.set_epoch(epoch)", step_change: st
     return p
 
 
-def _run(script: Path, *, gpu: bool = False, line: int = LOADER_LINE, **dl):
+def _run(script: Path, *, gpu: bool = False, line: int = LOADER_LINE, call_file: str = "train.py", **dl):
     sha = hashlib.sha256(script.read_bytes()).hexdigest()
     mf = (manifest if gpu else cpu_manifest)(script=str(script), cwd=str(script.parent), script_sha256=sha)
-    d = dataloader(call_site=CallSite("train.py", line, "main"), **dl)
+    d = dataloader(call_site=CallSite(call_file, line, "main"), **dl)
     return run(source=str(script.parent / "run"), manifest=mf,
                settings=settings(device_type="cuda" if gpu else "cpu", dataloaders=(d,)),
                steps=steps(20, 100.0, 60.0))
@@ -81,12 +81,12 @@ def _gd201(report):
 
 def test_the_review_names_the_loop_that_changes_the_dataset_at_every_line_of_the_call(tmp_path):
     p = _script(tmp_path)
-    found = loader_sources(p, p.read_text(), "train.py")
+    found = loader_sources(p, {str(p): p.read_text()}, {str(p): "train.py"})
     assert set(found) == {21, 22}
     where, per_step = found[21]
     assert not per_step and "`ds` is changed in place in the loop at train.py:25" in where
     # the text given is what is read (the run's), not the file's
-    assert loader_sources(p, EPOCHS.format(change="pass", step_change="pass")) == {}
+    assert loader_sources(p, {str(p): EPOCHS.format(change="pass", step_change="pass")}) == {}
 
 
 def test_a_dataset_changed_per_epoch_gets_workers_without_persistent_workers(tmp_path):
@@ -168,3 +168,25 @@ def test_a_review_that_fails_leaves_the_runs_own_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("GPUDOCTOR_DEBUG", raising=False)
     f = _gd201(diagnose(_run(_script(tmp_path)), Config(), kind="profile"))
     assert "persistent_workers=True" in f.fix.after  # GD201 itself stands
+
+
+DATA = '''from torch.utils.data import DataLoader
+
+
+def make_loader(ds):
+    return DataLoader(ds, batch_size=4, shuffle=True)
+'''
+
+
+def test_a_dataloader_built_in_a_module_is_judged_with_the_scripts_loop(tmp_path):
+    """The DataLoader is built in data.py, the script's loop iterates it and changes its dataset: the run's
+    call site names data.py, and the script is read with it."""
+    (tmp_path / "data.py").write_text(DATA)
+    main = EPOCHS.format(change="ds.set_epoch(epoch)", step_change="pass")
+    main = main.replace("    loader = DataLoader(ds, batch_size=4,\n                        shuffle=True)",
+                        "    loader = make_loader(ds)").replace("import torch\n", "import torch\nfrom data import make_loader\n", 1)
+    p = tmp_path / "train.py"
+    p.write_text(main)
+    f = _gd201(diagnose(_run(p, line=5, call_file="data.py"), Config(), kind="profile"))
+    assert "persistent_workers" not in f.fix.after and str(f.location) == "data.py:5"
+    assert any("`ds` is changed in place in the loop at train.py:" in n for n in f.evidence.notes), f.evidence.notes
