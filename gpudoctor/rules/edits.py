@@ -101,6 +101,12 @@ def manual_note(reason: str) -> str:
     return f"{FIX_LEFT}: {reason}"
 
 
+def left_to_author(fix: Fix, reason: str) -> Fix:
+    """``fix`` as advice only, no edit: the change would break the script here (``reason``)."""
+    return Fix(f"{fix.instruction} Left to you: {reason}.", fix.before, fix.after,
+               illustration=f"not an automatic change: {reason}")
+
+
 def edit_fix(instruction: str, before: str, after: str, *edits: Edit, source: Location | None = None,
              illustration: str = "") -> Fix:
     """A fix whose before/after the rewrite engine remakes from the source where it is at hand: until

@@ -270,7 +270,7 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, manual_note
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
 from gpudoctor.rules.helpers import (
     CpuReading,
     LoaderProfile,
@@ -509,14 +509,13 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
 
 
 def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
-    """The DataLoader arguments the fix sets, for ``n`` suggested workers: with persistent workers unless
-    the script chose itself or its loop changes the dataset in place (``RuleContext.workers_caveat``)."""
+    """The DataLoader arguments the fix sets, for ``n`` suggested workers (``_allowed`` then takes out what
+    the script does not allow)."""
     workers = dl.num_workers if dl is not None else None
-    keep = {} if ctx.workers_caveat(dl) is not None else {"persistent_workers": True}
-    changes: dict[str, object] = {"num_workers": n, **keep}
+    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
     if workers and workers >= n:
         # already as many workers as the cores (or memory) allow: deepen the queue instead
-        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, **keep}
+        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, "persistent_workers": True}
     elif workers:
         changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
     if ctx.has_gpu() and dl is not None and not dl.pin_memory:
@@ -530,15 +529,18 @@ def _fix(ctx: RuleContext, dl: DataLoaderSetting | None, instruction: str, chang
     without persistent_workers where they would be wrong (the evidence says why), and left to the author
     where workers themselves would not see a change the loop makes at every step."""
     caveat = ctx.workers_caveat(dl)
-    if caveat is not None and not caveat[1]:
-        changes = {k: v for k, v in changes.items() if k != "persistent_workers"}
-        notes.append(f"persistent_workers left out: {caveat[0]}")
-    fix = dataloader_fix(instruction, dl, changes)
-    if caveat is not None and caveat[1]:
-        notes.append(manual_note(caveat[0]))
-        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
-                  illustration=f"not an automatic change: {caveat[0]}")
-    return fix
+    if caveat is not None:
+        notes.append(manual_note(caveat[0]) if caveat[1] else f"persistent_workers left out: {caveat[0]}")
+    fix = dataloader_fix(instruction, dl, _allowed(ctx, dl, changes))
+    return left_to_author(fix, caveat[0]) if caveat is not None and caveat[1] else fix
+
+
+def _allowed(ctx: RuleContext, dl: DataLoaderSetting | None, changes: dict[str, object]) -> dict[str, object]:
+    """``changes`` without persistent_workers where the script is against them (``RuleContext.workers_caveat``:
+    its own choice, or a loop that changes the dataset in place): the fix's and ``--verify``'s."""
+    if ctx.workers_caveat(dl) is None:
+        return changes
+    return {k: v for k, v in changes.items() if k != "persistent_workers"}
 
 
 def _hot_text(load: Load) -> str:
@@ -685,7 +687,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         + (f"; DataLoader{where} has num_workers={workers}" if dl is not None else "")
         + (f"; {kind_text}" if kind_text else "")
     )
-    changes = _changes(ctx, dl, n)
+    changes = _allowed(ctx, dl, _changes(ctx, dl, n))
     more = not (workers and workers >= n)
     how = (f"{load.kind} load: {fmt_ns(load.load_ns)} per batch ÷ ({fmt_ns(compute_ns)} compute + "
            f"{fmt_ns(handover_ns)} hand-over) → {plan.needed - t.dataloader_spare_workers_count}, "
@@ -852,6 +854,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     loc = location_of(dl.call_site) if dl is not None else None
     what = "step time" if m.steps else "the trace (no step markers)"
     waits = "the GPU sits idle waiting for the next batch" if ledger.basis == "gpu" else "the loop waits for the next batch"
+    keep = "" if ctx.workers_caveat(dl) else "persistent_workers=True"  # the script's source may be against it
     if it == "multi-process":
         message = (
             f"{waits} {fmt_pct(share)} of {what} although the DataLoader has worker processes "
@@ -860,7 +863,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         instruction = (
             "The DataLoader already loads in workers and they still fall behind: raise num_workers if cores are "
             "free (one per batch load time ÷ step compute time, up to the cores less one) and prefetch_factor"
-            f"{'' if ctx.workers_caveat(dl) else ', keep persistent_workers=True'}; if the cores are busy, make each "
+            f"{', keep ' + keep if keep else ''}; if the cores are busy, make each "
             "batch cheaper (cache decoded data, "
             "move augmentation to the GPU). The trace does not record num_workers; `gpudoctor profile` derives a "
             "value from the settings."
@@ -871,7 +874,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         message = f"{waits} {fmt_pct(share)} of {what}: the DataLoader loads{single or ' the batches'} (window: {window})"
         instruction = (
             "Load batches in worker processes: set num_workers > 0 (one per batch load time ÷ step compute time, "
-            f"up to the cores less one),{'' if ctx.workers_caveat(dl) else ' persistent_workers=True,'} "
+            f"up to the cores less one),{' ' + keep + ',' if keep else ''} "
             "pin_memory=True. The trace does not record the "
             "DataLoader's settings; `gpudoctor profile` derives a value from them."
         )
@@ -928,7 +931,7 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     caveat = ctx.workers_caveat(dl)
     if caveat is not None and caveat[1]:
         return f"the fix is left to the author: {caveat[0]}"
-    return dataloader_injections(dl, _changes(ctx, dl, n))
+    return dataloader_injections(dl, _allowed(ctx, dl, _changes(ctx, dl, n)))
 
 
 def check(ctx: RuleContext) -> RuleResult:

@@ -135,7 +135,7 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, manual_note
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
 from gpudoctor.rules.helpers import (
     dataloader_fix,
     dataloader_injections,
@@ -242,8 +242,7 @@ def check(ctx: RuleContext) -> RuleResult:
     fix = dataloader_fix(instruction, dl, {"persistent_workers": True})
     caveat = ctx.workers_caveat(dl)
     if caveat is not None:  # the script's own choice, or a dataset changed in place: the author's to change
-        fix = Fix(f"{instruction} Left to you: {caveat[0]}.", fix.before, fix.after,
-                  illustration=f"not an automatic change: {caveat[0]}")
+        fix = left_to_author(fix, caveat[0])
     finding = ctx.finding(
         message,
         fix,

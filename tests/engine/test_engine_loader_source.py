@@ -94,6 +94,7 @@ def test_a_dataset_changed_per_epoch_gets_workers_without_persistent_workers(tmp
     report = diagnose(_run(p), Config(), kind="profile")
     f = _gd201(report)
     assert "num_workers=" in f.fix.instruction and "persistent_workers" not in f.fix.after
+    assert "persistent_workers=True" not in f.fix.instruction  # the sentence says what the edit makes
     assert any(n.startswith("persistent_workers left out: `ds` is changed in place") for n in f.evidence.notes)
     assert f.fix.edits and f.fix.source is not None  # still the automatic edit, made from the script's line
     arms, _not_tried = plan(report)
