@@ -26,7 +26,9 @@ known there) and before the script runs:
    to ``0`` with ``DISABLE_CUPTI_LAZY_REINIT=1``, torch's own pair, from that moment on
    (:class:`GraphGuard`).
 
-The decision is recorded in the manifest (``collected``, name ``cupti_teardown``).
+The variable is the process's: it holds for the script's own torch.profiler sessions too (their
+end detaches CUPTI as gpudoctor's windows' do). The decision is recorded in the manifest
+(``collected``, name ``cupti_teardown``).
 """
 
 from __future__ import annotations
