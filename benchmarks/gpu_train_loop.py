@@ -23,6 +23,12 @@ for a warm-up step or the first after a switch) and what was switched. The diffe
 medians is what the hooks and the step bookkeeping behind them (CUDA events included) cost a step, in
 one process over the same seconds: what is left of the overhead beyond it comes with the process
 (the instruments' start-up, the windows' aftermath, the environment).
+
+``--profiler-window START`` (run bare, without gpudoctor: ``benchmarks/cupti_weight.py``): one
+torch.profiler window of the loop's own (CPU and, on CUDA, CUDA activities) over steps START to
+START + ``--profiler-steps`` - 1, entered before step START and left after its last step; the steps
+before and after it measure what the profiler (CUPTI) leaves behind once its session has ended. The
+file then also holds ``"window": [START, END)``. ``TEARDOWN_CUPTI`` in the environment is Kineto's.
 """
 
 from __future__ import annotations
@@ -102,6 +108,9 @@ def main() -> None:
     p.add_argument("--ab-hooks", action="store_true", help="switch gpudoctor's hooks off and on (see above)")
     p.add_argument("--ab-block", type=int, default=25)
     p.add_argument("--ab-warmup", type=int, default=50)
+    p.add_argument("--profiler-window", type=int, default=None, metavar="START",
+                   help="one torch.profiler window of the loop's own from this step (see above)")
+    p.add_argument("--profiler-steps", type=int, default=5, help="steps in that window (default 5)")
     args = p.parse_args()
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -127,6 +136,9 @@ def main() -> None:
     walls: list[float] = []
     states: list[int] = []
     switch = None
+    prof = None
+    window = (args.profiler_window, args.profiler_window + args.profiler_steps) if args.profiler_window is not None else None
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     events[0].record()
     t_prev = time.perf_counter()
     for step in range(args.steps):
@@ -140,15 +152,23 @@ def main() -> None:
 
                     switch = HookSwitch(model, opt)
                 switch.set(on)
+        if window is not None and step == window[0]:
+            prof = torch.profiler.profile(activities=activities)
+            prof.__enter__()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(args.device, dtype=torch.bfloat16, enabled=amp):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if prof is not None and step == window[1] - 1:
+            prof.__exit__(None, None, None)  # the session ends here: Kineto tears CUPTI down or not
+            prof = None
         events[step + 1].record()
         t = time.perf_counter()
         walls.append(t - t_prev)
         t_prev = t
+    if prof is not None:  # a window past the last step
+        prof.__exit__(None, None, None)
     if cuda:
         torch.cuda.synchronize()
     if switch is not None:
@@ -156,6 +176,8 @@ def main() -> None:
     gpu = [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(args.steps)]
     if args.step_times:
         out: dict = {"gpu": gpu, "wall": walls}
+        if window is not None:
+            out["window"] = list(window)
         if args.ab_hooks:
             out |= {"on": states, "switched": switch.switched if switch is not None else []}
         with open(args.step_times, "w", encoding="utf-8") as f:

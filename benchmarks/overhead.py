@@ -87,6 +87,16 @@ of the pairs. On the H200 (2026-11-28) the MLP ran 1.21x and 1.23x bare with no 
 (two interleaved pairs): the A/B run says whether the hooks or the process carry that.
 
 Targets (issue 37): per step outside the windows and whole run <= 1.03.
+
+CUPTI after a window (issue 44; ``--gpu-cupti``): gpudoctor sets ``TEARDOWN_CUPTI=1`` in the training
+process (``gpudoctor/collect/cupti.py``), so that Kineto detaches CUPTI when a window ends. First
+``benchmarks/cupti_weight.py`` runs the loops bare with one torch.profiler window of their own, with
+``TEARDOWN_CUPTI=0`` and ``=1``, against the loop alone: what CUPTI alone leaves on the steps after a
+session. Then each pair runs a third process, the profiled loop with ``TEARDOWN_CUPTI=0`` (CUPTI kept,
+gpudoctor's behaviour before), judged on the same steps: printed beside the default (``kept``), not
+judged. The default run's ``TEARDOWN_CUPTI`` is gpudoctor's rule (any value in this environment is
+taken out), and what it decided is printed from the run's manifest. ``--gpu-json`` is written after
+each part, so a call cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -132,11 +142,11 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _run(cmd: list[str], cwd: str) -> tuple[float, float]:
-    """(wall s, CPU s of the whole process tree) of one run."""
+def _run(cmd: list[str], cwd: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall s, CPU s of the whole process tree) of one run (in ``env``, else this process's environment)."""
     cpu0 = _children_cpu()
     t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         sys.exit(f"overhead: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -332,53 +342,106 @@ def _isolate(work: str, out_dir: str, model: str, steps: int, bare_times: str, d
     return out
 
 
+def _teardown_decision(run_dir: Path) -> str:
+    """What gpudoctor did with TEARDOWN_CUPTI in a run (the manifest's ``collected[cupti_teardown]``)."""
+    with open(run_dir / "manifest.json", encoding="utf-8") as f:
+        for c in json.load(f).get("collected", []):
+            if c.get("name") == "cupti_teardown":
+                return c.get("detail") if c.get("ok") else f"not set: {c.get('reason')}"
+    return "not recorded (a gpudoctor before issue 44)"
+
+
+def _profiled(work: str, out_dir: str, gpudoctor_args: list[str], loop_args: list[str], times: str,
+              env: dict[str, str]) -> tuple[float, Path]:
+    """One profiled run: (its wall time, its run directory)."""
+    before = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
+    wall, _ = _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir,
+                    *gpudoctor_args, str(GPU_SCRIPT), "--", *loop_args, "--step-times", times], work, env)
+    (new,) = set(os.listdir(out_dir)) - before
+    return wall, Path(out_dir) / new
+
+
 def gpu_case(work: str, pairs: int, loops: tuple[tuple[str, int], ...], gpudoctor_args: list[str],
-             json_out: str | None = None, device: str = "cuda", isolate: bool | None = None) -> bool:
-    """Bare vs profiled GPU loops (see the module docstring); True when both ratios meet the target."""
+             json_out: str | None = None, device: str = "cuda", isolate: bool | None = None,
+             cupti: bool = False) -> bool:
+    """Bare vs profiled GPU loops (see the module docstring); True when both ratios meet the target.
+    ``cupti``: each pair also runs the profiled loop with ``TEARDOWN_CUPTI=0`` (CUPTI kept after each
+    window, gpudoctor's behaviour before issue 44), and the default run is left to gpudoctor's rule."""
     out_dir = os.path.join(work, "gpu-runs")
-    print(f"overhead (GPU): {pairs} pairs per loop; gpudoctor options: {' '.join(gpudoctor_args) or '(defaults)'}")
+    env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"} if cupti else None  # gpudoctor's rule
+    kept_env = {**(env or {}), "TEARDOWN_CUPTI": "0"}
+    print(f"overhead (GPU): {pairs} pairs per loop; gpudoctor options: {' '.join(gpudoctor_args) or '(defaults)'}"
+          + ("; each pair also profiled with TEARDOWN_CUPTI=0 (kept: CUPTI stays attached after a window)" if cupti else ""))
     print(f"{'loop':>7} {'pair':>4} | {'bare ms':>8} {'prof ms':>8} {'step':>6} | {'bare s':>6} {'prof s':>6} "
-          f"{'whole':>6} | windows (active steps' median over the bare median)")
+          f"{'whole':>6} | windows (active steps' median over the bare median)" + (" | kept: step whole" if cupti else ""))
     ok = True
     results: dict[str, dict] = {}
     for model, steps in loops:
         loop_args = ["--model", model, "--steps", str(steps), "--device", device]
         _run([sys.executable, str(GPU_SCRIPT), "--model", model, "--steps", "20", "--device", device], work)  # warm-up
-        step_ratios, whole_ratios, window_ratios = [], [], []
+        step_ratios, whole_ratios, window_ratios, kept_ratios = [], [], [], []
+        decision = ""
         for i in range(pairs):
             bare_t = os.path.join(work, f"gpu-{model}-bare{i}.json")
             prof_t = os.path.join(work, f"gpu-{model}-prof{i}.json")
             wb, _ = _run([sys.executable, str(GPU_SCRIPT), *loop_args, "--step-times", bare_t], work)
-            before = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
-            wp, _ = _run([sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir,
-                          *gpudoctor_args, str(GPU_SCRIPT), "--", *loop_args, "--step-times", prof_t], work)
-            (new,) = set(os.listdir(out_dir)) - before
-            skip, windows = _windows(Path(out_dir) / new)
+            wp, run_dir = _profiled(work, out_dir, gpudoctor_args, loop_args, prof_t, env)
+            decision = decision or _teardown_decision(run_dir)
+            skip, windows = _windows(run_dir)
             with open(bare_t, encoding="utf-8") as f:
                 b = json.load(f)["gpu"]
             with open(prof_t, encoding="utf-8") as f:
                 p = json.load(f)["gpu"]
-            keep = [k for k in range(min(len(b), len(p))) if k not in skip]
+            kept = None
+            if cupti:  # the same loop, CUPTI kept after each window: judged on the same steps
+                kept_t = os.path.join(work, f"gpu-{model}-kept{i}.json")
+                wk, kept_dir = _profiled(work, out_dir, gpudoctor_args, loop_args, kept_t, kept_env)
+                skip |= _windows(kept_dir)[0]
+                with open(kept_t, encoding="utf-8") as f:
+                    kept = (json.load(f)["gpu"], wk)
+            n = min(len(b), len(p), len(kept[0]) if kept else len(p))
+            keep = [k for k in range(n) if k not in skip]
             mb = statistics.median(b[k] for k in keep) * 1e3
             mp = statistics.median(p[k] for k in keep) * 1e3
             win = [statistics.median(p[k] for k in w if k < len(p)) * 1e3 / mb for w in windows if w]
             step_ratios.append(mp / mb)
             whole_ratios.append(wp / wb)
             window_ratios.append(win)
-            print(f"{model:>7} {i + 1:>4} | {mb:8.3f} {mp:8.3f} {mp / mb:6.3f} | {wb:6.2f} {wp:6.2f} {wp / wb:6.3f} | "
-                  + " ".join(f"{r:.2f}x" for r in win))
+            row = (f"{model:>7} {i + 1:>4} | {mb:8.3f} {mp:8.3f} {mp / mb:6.3f} | {wb:6.2f} {wp:6.2f} {wp / wb:6.3f} | "
+                   + " ".join(f"{r:.2f}x" for r in win))
+            if kept:
+                mk = statistics.median(kept[0][k] for k in keep) * 1e3
+                kept_ratios.append((mk / mb, kept[1] / wb))
+                row += f" | {mk / mb:6.3f} {kept[1] / wb:6.3f}"
+            print(row)
         step, whole = statistics.median(step_ratios), statistics.median(whole_ratios)
         ok &= step <= TARGET_GPU and whole <= TARGET_GPU
         results[model] = {"step_ratio": round(step, 4), "whole_ratio": round(whole, 4),
-                          "windows": window_ratios, "pairs": pairs, "steps": steps}
+                          "windows": window_ratios, "pairs": pairs, "steps": steps, "teardown": decision}
         print(f"overhead (GPU): {model}: per step outside the windows {step:.3f} ({_verdict(step, TARGET_GPU)}), "
               f"whole run {whole:.3f} ({_verdict(whole, TARGET_GPU)}); target <= {TARGET_GPU}")
+        print(f"overhead (GPU): {model}: TEARDOWN_CUPTI: {decision}")
+        if kept_ratios:
+            ks, kw = statistics.median(r[0] for r in kept_ratios), statistics.median(r[1] for r in kept_ratios)
+            results[model] |= {"kept_step_ratio": round(ks, 4), "kept_whole_ratio": round(kw, 4)}
+            print(f"overhead (GPU): {model}: with TEARDOWN_CUPTI=0 (CUPTI kept after each window): per step outside "
+                  f"the windows {ks:.3f}, whole run {kw:.3f} (compare, not judged)")
         if isolate or (isolate is None and step > TARGET_GPU and model in ISOLATE_BY_DEFAULT):  # where it comes from
             results[model]["isolation"] = _isolate(work, out_dir, model, steps, bare_t, device)
-    if json_out:
-        with open(json_out, "w", encoding="utf-8") as f:
-            json.dump({"target": TARGET_GPU, "ok": ok, "loops": results}, f, indent=1)
+        if json_out:  # after each loop: a call cut short by its time limit keeps what it measured
+            _write_json(json_out, {"target": TARGET_GPU, "ok": ok, "loops": results})
     return ok
+
+
+def _write_json(path: str, figures: dict) -> None:
+    """``figures`` into ``path``, keeping what is there under other keys (cupti_weight's probe, written
+    first in the same call with --gpu-cupti)."""
+    old: dict = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({**old, **figures}, f, indent=1)
 
 
 def main() -> None:
@@ -404,17 +467,28 @@ def main() -> None:
     ap.add_argument("--gpu-loops", default=",".join(m for m, _ in GPU_LOOPS), help="which GPU loops (default: all)")
     ap.add_argument("--gpu-isolate", action="store_true",
                     help="always run the isolation runs (default: only for a loop that misses the target)")
+    ap.add_argument("--gpu-cupti", action="store_true",
+                    help="also what CUPTI leaves behind: benchmarks/cupti_weight.py's bare loops with a window of "
+                         "their own first, then each pair profiled with TEARDOWN_CUPTI=0 as well (issue 44)")
     ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
     args = ap.parse_args()
     if args.gpu:
         work = tempfile.mkdtemp(prefix="gpudoctor-overhead-gpu-")
+        if args.gpu_json and os.path.exists(args.gpu_json):  # written part by part below: none of an older call
+            os.remove(args.gpu_json)
         chosen = [m for m in args.gpu_loops.split(",") if m]
         unknown = sorted(set(chosen) - {m for m, _ in GPU_LOOPS})
         if unknown or not chosen:
             sys.exit(f"overhead: --gpu-loops: unknown {', '.join(unknown) or '(none given)'}")
         loops = tuple((m, args.gpu_steps or n) for m, n in GPU_LOOPS if m in chosen)
+        if args.gpu_cupti:
+            from cupti_weight import probe  # noqa: PLC0415 (beside this file)
+
+            got = probe(work, loops, args.gpu_device)
+            if args.gpu_json:
+                _write_json(args.gpu_json, {"cupti_probe": got})
         ok = gpu_case(work, args.gpu_pairs, loops, args.gpudoctor_args, args.gpu_json, args.gpu_device,
-                      True if args.gpu_isolate else None)
+                      True if args.gpu_isolate else None, cupti=args.gpu_cupti)
         print(f"overhead (GPU): runs kept in {work}")
         sys.exit(0 if ok else 1)
     if args.pairs < 5:

@@ -176,6 +176,8 @@ class Child:
         self.writer: Any = None
         self.notes: list[str] = []
         self.versions: dict[str, str] = {}
+        self.cupti: Any = None  # collect.cupti.Decision: TEARDOWN_CUPTI as gpudoctor left it, and why
+        self.cupti_guard: Any = None  # collect.cupti.GraphGuard (CUDA before 12.6)
         self.state: dict[str, Any] = {
             "pid": os.getpid(),
             "rank": self.rank,
@@ -285,11 +287,34 @@ class Child:
         if torch.version.cuda:
             self.versions["cuda"] = str(torch.version.cuda)
         try:
+            self._cupti_teardown(torch)
+        except Exception as err:  # a bug in gpudoctor: CUPTI stays as torch leaves it
+            self.notes.append(f"TEARDOWN_CUPTI could not be decided ({type(err).__name__}: {err})")
+        try:
             self._install(torch)
         except Exception as err:  # a bug in gpudoctor: run the script anyway
             self.notes.append(f"instruments could not be installed ({type(err).__name__}: {err})")
         os.register_at_fork(after_in_child=self._after_fork_in_child)
         self.write_state()
+
+    def _cupti_teardown(self, torch: Any) -> None:
+        """``TEARDOWN_CUPTI=1`` where :mod:`gpudoctor.collect.cupti`'s rule allows it (read by Kineto
+        at the end of each profiler window), before the script runs."""
+        from gpudoctor.collect import cupti  # noqa: PLC0415
+
+        source = self.cfg.get("source_path") or self.cfg.get("script_path")
+        decision = cupti.decide(os.environ, torch.version.cuda, self.schedule is not None,
+                                lambda: cupti.read_graph_site(source))
+        cupti.apply(decision, os.environ)
+        self.cupti = decision
+        if decision.guard:
+            guard = cupti.GraphGuard(torch.cuda.CUDAGraph, os.environ,
+                                     lambda: self.tracker.index if self.tracker is not None else 0)
+            why = guard.install()
+            if why:
+                self.notes.append(f"CUDA graph captures not watched for {cupti.ENV} ({why})")
+            else:
+                self.cupti_guard = guard
 
     def _install(self, torch: Any) -> None:
         from gpudoctor.collect.loaderprof import LoaderProfile  # noqa: PLC0415
@@ -713,6 +738,7 @@ class Child:
             out.append(Collected("torch.profiler", False, f"no trace was written{why}"))
         # CUDA
         out.append(self._collected_cuda())
+        out.append(self._collected_cupti())
         # cProfile
         c = self.cprof
         if c is None:
@@ -814,6 +840,17 @@ class Child:
             return Collected("cuda", False, timer.error)
         timed = timer.timed if timer is not None else 0
         return Collected("cuda", True, detail=f"GPU time of {timed} steps from CUDA events")
+
+    def _collected_cupti(self) -> Collected:
+        """``cupti_teardown``: ok when gpudoctor set ``TEARDOWN_CUPTI=1``; why, either way."""
+        d = self.cupti
+        if d is None:
+            return Collected("cupti_teardown", False, "not decided (see notes)")
+        if d.value is None:
+            return Collected("cupti_teardown", False, d.why)
+        detail = f"TEARDOWN_CUPTI={d.value} set by gpudoctor: {d.why}"
+        note = self.cupti_guard.note() if self.cupti_guard is not None else ""
+        return Collected("cupti_teardown", True, detail=f"{detail}; {note}" if note else detail)
 
 
 def _signals_in_place(cfg: dict[str, Any]) -> None:

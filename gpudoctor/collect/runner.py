@@ -97,6 +97,7 @@ def _child_config(opts: ProfileOptions, target: Target, run_dir: Path, t0_mono_n
         "t0_mono_ns": t0_mono_ns,
         "cwd": cwd,
         "script_path": target.script_path,
+        "source_path": target.script_path or target.module_origin,  # read for CUDA graphs (collect.cupti)
         "module": target.module,
         "argv": list(target.argv),
         "schedule": opts.schedule_fields() if opts.torch_profiler else None,

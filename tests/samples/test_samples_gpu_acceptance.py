@@ -223,3 +223,22 @@ def test_the_gpu_loop_switches_gpudoctors_hooks_in_one_process(tmp_path):
     assert len(got["gpu"]) == len(got["wall"]) == len(got["on"]) == 130
     assert got["on"].count(1) >= 25 and got["on"].count(0) >= 25  # blocks of 25 after 50 warm-up steps
     assert any("Adam.step" in s for s in got["switched"]) and any("backward" in s for s in got["switched"])
+
+
+@pytest.mark.slow
+def test_the_cupti_probe_runs_its_three_bare_loops(tmp_path):
+    """benchmarks/cupti_weight.py (issue 44): a bare loop with one torch.profiler window of its own, with
+    TEARDOWN_CUPTI=0 and =1, against the loop alone. On the CPU there is no CUPTI: the figures mean nothing
+    here; what is checked is that the one device call cannot be the first to run this code."""
+    out = tmp_path / "cupti.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cupti_weight.py"), "--device", "cpu",
+                           "--loops", "mlp", "--steps", "90", "--json", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())["mlp"]
+    assert got["window"] == [30, 35] and got["steps"] == 90
+    assert set(got["runs"]) == {"no window", "window, TEARDOWN_CUPTI=0", "window, TEARDOWN_CUPTI=1"}
+    assert got["runs"]["no window"]["residue"] == 1.0
+    assert all(r["before_ms"] > 0 and r["after_ms"] > 0 for r in got["runs"].values())
+    times = json.loads(next(Path(proc.stdout.split("runs kept in ")[1].strip()).glob("cupti-mlp-1.json")).read_text())
+    assert times["window"] == [30, 35] and len(times["gpu"]) == 90

@@ -66,7 +66,8 @@ figure; one that starts inside another (a ``backward()`` inside LBFGS's
 :meth:`StepTracker.phase_start` / :meth:`StepTracker.phase_end`) also takes its time
 off the enclosing phase's figure, so each phase keeps only its own. No GPU
 synchronization is added: on CUDA the GPU time of each step comes from one CUDA
-event per boundary (``CudaStepTimer``), read back when complete.
+event per boundary (``CudaStepTimer``), read back when complete; the events come from a
+small pool (an event read is recorded again), not one new ``torch.cuda.Event`` per step.
 
 Cost
 ----
