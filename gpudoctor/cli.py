@@ -40,6 +40,8 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     verify_options,
 )
 from gpudoctor.console import (  # noqa: F401 - use_color: re-exported
+    ask_yes,
+    at_terminal,
     check_output_writable,
     emit_report,
     print_stdout,
@@ -93,22 +95,6 @@ def _import_engine() -> None:
     done while a large trace's other part is still being read, where ``load_and_analyze`` would
     otherwise wait."""
     import gpudoctor.engine  # noqa: F401
-
-
-def _at_terminal() -> bool:
-    """A person can answer: stdin is a terminal (CI, a pipe, /dev/null are not)."""
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (OSError, ValueError):
-        return False
-
-
-def _ask_yes(what: str) -> bool:
-    """``what`` on stderr, then a typed yes (``yes`` or ``y``) runs it; anything else, or none, does not."""
-    click.echo(what, err=True)
-    click.echo("gpudoctor: verify: run them? type yes to run the trials, anything else stops: ", err=True, nl=False)
-    line = sys.stdin.readline()
-    return line.strip().lower() in ("yes", "y")
 
 
 def _verify(report, config, steps, trials, budget, max_trials=None):
@@ -394,7 +380,7 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
         _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no {layout.MANIFEST}); verify runs its script again")
     opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, max_trials=verify_max_trials,
                          progress=progress_to_stderr, out_dir=Path(out_dir) if out_dir else None,
-                         allow_changed=allow_changed, yes=yes, confirm=_ask_yes if _at_terminal() else None)
+                         allow_changed=allow_changed, yes=yes, confirm=ask_yes if at_terminal() else None)
     opts.check()
     from gpudoctor.collect.options import require_torch
 

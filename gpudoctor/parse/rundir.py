@@ -103,19 +103,8 @@ def read_manifest(run_dir: Path) -> Manifest | None:
         raise RunDirError(f"{p}: the manifest is not a regular file inside the run directory (a symlink out of it?); "
                           "refusing a damaged or hostile run directory: re-run `gpudoctor profile`")
     try:
-        raw = p.read_bytes()
-    except OSError as err:
-        raise RunDirError(f"{p}: the manifest cannot be read ({err}); re-run `gpudoctor profile`") from None
-    return parse_manifest(run_dir, raw)
-
-
-def parse_manifest(run_dir: Path, raw: bytes) -> Manifest:
-    """The manifest of ``run_dir`` from its bytes ``raw`` (``verify`` checks the trust of the very
-    bytes it parses): ``RunDirError`` when they are not a manifest this gpudoctor reads."""
-    p = run_dir / MANIFEST
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise RunDirError(
             f"{p}: the manifest is not valid JSON ({err}); the run directory is damaged, "
             "re-run `gpudoctor profile` or pass its trace files instead"

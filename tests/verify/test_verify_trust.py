@@ -197,7 +197,7 @@ def test_the_command_shown_is_what_runs(tmp_path: Path) -> None:
 def test_a_terminal_is_asked_and_only_yes_runs_the_trials(tmp_path: Path, monkeypatch, answer: str) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
     monkeypatch.setattr(verify.trials, "_trial", trial)
-    monkeypatch.setattr(cli, "_at_terminal", lambda: True)
+    monkeypatch.setattr(cli, "at_terminal", lambda: True)
     marker = tmp_path / "MARKER"
     run = _tampered(tmp_path, "stdlib-script", marker)
     monkeypatch.chdir(tmp_path)
@@ -218,7 +218,7 @@ def test_a_terminal_is_asked_and_only_yes_runs_the_trials(tmp_path: Path, monkey
 def test_without_a_terminal_the_cli_refuses_at_once(tmp_path: Path, monkeypatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
     monkeypatch.setattr(verify.trials, "_trial", trial)
-    monkeypatch.setattr(cli, "_at_terminal", lambda: False)
+    monkeypatch.setattr(cli, "at_terminal", lambda: False)
     run = _tampered(tmp_path, "stdlib-module", tmp_path / "MARKER")
     res = CliRunner().invoke(cli.cli, ["verify", str(run)], input="yes\n")  # a piped yes is not a person's
     assert isinstance(res.exception, UsageError) and calls == [] and "run them?" not in res.stderr
