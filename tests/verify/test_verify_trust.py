@@ -228,19 +228,49 @@ def test_without_a_terminal_the_cli_refuses_at_once(tmp_path: Path, monkeypatch)
 # --------------------------------------------------------------------------- a run profile made here
 
 
+WAITING = """
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def collate(batch):
+    time.sleep(0.03)  # a fetch: the loop waits for it, whatever else loads the machine
+    return torch.stack([x for x, in batch])
+
+
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(TensorDataset(torch.randn(4096, 8)), batch_size=16, collate_fn=collate):
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
 @pytest.mark.slow
 def test_a_run_profile_made_here_verifies_without_yes(tmp_path: Path) -> None:
     """The record is made where the run is made: ``gpudoctor profile`` (a real run, the session's state
-    folder), then verify's check passes with nothing asked, for the run and for a copy of it; an edit of
-    one byte of its manifest makes it ask."""
-    shutil.copy(ROOT / "tests" / "verify" / "scripts" / "slow_collate.py", tmp_path / "slow_collate.py")
+    folder), then ``gpudoctor verify`` with no terminal and no --yes gets to its trials (GD201: a fix to
+    try), asking nothing; so does a copy of the run; an edit of one byte of its manifest makes it ask."""
+    (tmp_path / "waiting.py").write_text(WAITING)
     env = os.environ.copy()
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, "-m", "gpudoctor", "profile", "--steps", "12", "--no-cprofile", "--no-report",
-                          "--out", "runs", "slow_collate.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=600)
+
+    def gd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpudoctor", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+    res = gd("profile", "--steps", "20", "--no-cprofile", "--no-report", "--out", "runs", "waiting.py")
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
+    # a budget no trial fits in: verify stops before the first one, past the check of what it may run; GD205's
+    # busy machine (a shared CI runner) would leave GD201 nothing to try, and this is not about the load
+    res = gd("verify", str(run), "--set", "cpu_contention_wait_pct=100", "--verify-budget", "0.5", "--format", "json",
+             "-o", "verified.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"gpudoctor: verify: each trial runs, in {tmp_path}: {sys.executable} waiting.py" in res.stderr
+    assert "--yes" not in res.stderr and "run them?" not in res.stderr
     m = read_manifest(run)
     never = VerifyOptions(confirm=lambda text: pytest.fail("a trusted run was asked about"))
     assert trust_decision(run, m) == ""
@@ -252,3 +282,5 @@ def test_a_run_profile_made_here_verifies_without_yes(tmp_path: Path) -> None:
     p.write_bytes(p.read_bytes().replace(b'"argv": [', b'"argv": [ ', 1))
     with pytest.raises(UsageError, match="no record that this user's gpudoctor wrote its manifest.*--yes"):
         _check_target(read_manifest(copy), copy, VerifyOptions())
+    res = gd("verify", str(copy), "--set", "cpu_contention_wait_pct=100", "--verify-budget", "0.5")
+    assert res.returncode == 2 and "pass --yes to run it" in res.stderr
