@@ -429,9 +429,10 @@ def _what_runs(m: Manifest) -> tuple[object, ...]:
 
 def trust_decision(run_dir: Path, m: Manifest) -> str:
     """"" when ``verify`` may run ``m``'s trials without asking: the manifest in ``run_dir`` is, byte for
-    byte, one this user's gpudoctor wrote there (``gpudoctor.trust``: a keyed record kept outside the
-    run directory), and ``m`` names what it names; else why not, in words. No field of the manifest
-    says whether it is trusted: an edited one, a copied one, another user's, have no record."""
+    byte, one this user's gpudoctor wrote (``gpudoctor.trust``: a keyed record kept outside the run
+    directory; a copy of one's own run is one), and ``m`` names what it names; else why not, in words.
+    No field of the manifest says whether it is trusted: an edited one, another user's, one from
+    another machine, have no record."""
     import json  # noqa: PLC0415
 
     from gpudoctor import trust  # noqa: PLC0415
@@ -456,7 +457,7 @@ def trust_decision(run_dir: Path, m: Manifest) -> str:
     except (ValueError, TypeError, KeyError, AttributeError):
         return f"its {layout.MANIFEST} cannot be read by this gpudoctor"
     if _what_runs(recorded) != _what_runs(m):
-        return f"the manifest given is not the one its {layout.MANIFEST} records"
+        return f"the manifest verify was given differs from its {layout.MANIFEST}"
     return ""
 
 
