@@ -40,6 +40,8 @@ from gpudoctor.cli_options import (  # noqa: F401 - DEFAULT_*: read here by the 
     verify_options,
 )
 from gpudoctor.console import (  # noqa: F401 - use_color: re-exported
+    ask_yes,
+    at_terminal,
     check_output_writable,
     emit_report,
     print_stdout,
@@ -100,9 +102,9 @@ def _verify(report, config, steps, trials, budget, max_trials=None):
     signal that stopped the trials: 130, 143 or 129; 0 when none did)."""
     from gpudoctor.verify import VerifyOptions, progress_to_stderr, verify_report
 
-    # the run this command just made: its script is the one the user named, wherever it lies
+    # the run this command just made: profile --verify trusts its own run
     opts = VerifyOptions(steps=steps, trials=trials, budget_s=budget, max_trials=max_trials,
-                         progress=progress_to_stderr, allow_outside=True)
+                         progress=progress_to_stderr, yes=True)
     result = verify_report(report, config, opts)
     if not result.interrupted:
         return result.report, 0
@@ -324,14 +326,15 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
 @report_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Folder for the trial runs (default: RUN_DIR/verify); a read-only run needs one.")
-@click.option("--yes", "allow_outside", is_flag=True,
-              help="Run the script even when the run names one outside its recorded working directory, or "
-                   "other than the script it profiled.")
+@click.option("--yes", "yes", is_flag=True,
+              help="Run the trials of a run this user's gpudoctor did not make, or whose manifest changed since "
+                   "(a colleague's run, an attachment, a CI artifact): its script runs as yours. Without it, "
+                   "verify shows the command and asks at a terminal, and refuses elsewhere.")
 @click.option("--allow-changed", is_flag=True,
               help="Run the script even when it changed since it was profiled (its SHA-256 differs, or the run "
                    "recorded none).")
 def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_budget, select, ignore, sets, fail_on,
-               fmt, output, quiet, color, out_dir, allow_outside, allow_changed):
+               fmt, output, quiet, color, out_dir, yes, allow_changed):
     """Prove the fixes: run RUN_DIR's script again with each fix applied and measure the speed-up.
 
     RUN_DIR is a run directory of `gpudoctor profile`; its script is run again as the
@@ -357,11 +360,13 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
     their A/A test.
 
     Trials are real runs of your script: its side effects (files it writes,
-    checkpoints, network) happen again. verify prints the exact command each trial
-    runs and checks what it runs (the manifest's argv[0] or -m module, resolved in the
-    recorded folder): it refuses one outside that folder or other than the script
-    profiled (--yes), and one that changed since it was profiled or whose manifest
-    recorded no SHA-256 (--allow-changed). They run under
+    checkpoints, network) happen again. A run directory is data from anywhere, and
+    verify runs what its manifest names: it runs the trials without asking only for
+    a run this user's gpudoctor made, unchanged since (a keyed record kept outside the
+    run, in ~/.local/state/gpudoctor; docs/verify.md). Otherwise it prints the exact
+    command and asks (a yes typed at a terminal; elsewhere, exit 2 unless --yes). It
+    refuses a script that changed since it was profiled or whose manifest recorded no
+    SHA-256 (--allow-changed). They run under
     RUN_DIR/verify/ (replaced by the next verify; --out DIR elsewhere, e.g. for a
     read-only run; two verifies of one folder do not run at once), their output in each
     run's output.log. Ctrl-C, SIGTERM or SIGHUP stops the trials at once and reports
@@ -375,7 +380,7 @@ def verify_cmd(run_dir, verify_steps, verify_trials, verify_max_trials, verify_b
         _fail(f"{run_dir}: not a run directory of `gpudoctor profile` (no {layout.MANIFEST}); verify runs its script again")
     opts = VerifyOptions(steps=verify_steps, trials=verify_trials, budget_s=verify_budget, max_trials=verify_max_trials,
                          progress=progress_to_stderr, out_dir=Path(out_dir) if out_dir else None,
-                         allow_changed=allow_changed, allow_outside=allow_outside)
+                         allow_changed=allow_changed, yes=yes, confirm=ask_yes if at_terminal() else None)
     opts.check()
     from gpudoctor.collect.options import require_torch
 

@@ -24,6 +24,25 @@ def say(line: str) -> None:
         pass
 
 
+def at_terminal() -> bool:
+    """A person can answer: stdin is a terminal (CI, a pipe, /dev/null are not)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def ask_yes(question: str) -> bool:
+    """``question`` (escaped by its maker) on stderr, and the answer from stdin: a typed ``yes`` (or ``y``)
+    is True; anything else, or none, False."""
+    try:
+        sys.stderr.write(question)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        return False
+    return sys.stdin.readline().strip().lower() in ("yes", "y")
+
+
 def silence_stdout() -> None:
     """The reader went away: later writes (and the flush at exit) go to /dev/null, not to a traceback."""
     try:

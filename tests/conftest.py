@@ -100,6 +100,22 @@ def gpu_report(gpu_run):
     return get
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory):
+    """gpudoctor's per-user state (the secret and the records of trusted runs, gpudoctor.trust) goes to a
+    folder of the test session, never the real home: the runs ``profile`` makes in the session are
+    trusted by the ``verify`` of the same session (the processes they start inherit the setting)."""
+    from gpudoctor.trust import STATE_ENV
+
+    saved = os.environ.get(STATE_ENV)
+    os.environ[STATE_ENV] = str(tmp_path_factory.mktemp("gpudoctor-state") / "state")
+    yield
+    if saved is None:
+        os.environ.pop(STATE_ENV, None)
+    else:
+        os.environ[STATE_ENV] = saved
+
+
 @pytest.fixture(autouse=True)
 def _signals_not_ignored():
     """The suite run under ``nohup`` (or ``cmd &`` in a script) ignores SIGHUP/SIGINT, and every

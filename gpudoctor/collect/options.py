@@ -67,6 +67,9 @@ class ProfileOptions:
     output_log: bool = False  # the script's stdout and stderr go to output.log in the run directory
     cwd: str | None = None  # the folder the script runs in (default: the current one)
     timeout_s: float | None = None  # SIGTERM the script after this long (then SIGKILL 10 s later)
+    # record the finished run as this user's (gpudoctor.trust: verify runs it again without asking);
+    # verify's own trials are not recorded (each would leave a record)
+    record_trust: bool = True
 
     def schedule_fields(self) -> dict[str, Any]:
         """The ``ProfilerSchedule`` fields, as the child receives them."""

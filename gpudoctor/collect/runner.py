@@ -334,10 +334,25 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
                 p.unlink()
             except OSError:
                 pass
+        if opts.record_trust:
+            _record_trust(run_dir)
     if opts.summary:
         print_summary(manifest, run_dir, opts)
     return ProfileResult(run_dir=run_dir, exit_code=int(manifest.exit_code or 0), manifest=manifest,
                          signals=tuple(signals.received))
+
+
+def _record_trust(run_dir: Path) -> None:
+    """This user's gpudoctor made the run: ``verify`` may run its script again without asking
+    (gpudoctor.trust). A state folder that cannot be written costs one line, never the run."""
+    from gpudoctor import trust  # noqa: PLC0415
+
+    try:
+        trust.record(run_dir)
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        say(f"gpudoctor: could not record this run as yours ({where}{rundir.os_reason(err)}); `gpudoctor verify` will "
+            f"show what it runs and ask first (set {trust.STATE_ENV} to a writable folder)")
 
 
 def _write_manifest(run_dir: Path, manifest: Manifest, reserve_bytes: int = 0) -> bool:

@@ -148,4 +148,5 @@ from gpudoctor.verify.trials import (  # noqa: F401
     measure,
     trial_command,
     trials_dir,
+    trust_decision,
 )

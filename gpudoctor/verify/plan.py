@@ -45,7 +45,10 @@ class VerifyOptions:
     ladder: bool = True  # climb a sized knob's ladder when its first setting is not confirmed
     out_dir: Path | None = None  # where the trial runs go (--out); None: RUN/verify
     allow_changed: bool = False  # run the script although it changed since it was profiled (--allow-changed)
-    allow_outside: bool = False  # run a script outside the run's recorded working directory (--yes)
+    yes: bool = False  # run the trials of a run that is not trusted (gpudoctor.trust), without asking (--yes)
+    # asked, with what the trials would run, when the run is not trusted and not ``yes`` (the CLI, at a
+    # terminal: a typed yes); True runs them. None: refused with a UsageError that says to pass --yes
+    confirm: Callable[[str], bool] | None = None
 
     def check(self) -> None:
         if self.steps < 1:

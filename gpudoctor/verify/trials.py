@@ -8,7 +8,9 @@ import math
 import os
 import shutil
 import signal
+import stat
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -125,6 +127,7 @@ def _trial(manifest: Manifest, run_dir: Path, rel: str, changes: tuple[Injection
             command=manifest.command,
             timeout_s=max(1.0, timeout_s),
             sample_interval_ms=SAMPLE_INTERVAL_MS,
+            record_trust=False,
         )
     )
     duration = time.monotonic() - t0
@@ -280,8 +283,8 @@ def measure(
     if not arms:
         return {}, None
     assert run.manifest is not None
-    _check_target(run.manifest, opts)
     run_dir = Path(run.source)
+    _check_target(run.manifest, run_dir, opts)
     d = trials_dir(run_dir, opts)
     with _verify_lock(d):
         return _measure(run, arms, config, opts, run_dir, _verify_dir(d))
@@ -291,7 +294,8 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
              rdir: Path) -> tuple[dict[str, Verification], _Session | None]:
     t = config.thresholds
     assert run.manifest is not None
-    _say(opts, f"gpudoctor: verify: each trial runs, in {run.manifest.cwd}: {trial_command(run.manifest)}")
+    _say(opts, f"gpudoctor: verify: each trial runs, in {safe_line(os.path.abspath(run.manifest.cwd))}: "
+               f"{trial_command(run.manifest)}")
     session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
     baseline = session.baseline = _Arm("baseline", ())
     profiled = profiled_step_ns(run, opts.warmup_steps)
@@ -359,12 +363,15 @@ def _rel(run_dir: Path, path: Path) -> str:
         return str(path.resolve())
 
 
-def trial_command(m: Manifest) -> str:
-    """The command each trial runs, as a shell would show it (the script and its arguments as recorded)."""
+def trial_command(m: Manifest, python: str | None = None) -> str:
+    """The command each trial runs, as a shell would show it: the interpreter (this one), then what
+    ``trial_target`` hands the trial (``-m module``, or the script: ``argv[0]``, else ``script``) and the
+    arguments; control characters escaped (``safe.terminal_line``)."""
     import shlex  # noqa: PLC0415
 
-    head = ["python", "-m", m.module] if m.module else ["python"]
-    return " ".join(shlex.quote(a) for a in (*head, *(m.argv[1:] if m.module else m.argv)))
+    script, module, args = trial_target(m)
+    head = [python or sys.executable, *(("-m", module) if module else (script,) if script else ())]
+    return safe_line(" ".join(shlex.quote(a) for a in (*head, *args)))
 
 
 def trial_target(m: Manifest) -> tuple[str | None, str | None, tuple[str, ...]]:
@@ -415,34 +422,87 @@ def trial_sources(run_dir: Path) -> list[Path]:
     return out
 
 
-def _check_target(m: Manifest, opts: VerifyOptions | None = None) -> None:
-    """What a run directory's manifest names is untrusted. The target is what the trials will run
-    (``trial_target``: the manifest's argv[0], or its module), resolved as they will resolve it, and it
-    is checked, not another field: it must exist, lie inside the recorded working directory (``--yes``
-    overrides), be the file the run profiled (``script``; ``argv[0]`` under ``-m``) (``--yes``), and have
-    the bytes it had then (``script_sha256``; a manifest without one counts as changed: ``--allow-changed``)."""
+def _what_runs(m: Manifest) -> tuple[object, ...]:
+    """What a manifest decides about a trial: its folder, its target and arguments, the script's hash."""
+    return m.cwd, trial_target(m), m.script_sha256
+
+
+def trust_decision(run_dir: Path, m: Manifest) -> str:
+    """"" when ``verify`` may run ``m``'s trials without asking: the manifest in ``run_dir`` is, byte for
+    byte, one this user's gpudoctor wrote (``gpudoctor.trust``: a keyed record kept outside the run
+    directory; a copy of one's own run is one), and ``m`` names what it names; else why not, in words.
+    No field of the manifest says whether it is trusted: an edited one, another user's, one from
+    another machine, have no record."""
+    import json  # noqa: PLC0415
+
+    from gpudoctor import trust  # noqa: PLC0415
+
+    p = Path(run_dir) / layout.MANIFEST
+    try:  # never blocks on a FIFO planted as the manifest
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"its {layout.MANIFEST} is not a regular file"
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                raw = fh.read()
+        finally:
+            os.close(fd)
+    except OSError as err:
+        return f"its {layout.MANIFEST} cannot be read ({err.strerror or err})"
+    why = trust.check(Path(run_dir), raw)
+    if why:
+        return why
+    try:  # bytes this user's gpudoctor wrote: read as they are, to compare with ``m``
+        recorded = Manifest.from_dict(json.loads(raw.decode("utf-8")))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return f"its {layout.MANIFEST} cannot be read by this gpudoctor"
+    if _what_runs(recorded) != _what_runs(m):
+        return f"the manifest verify was given differs from its {layout.MANIFEST}"
+    return ""
+
+
+def trial_lines(m: Manifest, path: str) -> str:
+    """What the trials of ``m`` run, one item a line, for a person to check: the folder, the command,
+    the file it runs."""
+    return (f"  in:      {safe_line(os.path.abspath(m.cwd))}\n  command: {trial_command(m)}\n"
+            f"  runs:    {safe_line(path)}")
+
+
+def _check_target(m: Manifest, run_dir: Path, opts: VerifyOptions | None = None) -> None:
+    """Before any trial. What the trials run is ``trial_target`` resolved as they will resolve it (it must
+    exist), and it must have the bytes it had when profiled (``script_sha256``; a manifest without one
+    counts as changed: ``--allow-changed``). A run directory is untrusted input: the trials run without
+    asking only for a run this user's gpudoctor made and nobody changed since (``trust_decision``); else
+    ``opts.confirm`` is asked with what they would run (a yes at a terminal), and without it or a yes
+    the run is refused with the command and "pass --yes" (``opts.yes`` runs it)."""
     opts = opts or VerifyOptions()
     if not Path(m.cwd).is_dir():
-        raise UsageError(f"the run's working directory {m.cwd} no longer exists: trials run the script from there")
+        raise UsageError(f"the run's working directory {safe_line(m.cwd)} no longer exists: trials run the script "
+                         "from there")
     path = _resolved(m)
     shown = safe_line(path)
-    cwd = os.path.realpath(m.cwd)
-    real = os.path.realpath(path)
-    if not opts.allow_outside and not real.startswith(cwd.rstrip(os.sep) + os.sep):
-        raise UsageError(f"the run would run {shown}, outside its working directory {safe_line(m.cwd)}: check the run "
-                         "directory, and pass --yes to run it anyway")
-    profiled = m.argv[0] if m.module and m.argv else m.script
-    if not opts.allow_outside and (not profiled or os.path.realpath(os.path.join(m.cwd, profiled)) != real):
-        raise UsageError(f"the run would run {shown}, not the script it profiled ({safe_line(profiled or 'none')}): "
-                         "its manifest was edited; check the run directory, and pass --yes to run it anyway")
-    if opts.allow_changed:
-        return
-    if not m.script_sha256:
-        raise UsageError(f"the run recorded no SHA-256 of {shown} (script_sha256: a run of an older gpudoctor, or an "
-                         "edited manifest): verify cannot tell it is the script profiled; profile it again, or pass "
-                         "--allow-changed to verify it as it is now")
-    from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
+    if not opts.allow_changed:
+        if not m.script_sha256:
+            raise UsageError(f"the run recorded no SHA-256 of {shown} (script_sha256: a run of an older gpudoctor, or "
+                             "an edited manifest): verify cannot tell it is the script profiled; profile it again, or "
+                             "pass --allow-changed to verify it as it is now")
+        from gpudoctor.collect.runner import file_sha256  # noqa: PLC0415
 
-    if file_sha256(path) != m.script_sha256:
-        raise UsageError(f"{shown} changed since it was profiled: the trials would not measure the profiled script; "
-                         "profile it again, or pass --allow-changed to verify it as it is now")
+        if file_sha256(path) != m.script_sha256:
+            raise UsageError(f"{shown} changed since it was profiled: the trials would not measure the profiled "
+                             "script; profile it again, or pass --allow-changed to verify it as it is now")
+    if opts.yes:
+        return
+    why = trust_decision(run_dir, m)
+    if not why:
+        return
+    run = safe_line(run_dir)
+    if opts.confirm is not None and opts.confirm(
+        f"gpudoctor: verify: {run} is not a run this user's gpudoctor made unchanged: {why}. Its trials would "
+        f"run this script, as a program of yours, several times:\n{trial_lines(m, path)}\n"
+        "gpudoctor: verify: run them? type yes to run the trials, anything else stops: "
+    ):
+        return
+    raise UsageError(f"{run}: {why}; its trials would run, in {safe_line(os.path.abspath(m.cwd))}: "
+                     f"{trial_command(m)} (the file {shown}): check that this is what you mean to run, and pass "
+                     "--yes to run it")

@@ -57,8 +57,9 @@ LAYERS: dict[str, set[str] | str] = {
 }
 # Standard library only and nothing of ours; every layer may import them: errors (GpudoctorError),
 # safe (untrusted paths and text), signals (SIGINT/SIGTERM/SIGHUP from the first instruction: the
-# entry point installs it before anything else) and the package itself (``__version__``).
-FOUNDATION = {"errors", "safe", "signals", "gpudoctor"}
+# entry point installs it before anything else), trust (the record of the runs this user's gpudoctor
+# made: collect writes it, verify reads it) and the package itself (``__version__``).
+FOUNDATION = {"errors", "safe", "signals", "trust", "gpudoctor"}
 # Entry points may import everything, as cli.py does: ``python -m gpudoctor`` and
 # ``python -m gpudoctor.analysis`` (the metrics half of `analyze`, for benchmarks/analyze.py).
 ENTRY_POINTS = {"gpudoctor.__main__", "gpudoctor.analysis.__main__"}

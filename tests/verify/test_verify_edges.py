@@ -1,12 +1,14 @@
 """verify at the edges (issue: hold the contract at the edges, items 2, 6 and 7): an untrusted run
 directory, a changed script, a read-only run, two verifies of one run, budgets that are not numbers,
-and a SIGTERM that must stop the trials at once."""
+and a SIGTERM that must stop the trials at once. What verify trusts (a record of the manifest kept
+outside the run directory) is test_verify_trust.py's."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -19,7 +21,9 @@ from gpudoctor.errors import UsageError
 from gpudoctor.model import VerifyStatus
 from gpudoctor.verify import VerifyOptions, _Arm, _Run, _verify_lock, measure, trial_command
 
-OPTS = VerifyOptions(steps=30, trials=3)
+# the runs here are built in memory, with no manifest on disk to trust: --yes, except where trust is tested
+OPTS = VerifyOptions(steps=30, trials=3, yes=True)
+ASK = dataclasses.replace(OPTS, yes=False)
 
 
 def _with(run, **manifest_changes):
@@ -33,18 +37,20 @@ def test_a_budget_that_is_not_a_finite_positive_number_is_refused(budget: float)
 
 
 def test_a_script_outside_the_recorded_working_directory_is_refused_without_yes(tmp_path, monkeypatch) -> None:
-    """verify runs whatever script the manifest names: a hostile run directory could name any file."""
+    """verify runs whatever script the manifest names: a run with no trust record (built here, never
+    written by profile) runs nothing without --yes, and says what it would run."""
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
     monkeypatch.setattr(verify.trials, "_trial", trial)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "evil.py").write_text("pass\n")
     (tmp_path / "work").mkdir()
-    data = _with(_data(tmp_path / "work"), script=str(elsewhere / "evil.py"), argv=(str(elsewhere / "evil.py"),))
-    with pytest.raises(UsageError, match="outside its working directory.*--yes"):
-        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    data = _with(_data(tmp_path / "work"), script=str(elsewhere / "evil.py"), argv=(str(elsewhere / "evil.py"),),
+                 script_sha256=hashlib.sha256(b"pass\n").hexdigest())
+    with pytest.raises(UsageError, match=r"its trials would run, in .*/work: .* .*elsewhere/evil\.py.*--yes"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), ASK)
     assert calls == []  # nothing ran
-    out, _ = measure(data, [_Arm("GD201", (_workers(1),))], Config(), dataclasses.replace(OPTS, allow_outside=True))
+    out, _ = measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
     assert out["GD201"].status == VerifyStatus.CONFIRMED
 
 
@@ -125,7 +131,8 @@ def test_a_sigterm_passed_on_to_a_trial_stops_verify_at_once(tmp_path, monkeypat
 def test_the_command_each_trial_runs_is_shown_as_a_shell_would(tmp_path) -> None:
     m = _data(tmp_path).manifest
     m = dataclasses.replace(m, argv=(m.script, "--epochs", "1", "it's"))
-    assert trial_command(m) == f"python {m.script} --epochs 1 'it'\"'\"'s'"
+    assert trial_command(m, "python") == f"python {m.script} --epochs 1 'it'\"'\"'s'"
+    assert trial_command(m).startswith(sys.executable + " ")  # the interpreter the trials run
 
 
 # --------------------------------------------------------------------------- verify runs only what it checked (issue 38)
@@ -139,30 +146,32 @@ def _hashed(tmp_path: Path):
 
 def test_an_edited_argv0_out_of_the_folder_is_refused_without_yes(tmp_path, monkeypatch) -> None:
     """The guard checked manifest.script, but the trials ran manifest.argv[0]: with argv[0] edited to
-    ../elsewhere/evil.py, verify ran it twice, exit 0, no --yes."""
+    ../elsewhere/evil.py, verify ran it twice, exit 0, no --yes. The target is argv[0], and its hash is
+    checked (--yes runs an untrusted run, never bytes other than the profiled script's)."""
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
     monkeypatch.setattr(verify.trials, "_trial", trial)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "evil.py").write_text("print('evil')\n")
     (tmp_path / "work").mkdir()
     data = _with(_hashed(tmp_path / "work"), argv=("../elsewhere/evil.py", "--epochs", "1"))
-    with pytest.raises(UsageError, match=r"would run .*elsewhere/evil\.py, outside its working directory.*--yes"):
-        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
-    assert calls == []  # nothing ran
-    # --yes runs what is outside, but not bytes other than the profiled script's
-    with pytest.raises(UsageError, match=r"evil\.py changed since it was profiled.*--allow-changed"):
-        measure(data, [_Arm("GD201", (_workers(1),))], Config(), dataclasses.replace(OPTS, allow_outside=True))
+    for opts in (ASK, OPTS):
+        with pytest.raises(UsageError, match=r"evil\.py changed since it was profiled.*--allow-changed"):
+            measure(data, [_Arm("GD201", (_workers(1),))], Config(), opts)
+    assert calls == []
+    changed = dataclasses.replace(ASK, allow_changed=True)
+    with pytest.raises(UsageError, match=r"would run, in .*: .* \.\./elsewhere/evil\.py --epochs 1 .*--yes"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), changed)
     assert calls == []
 
 
-def test_an_edited_argv0_inside_the_folder_is_not_the_script_profiled(tmp_path, monkeypatch) -> None:
+def test_an_edited_argv0_inside_the_folder_runs_nothing_without_yes(tmp_path, monkeypatch) -> None:
     trial, calls = _fake(lambda ch: 20.0 if ch else 30.0)
     monkeypatch.setattr(verify.trials, "_trial", trial)
     data = _hashed(tmp_path)
     (tmp_path / "other.py").write_bytes(Path(data.manifest.script).read_bytes())  # the same bytes, another file
     data = _with(data, argv=("other.py",))
-    with pytest.raises(UsageError, match=r"would run .*other\.py, not the script it profiled .*train\.py.*--yes"):
-        measure(data, [_Arm("GD201", (_workers(1),))], Config(), OPTS)
+    with pytest.raises(UsageError, match=r"would run, in .*: \S+ other\.py \(the file .*other\.py\).*--yes"):
+        measure(data, [_Arm("GD201", (_workers(1),))], Config(), ASK)
     assert calls == []
 
 
@@ -217,7 +226,7 @@ def test_a_trial_runs_what_was_checked(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(collect, "profile_run", record)
     m = _with(_hashed(tmp_path), argv=("train.py", "--lr", "0.1")).manifest
-    verify.trials._check_target(m, OPTS)
+    verify.trials._check_target(m, tmp_path / "run", OPTS)
     with pytest.raises(Stop):
         verify.trials._trial(m, tmp_path / "run", "verify/baseline/1", (), OPTS, 60.0)
     assert seen == [("train.py", None, ("--lr", "0.1"), str(tmp_path))]

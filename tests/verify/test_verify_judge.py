@@ -40,7 +40,7 @@ from gpudoctor.verify import (
 
 MS = 1_000_000
 CHANGE = Injection("dataloader", "num_workers", 1, SITE, text="DataLoader num_workers=1 at train.py:31")
-OPTS = VerifyOptions(steps=30, warmup_steps=5)
+OPTS = VerifyOptions(steps=30, warmup_steps=5, yes=True)  # runs built in memory: nothing on disk to trust
 
 
 def _steps(n: int, wall_ms: float, jitter_pct: float, seed: int) -> list[StepRecord]:
