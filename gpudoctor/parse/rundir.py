@@ -22,7 +22,7 @@ from typing import Any
 
 from gpudoctor import safe
 from gpudoctor.errors import RunDirError
-from gpudoctor.model._serde import FieldTypeError, check
+from gpudoctor.model._serde import FieldRangeError, FieldTypeError, check
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.layout import (  # noqa: F401 - RUN_DIR_FILES and is_run_dir: re-exported
     CHILD_STATE,
@@ -104,7 +104,7 @@ def read_manifest(run_dir: Path) -> Manifest | None:
                           "refusing a damaged or hostile run directory: re-run `gpudoctor profile`")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: not JSON, or an integer of 4300+ digits
         raise RunDirError(
             f"{p}: the manifest is not valid JSON ({err}); the run directory is damaged, "
             "re-run `gpudoctor profile` or pass its trace files instead"
@@ -118,7 +118,7 @@ def read_manifest(run_dir: Path) -> Manifest | None:
             f"{SCHEMA_VERSION}); upgrade gpudoctor (pip install -U gpudoctor)"
         )
     try:
-        check(Manifest, data)
+        check(Manifest, data, finite=True)
         manifest = Manifest.from_dict(data)
     except FieldTypeError as err:
         raise RunDirError(f"{p}: the manifest is incomplete or malformed: {err}; re-run `gpudoctor profile` "
@@ -150,8 +150,12 @@ def read_settings(run_dir: Path, notes: list[str]) -> Settings | None:
     for rank, p in files:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
+            check(Settings, data, finite=True)  # every field of its type and range, or no settings
             settings = Settings.from_dict(data)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError, KeyError) as err:
+        except FieldTypeError as err:
+            notes.append(f"{p.name} is malformed ({err}); settings are unknown")
+            continue
+        except (OSError, TypeError, ValueError, KeyError, RecursionError) as err:
             notes.append(f"{p.name} could not be read ({type(err).__name__}: {err}); settings are unknown")
             continue
         if rank is not None and len(files) > 1:
@@ -171,7 +175,7 @@ def _jsonl(p: Path, notes: list[str]) -> list[dict[str, Any]]:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an integer of 4300+ digits, nested past the decoder
             bad += 1
             last_bad = i == len(lines) - 1
             continue
@@ -200,8 +204,12 @@ def read_steps(run_dir: Path, notes: list[str], max_step_ns: int | None = None) 
         skipped = absurd = 0
         for row in _jsonl(p, notes):
             try:
+                check(StepRecord, row)  # types and 64-bit integers; NaN and the like are _physical_step's
                 rec = StepRecord.from_dict(row)
-            except (TypeError, ValueError, KeyError, OverflowError):
+            except FieldRangeError:  # a number past 64 bits: a value no step can have
+                absurd += 1
+                continue
+            except (TypeError, ValueError, KeyError):  # FieldTypeError is a ValueError
                 skipped += 1
                 continue
             if not _physical_step(rec, max_step_ns):
@@ -211,10 +219,11 @@ def read_steps(run_dir: Path, notes: list[str], max_step_ns: int | None = None) 
                 rec = dataclasses.replace(rec, rank=rank)
             steps.append(rec)
         if skipped:
-            notes.append(f"{p.name}: {skipped} record(s) without the required fields skipped")
+            notes.append(f"{p.name}: {skipped} record(s) without the required fields, or with a field of the wrong "
+                         "type or out of range, skipped")
         if absurd:
-            notes.append(f"{p.name}: {absurd} record(s) with values no step can have (negative, not finite, or a "
-                         "step longer than the run) dropped")
+            notes.append(f"{p.name}: {absurd} record(s) with values no step can have (negative, not finite, more "
+                         "than 64 bits, or a step longer than the run) dropped")
     return tuple(steps)
 
 
@@ -255,28 +264,37 @@ def read_samples(run_dir: Path, notes: list[str]) -> Samples | None:
             absurd += 1
             continue
         try:
-            if kind == "process":
-                process.append(ProcessSample.from_dict(row))
-            elif kind == "gpu":
-                gpu.append(GpuSample.from_dict(row))
-            elif kind == "host":
-                host.append(HostSample.from_dict(row))
+            if kind in _SAMPLE_KINDS:
+                check(_SAMPLE_KINDS[kind], row)  # types and 64-bit integers (_physical_sample: the values)
+                (process if kind == "process" else gpu if kind == "gpu" else host).append(
+                    _SAMPLE_KINDS[kind].from_dict(row))
             elif kind == "meta":
-                v = row.get("interval_ms")
-                interval_ms = float(v) if isinstance(v, (int, float)) else interval_ms
-                c = row.get("system_cpu_count")
-                cpu_count = int(c) if isinstance(c, int) else cpu_count
-                mem = row.get("system_memory_bytes")
-                memory_bytes = int(mem) if isinstance(mem, int) and mem > 0 else memory_bytes
-        except (TypeError, ValueError, KeyError):
+                interval_ms = _meta(row, "interval_ms", (int, float), interval_ms, 1e-3, 86_400_000.0)
+                cpu_count = _meta(row, "system_cpu_count", int, cpu_count, 1, 2**20)
+                memory_bytes = _meta(row, "system_memory_bytes", int, memory_bytes, 1, 2**62)
+        except FieldRangeError:  # a number past 64 bits
+            absurd += 1
+        except (TypeError, ValueError, KeyError):  # FieldTypeError is a ValueError
             skipped += 1
     if skipped:
-        notes.append(f"{SAMPLES}: {skipped} sample(s) without the required fields skipped")
+        notes.append(f"{SAMPLES}: {skipped} sample(s) without the required fields, or with a field of the wrong "
+                     "type or out of range, skipped")
     if absurd:
-        notes.append(f"{SAMPLES}: {absurd} sample(s) with values no sample can have (negative, not finite, a "
-                     "utilization over 100%) dropped")
+        notes.append(f"{SAMPLES}: {absurd} sample(s) with values no sample can have (negative, not finite, more than 64 "
+                     "bits, a utilization over 100%) dropped")
     return Samples(process=tuple(process), gpu=tuple(gpu), interval_ms=interval_ms, system_cpu_count=cpu_count,
                    host=tuple(host), system_memory_bytes=memory_bytes)
+
+
+_SAMPLE_KINDS: dict[str, type] = {"process": ProcessSample, "gpu": GpuSample, "host": HostSample}
+
+
+def _meta(row: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any, low: float, high: float) -> Any:
+    """A field of the sampler's ``meta`` line when it has its type and lies in [low, high]; else ``default``."""
+    v = row.get(key)
+    if isinstance(v, bool) or not isinstance(v, kind) or not low <= v <= high:  # NaN fails the comparison
+        return default
+    return v if kind is int else float(v)
 
 
 def _physical_sample(row: dict[str, Any]) -> bool:
@@ -284,7 +302,7 @@ def _physical_sample(row: dict[str, Any]) -> bool:
     for key, v in row.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
-        if not math.isfinite(v) or (v < 0 and key not in ("rank",)):
+        if abs(v) >= 2**63 or not math.isfinite(v) or (v < 0 and key not in ("rank",)):  # NaN: not >= 2**63
             return False
         if key in ("util_pct", "mem_util_pct") and v > 100.0:
             return False
@@ -476,7 +494,7 @@ def _child_state(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
             continue
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             continue
         if isinstance(data, dict):
             return data, ("" if rank is None else f" (rank {rank}'s account; {len(files)} ranks left theirs)")
@@ -485,6 +503,8 @@ def _child_state(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
 
 def _state_field(state: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
     v = state.get(name)
+    if kind is int and isinstance(v, int) and not 0 <= v < 2**63:  # a count: not negative, 64 bits
+        return default
     return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
 
 
@@ -538,8 +558,8 @@ def recover_parent_lost(run_dir: Path, manifest: Manifest, steps_written: int, n
         manifest,
         status=RunStatus.KILLED,
         status_detail=detail,
-        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else manifest.exit_code,
-        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) else manifest.signal,
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) and -256 < code < 256 else manifest.exit_code,
+        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 256 else manifest.signal,
         exception=exception or manifest.exception,
         collected=tuple(collected) or manifest.collected,
         step_source=_state_field(state, "step_source", str, manifest.step_source),
