@@ -14,7 +14,7 @@ Escaping follows GitHub's toolkit (``@actions/core``, ``command.ts``): in the me
 or add a property. Every other control character (ESC, BEL, C1, the bidirectional overrides)
 is shown as a visible escape (``\\x1b``) by ``safe.escape_controls``, as in every other format: a
 file name cannot retitle or clear the terminal that shows the job's log. Absolute paths under
-the working directory are made relative to it: run gpudoctor from the repository's root, as
+the working directory are made relative to it: start gpudoctor in the repository's root, as
 GitHub resolves ``file`` there.
 """
 
