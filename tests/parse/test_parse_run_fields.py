@@ -178,7 +178,7 @@ def test_every_field_out_of_type_or_range_is_a_note_or_exit_2(base_run, monkeypa
         _TARGETS[name] = _targets(base_run, name)
         assert _TARGETS[name], name
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=120, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(mutation=mutations(), command=st.sampled_from(["analyze", "compare"]))
     def prop(mutation: tuple[str, tuple[Any, ...], Any, str | None], command: str) -> None:
