@@ -15,7 +15,14 @@ Safety:
 - a rewrite that would not parse and compile is never kept (``rewrite.apply`` refuses it);
 - a file is written atomically (beside it, then renamed into place) with its mode kept, in
   its own encoding, with its line endings and byte-order mark; one that changed on disk
-  since it was read is not written.
+  since the review read it (its size, times or inode, a symlink put in its place) or since
+  the fix read it is not written. A file whose fixes could not be made or written is "not
+  written": one line on stderr and exit 1, as ruff's E902;
+- a file with other hard links is replaced like any other (atomically: the rename gives
+  this name a new file), and stderr says so: its other names keep the old text;
+- a temporary file that a ``--fix`` killed by SIGKILL left beside a script
+  (``.train.py.PID.tmp``, its process gone) is removed by the next ``--fix`` of that folder,
+  with one line.
 
 The exit codes follow ruff's (docs/check.md, "Exit codes"): the findings that remain decide
 ``--fail-on``; ``--diff`` exits 1 when it shows a change; ``--exit-non-zero-on-fix`` exits 1
@@ -52,7 +59,8 @@ class FileFix:
     fixed: list[Finding] = field(default_factory=list)  # the findings whose fix was made
     skipped: list[tuple[Finding, str]] = field(default_factory=list)  # automatic fixes that could not be made, and why
     error: str = ""  # why the file was left untouched
-    unwritten: bool = False  # its fixes were made but could not be written (exit 1, as ruff's E902)
+    unwritten: bool = False  # its fixes could not be made or written (exit 1, as ruff's E902)
+    links: int = 1  # hard links the file had when it was replaced (the others keep the old text)
 
     @property
     def changed(self) -> bool:
@@ -65,6 +73,7 @@ class FixResult:
     files: list[FileFix]
     passes: int
     written: bool  # --fix wrote the files (False for --diff)
+    cleaned: list[str] = field(default_factory=list)  # stale temporaries of a killed --fix, removed
 
     @property
     def changed(self) -> list[FileFix]:
@@ -72,7 +81,8 @@ class FixResult:
 
     @property
     def unwritten(self) -> list[FileFix]:
-        """Files whose fixes could not be written (read-only, a full disk, changed meanwhile): exit 1."""
+        """Files whose fixes could not be made or written (unreadable, changed meanwhile, read-only, a full
+        disk): exit 1."""
         return [f for f in self.files if f.unwritten]
 
     @property
@@ -94,7 +104,7 @@ class FixResult:
         """One line per file changed (the findings fixed, by line), per fix left, per file left untouched,
         and the totals: what ``--fix`` reports on stderr."""
         verb = "fixed" if self.written else "would fix"
-        out: list[str] = []
+        out: list[str] = [f"{p}: removed (a temporary file that a killed --fix left)" for p in self.cleaned]
         for f in self.files:
             if f.error:
                 out.append(f"{f.display}: not fixed: {f.error}")
@@ -102,6 +112,9 @@ class FixResult:
             if f.fixed:
                 items = ", ".join(f"{x.code} line {x.location.line if x.location else '?'}" for x in f.fixed)
                 out.append(f"{f.display}: {verb} {len(f.fixed)} ({items})")
+                if f.links > 1 and self.written:
+                    out.append(f"{f.display}: it had {f.links} hard links: the fixed file replaced this name only "
+                               f"(written beside it and renamed, as every fix is); its other names keep the old text")
             for x, why in f.skipped:
                 where = f"{x.location}" if x.location else f.display
                 out.append(f"{where}: {x.code} left as it is: {why}")
@@ -160,6 +173,8 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
     from gpudoctor.rewrite import RewriteError, apply, decode_source
 
     targets = _targets(paths)
+    cleaned = _clean_stale(targets) if write else []
+    stamps = {path: _stamp(path) for path in targets}  # what the review reads: a file changed after is not fixed
     files: dict[str, FileFix] = {}
     decoded = {}
     overlay: dict[str, str] = {}
@@ -181,14 +196,18 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
                     ff.original = Path(path).read_bytes()
                     decoded[path] = decode_source(ff.original)
                 except (OSError, RewriteError) as err:
-                    ff.error = f"cannot be read ({err})"
+                    ff.error, ff.unwritten = f"cannot be read ({err}); not written", True
+                    continue
+                if _stamp(path) != stamps.get(path):  # saved, replaced or swapped for a symlink since the review
+                    ff.error = "it changed on disk while gpudoctor was reviewing it; not written (run --fix again)"
+                    ff.unwritten = True
                     continue
             text = overlay.get(path, decoded[path].text)
             owner: dict[Edit, Finding] = {e: f for f in findings for e in f.fix.edits}
             try:
                 applied = apply(text, list(owner))
             except RewriteError as err:
-                ff.error = str(err)
+                ff.error, ff.unwritten = f"{err}; not written", True
                 continue
             made = {id(owner[e]) for e in applied.done}
             ff.fixed += [f for f in findings if id(f) in made]
@@ -206,7 +225,7 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
         ff.text = overlay.get(path, decoded[path].text if path in decoded else "")
         if ff.error:
             ff.text = decoded[path].text if path in decoded else ""
-    result = FixResult(report, sorted(files.values(), key=lambda f: f.display), passes, write)
+    result = FixResult(report, sorted(files.values(), key=lambda f: f.display), passes, write, cleaned)
     if write:
         _write(result, decoded, targets)
         if any(f.fixed and f.error for f in result.files):  # a file was not written: what remains is on disk
@@ -215,6 +234,27 @@ def fix_paths(paths: Sequence[Path], config: Config, *, sizing: Sizing | None = 
             except UsageError:  # nothing is left to check (the files went away meanwhile): the last report
                 pass
     return result
+
+
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """What tells a file from a changed one without reading it: its inode, size and times (``lstat``: a
+    symlink put in its place is another file); None when it cannot be read."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _clean_stale(targets: dict[str, Path | None]) -> list[str]:
+    """The temporaries that a ``--fix`` killed by SIGKILL left beside the files it may change, removed
+    (``output.remove_stale_temporaries``: ``.NAME.PID.tmp`` of a process that is gone)."""
+    from gpudoctor.output import remove_stale_temporaries
+
+    removed: list[str] = []
+    for path in targets:
+        removed += remove_stale_temporaries(path)
+    return removed
 
 
 def _write(result: FixResult, decoded: dict, targets: dict[str, Path | None]) -> None:
@@ -250,7 +290,11 @@ def _write(result: FixResult, decoded: dict, targets: dict[str, Path | None]) ->
             f.unwritten = True
             continue
         try:
+            f.links = os.stat(f.path).st_nlink
             replace_file(f.path, data, "fixed file")
+        except OSError as err:
+            f.error = f"cannot be read again before writing ({err.strerror or err}); not written"
+            f.unwritten = True
         except UsageError as err:
             f.error = str(err)
             f.unwritten = True

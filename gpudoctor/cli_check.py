@@ -59,8 +59,9 @@ def check(paths, select, ignore, sets, fail_on, fmt, output, quiet, color, fix, 
          with --diff, no change to show
       1  a finding at or above --fail-on remains; --diff: a change to show;
          --fix --exit-non-zero-on-fix: a file was changed; --fix: a file's
-         fixes could not be written (read-only, a full disk), as ruff
-         reports an I/O error (E902) that remains
+         fixes could not be made or written (read-only, a full disk, the
+         file changed since it was read), as ruff reports an I/O error
+         (E902) that remains
       2  usage error (a missing path, bad arguments, an unreadable --from run)
       4  internal error in gpudoctor
     """

@@ -16,6 +16,9 @@ One helper for every command (``report``, ``analyze``, ``check``, ``profile``, `
   through, never replaced. A FIFO with no reader yet is waited for, with one line that says so.
 - **a folder, a block device or a socket**: refused, nothing touched.
 
+A temporary file that a write killed by SIGKILL left beside its target (``.NAME.PID.tmp``, its
+process gone) is removed by the next write of that target (``remove_stale_temporaries``).
+
 Every failure is a one-line :class:`UsageError` (exit 2) with the path and the system's reason:
 ``-o /dev/full`` gives "No space left on device" and leaves the device a device.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -159,6 +163,7 @@ class Target:
             os.close(fd)
 
     def _replace(self, data: bytes) -> None:
+        remove_stale_temporaries(self.path)
         tmp = _beside(self.path, "tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -183,6 +188,46 @@ class Target:
 def _beside(path: str, what: str) -> str:
     head, name = os.path.split(path)
     return os.path.join(head, f".{name}.{os.getpid()}.{what}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process of ours to judge: left alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Remove what a write of ``path`` killed by SIGKILL left beside it: ``.NAME.PID.tmp`` (exactly
+    that pattern: the name, a process id, ``tmp``), a regular file (not a symlink), whose process is
+    gone (or is this one: a pid reused; its O_EXCL write would fail on it). Another live process's (a
+    write in progress) and anything else are left alone. The names removed."""
+    head, name = os.path.split(path)
+    pattern = re.compile(rf"\.{re.escape(name)}\.([0-9]{{1,10}})\.tmp")
+    removed: list[str] = []
+    try:
+        entries = os.listdir(head or ".")
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry)
+        # this process's own is stale too (it writes one file at a time, and not yet): a pid reused
+        if m is None or (int(m.group(1)) != os.getpid() and _pid_alive(int(m.group(1)))):
+            continue
+        full = os.path.join(head, entry)
+        try:
+            if not stat.S_ISREG(os.lstat(full).st_mode):
+                continue
+            os.unlink(full)
+        except OSError:
+            continue
+        removed.append(full)
+    return removed
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -7,9 +7,12 @@ Strings that come from a user's script, a trace or a file name reach gpudoctor's
 terminal lines and its reports; paths read from a manifest reach ``analyze`` and
 ``view``. Both kinds are hostile until shown otherwise:
 
-- :func:`clean` / :func:`one_line` show control characters as visible escapes
-  (``\\x1b``), so an exception message cannot clear the screen, retitle the terminal
-  or forge a line of gpudoctor's;
+- :func:`escape_controls` is the one place control characters are escaped, for every
+  output: :func:`clean` / :func:`one_line` / :func:`terminal_line` show them as visible
+  escapes (``\\x1b``), so an exception message or a file name cannot clear the screen,
+  retitle the terminal or forge a line of gpudoctor's, in any format (terminal, Markdown,
+  HTML, GitHub workflow commands); :func:`json_text` spells them as JSON's ``\\u001b``
+  in a JSON or SARIF document, which then decodes to the same string;
 - :func:`inside` resolves a path named by a manifest and returns it only when it
   stays inside the run directory (``..``, absolute paths and symlinks out refused);
 - :func:`not_regular` says why a path is not a regular file (a FIFO would block the
@@ -29,25 +32,47 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def _escape_control(m: re.Match[str]) -> str:
-    c = ord(m.group())
+def _visible(c: int) -> str:
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def _json(c: int) -> str:
+    return f"\\u{c:04x}"
+
+
+def escape_controls(text: object, newlines: bool = False, spelling: str = "visible") -> str:
+    """Untrusted text with every control character escaped: C0 and C1 controls, DEL and the
+    bidirectional overrides; newline and tab kept unless ``newlines`` (text for one line).
+
+    ``spelling`` is ``"visible"`` (``\\x1b``, for text a person reads: every renderer) or
+    ``"json"`` (``\\u001b``, for a JSON document already dumped: JSON's own escape, so the
+    document stays valid and decodes to the same string)."""
+    spell = _json if spelling == "json" else _visible
+    return (_CONTROL_LINE if newlines else _CONTROL).sub(lambda m: spell(ord(m.group())), str(text))
 
 
 def clean(text: object) -> str:
     """Untrusted text with its control characters shown as visible escapes (``\\x1b``)."""
-    return _CONTROL.sub(_escape_control, str(text))
+    return escape_controls(text)
 
 
 def one_line(text: object) -> str:
     """Untrusted text on one line: whitespace runs (newlines included) collapsed, controls escaped."""
-    return clean(" ".join(str(text).split()))
+    return escape_controls(" ".join(str(text).split()))
 
 
 def terminal_line(text: object) -> str:
     """A line gpudoctor prints itself: every control character escaped, newlines too, so that
     a file name or a message from the script can neither drive the terminal nor start a line."""
-    return _CONTROL_LINE.sub(_escape_control, str(text))
+    return escape_controls(text, newlines=True)
+
+
+def json_text(document: str) -> str:
+    """A dumped JSON document with no raw control character left: ``json.dumps`` escapes C0
+    controls in strings but writes C1 controls (``\\x9b`` starts a terminal sequence), DEL and
+    the bidirectional overrides as they are; they become ``\\u009b`` (outside strings a JSON
+    document has none)."""
+    return escape_controls(document, spelling="json")
 
 
 # --------------------------------------------------------------------------- paths

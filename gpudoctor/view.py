@@ -6,7 +6,11 @@ after the run with a link to each of its Kineto traces, named the way the
 torch-tb-profiler plugin looks for them (``*.pt.trace.json[.gz]``), so a trace
 written under another name (a colleague's ``rank0.json.gz``) is listed too. The
 URL is printed once the plugin answers, with how to open the same traces in
-Perfetto (https://ui.perfetto.dev, nothing to install). Ctrl-C, SIGTERM or SIGHUP
+Perfetto (https://ui.perfetto.dev, nothing to install). Before it, ``plugin_notes`` says what
+the plugin loads from the web (Google Charts, a polyfill: without internet access its pages stay
+blank, and gpudoctor's own HTML report is the offline view) and why its figures differ from
+gpudoctor's (its DataLoader time counts only the ``enumerate(DataLoader)`` ops inside the
+profiled steps), with the run's own data-wait figure from its ``report.json``. Ctrl-C, SIGTERM or SIGHUP
 stops TensorBoard and removes the temporary folder, and ends gpudoctor as the signal
 says (exit 130, 143, 129); the run directory is never written to.
 
@@ -69,6 +73,7 @@ class TensorBoardError(GpudoctorError):
 class ViewTarget:
     name: str  # the run name TensorBoard shows
     traces: tuple[Path, ...]
+    run_dir: Path | None = None  # a run directory of gpudoctor's (its report.json has gpudoctor's figures)
 
 
 # --------------------------------------------------------------------------- finding the traces
@@ -156,7 +161,7 @@ def find_traces(path: Path) -> ViewTarget:
             f"{path} is not a run directory and holds no Kineto traces (*.pt.trace.json[.gz]); "
             "pass a run directory made by gpudoctor profile, or a trace file"
         )
-    return ViewTarget(path.resolve().name or "run", tuple(traces))
+    return ViewTarget(path.resolve().name or "run", tuple(traces), path if manifest is not None else None)
 
 
 def _servable(folder: Path, p: Path) -> bool:
@@ -188,6 +193,56 @@ def prepare_logdir(target: ViewTarget, tmp: Path) -> Path:
         except OSError:  # no symlinks here (Windows without the privilege): copy
             shutil.copyfile(trace, link)
     return run.parent
+
+
+# --------------------------------------------------------------------------- what the plugin needs, and its figures
+
+# What torch-tb-profiler 0.4.3 loads from the web (its static/index.html and trace_embedding.html):
+# every chart of its pages comes from Google Charts (the app calls google.charts.load at start), and
+# its Trace view imports the trace viewer through a web-components polyfill from cdnjs.
+GOOGLE_CHARTS_URL = "https://www.gstatic.com/charts/loader.js"
+POLYFILL_HOST = "cdnjs.cloudflare.com"
+
+
+def plugin_notes(target: ViewTarget) -> list[str]:
+    """What ``view`` says before the URL: what the plugin needs from the web, what to use without it,
+    and why the plugin's figures differ from gpudoctor's (with the run's own data-wait figure)."""
+    run = safe.terminal_line(target.run_dir) if target.run_dir is not None else "RUN"
+    lines = [
+        f"The plugin's pages load code from the web: their charts (Overview, Operator, Kernel, Memory) Google "
+        f"Charts ({GOOGLE_CHARTS_URL}), its Trace view a web-components polyfill ({POLYFILL_HOST}); without "
+        "internet access they stay blank or spin. Offline, use gpudoctor's own HTML report, which fetches "
+        f"nothing: gpudoctor report {run} -o report.html",
+        "The plugin's figures are the trace's, not gpudoctor's: its steps are the profiled steps "
+        "(ProfilerStep#N, with the profiler's own weight), and its DataLoader time counts only the "
+        "enumerate(DataLoader)#….__next__ ops the trace holds inside them (0 where it holds none). gpudoctor "
+        "times the wait for each batch with its own hooks on every step, and its step time is the unprofiled "
+        "steady steps'.",
+    ]
+    if target.run_dir is not None:
+        lines.append(_data_wait_line(target.run_dir))
+    return lines
+
+
+def _data_wait_line(run_dir: Path) -> str:
+    """gpudoctor's data-wait figure for the run, as its report says it (``report.json``'s
+    ``data_wait_share``, computed once by the diagnosis); the file is untrusted: a value that is
+    not a percentage is not shown."""
+    path = run_dir / layout.REPORT
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if not safe.not_regular(path) else None
+    except (OSError, ValueError, RecursionError):
+        data = None
+    summary = data.get("summary") if isinstance(data, dict) else None
+    for stat in summary if isinstance(summary, list) else ():
+        if not isinstance(stat, dict) or stat.get("key") != "data_wait_share":
+            continue
+        value, window = stat.get("value"), stat.get("window")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 100:
+            where = f" ({safe.terminal_line(window)})" if isinstance(window, str) and window else ""
+            return f"gpudoctor's figure for this run: waiting for data {value:.1f}% of step time{where}."
+    return (f"gpudoctor's figure for this run: not in its report (run gpudoctor analyze "
+            f"{safe.terminal_line(run_dir)} to compute it).")
 
 
 # --------------------------------------------------------------------------- TensorBoard
@@ -410,6 +465,8 @@ def _serve(target: ViewTarget, port: int, echo: Callable[[str], None]) -> int:
         try:
             echo(f"Starting TensorBoard for {target.name} ({len(target.traces)} trace{'s' if len(target.traces) != 1 else ''})…")
             url = tb.start(on_started=lambda pid: pid_file.write_text(f"{os.getpid()} {pid}\n", encoding="utf-8"))
+            for line in plugin_notes(target):
+                echo(line)
             echo(f"TensorBoard, PyTorch profiler plugin: {url}#{PLUGIN_NAME}")
             echo(f"Perfetto, nothing to install: open {PERFETTO_URL}, choose 'Open trace file' and pick")
             for trace in target.traces:

@@ -207,6 +207,31 @@ def _interrupted_before_start(opts: ProfileOptions, target: Target, run_dir: Pat
             pass
 
 
+def _unwritable(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int, err: OSError) -> str:
+    """What to say when the run directory cannot hold its manifest (a full disk), nothing run: the
+    directory is left readable (a short manifest that says how the run ended, where that still fits)
+    or, when not even that fits, removed if it is empty; never an empty run directory left behind."""
+    from gpudoctor.model import RunStatus  # noqa: PLC0415
+
+    path = run_dir / layout.MANIFEST
+    reason = rundir.os_reason(err)
+    try:
+        m = replace_manifest(_start_manifest(opts, target, run_dir, cwd, t0_unix_ns), status=RunStatus.FAILED,
+                             status_detail=f"the run directory could not be written ({reason}): the script was "
+                                           "not run", ended_at=iso_time(time.time_ns()))
+        rundir.write_json_atomic(path, m.to_dict())  # without the reserve: a few kB may still fit
+        return (f"cannot write {path} with room for the run: {reason}; the script was not run and the run "
+                f"directory says so; pass --out DIR on a disk with room")
+    except OSError:
+        pass
+    try:
+        run_dir.rmdir()  # only an empty one: nothing of anybody's is removed
+        gone = f"; the empty run directory {run_dir} was removed"
+    except OSError:
+        gone = ""
+    return f"cannot write {path}: {reason}{gone}; pass --out DIR on a disk with room"
+
+
 def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_ns: int, t0_mono_ns: int,
          signals: Signals) -> ProfileResult:
     # The manifest's space first (a placeholder as large as the reserve): a run directory that
@@ -215,7 +240,7 @@ def _run(opts: ProfileOptions, target: Target, run_dir: Path, cwd: str, t0_unix_
     try:
         rundir.write_json_atomic(run_dir / layout.MANIFEST, {"status": "running"}, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
     except OSError as err:
-        raise CollectError(f"cannot write {run_dir / layout.MANIFEST}: {rundir.os_reason(err)}; pass --out DIR on a disk with room") from err
+        raise CollectError(_unwritable(opts, target, run_dir, cwd, t0_unix_ns, err)) from err
     launcher = opts.nproc_per_node is not None
     if launcher:
         from gpudoctor.collect import distributed  # noqa: PLC0415

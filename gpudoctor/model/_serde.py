@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import sys
 import types
 import typing
@@ -67,8 +68,11 @@ def _convert(tp: Any, value: Any) -> Any:
             return from_dict(tp, value)
         if issubclass(tp, enum.Enum):
             return tp(value)
-        if tp is float and isinstance(value, int):
-            return float(value)
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:  # a 400-digit integer: a bad value, as every other (callers catch ValueError)
+                raise ValueError(f"{str(value)[:20]}…: a number out of range") from None
     return value
 
 
@@ -108,6 +112,11 @@ class FieldTypeError(ValueError):
         self.field = field
 
 
+class FieldRangeError(FieldTypeError):
+    """A field of an input file has its type but not a value that type can hold (a 400-digit integer,
+    a NaN where a finite number is documented)."""
+
+
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -144,7 +153,22 @@ def _json_type(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:60]
 
 
-def _check_value(tp: Any, value: Any, where: str) -> None:
+INT_LIMIT = 2**63  # every integer of a run file is a 64-bit one (nanoseconds, bytes, counts, ids)
+FLOAT_LIMIT = float(2**63)  # and no float of one is larger: a second, a percentage, a rate
+
+
+def _out_of_range(tp: type, value: Any, finite: bool) -> str:
+    """Why a value of the right JSON type does not fit ``tp`` ("" when it does)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    if isinstance(value, int):
+        return "" if -INT_LIMIT <= value < INT_LIMIT else "is out of range (more than a 64-bit integer)"
+    if tp is float and finite and not (math.isfinite(value) and abs(value) < FLOAT_LIMIT):
+        return f"is out of range ({value!r})"
+    return ""
+
+
+def _check_value(tp: Any, value: Any, where: str, finite: bool = False) -> None:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -155,7 +179,7 @@ def _check_value(tp: Any, value: Any, where: str) -> None:
             if a is type(None):
                 continue
             try:
-                _check_value(a, value, where)
+                _check_value(a, value, where, finite)
                 return
             except FieldTypeError as err:
                 errors.append(err)
@@ -169,14 +193,14 @@ def _check_value(tp: Any, value: Any, where: str) -> None:
         args = typing.get_args(tp)
         item = args[0] if args else Any
         for i, v in enumerate(value):
-            _check_value(item, v, f"{where}[{i}]")
+            _check_value(item, v, f"{where}[{i}]", finite)
         return
     if origin is dict:
         if not isinstance(value, dict):
             raise bad
         _, varg = typing.get_args(tp)
         for k, v in value.items():
-            _check_value(varg, v, f"{where}.{k}")
+            _check_value(varg, v, f"{where}.{k}", finite)
         return
     if tp is Any:
         return
@@ -184,7 +208,7 @@ def _check_value(tp: Any, value: Any, where: str) -> None:
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise bad
-            check(tp, value, where)
+            check(tp, value, where, finite=finite)
             return
         if issubclass(tp, enum.Enum):
             if value not in {m.value for m in tp}:
@@ -198,15 +222,22 @@ def _check_value(tp: Any, value: Any, where: str) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         else:
             ok = isinstance(value, tp)
+        if not ok and tp is int and isinstance(value, float) and not math.isfinite(value):
+            raise FieldRangeError(where, f"is not finite ({value!r})")  # JSON's NaN / Infinity for a count
         if not ok:
             raise bad
+        why = _out_of_range(tp, value, finite)
+        if why:
+            raise FieldRangeError(where, why)
 
 
-def check(cls: type, data: Any, where: str = "", required: bool = True) -> None:
+def check(cls: type, data: Any, where: str = "", required: bool = True, finite: bool = False) -> None:
     """Raise :class:`FieldTypeError` naming the first field of ``data`` that :func:`from_dict`
     would turn into something else than ``cls`` documents (a number for a list, a string for
-    a flag, an unknown status, a required field missing). Unknown keys are allowed.
-    ``required`` False: only the fields present are checked (at the top level)."""
+    a flag, an unknown status, a required field missing) or that does not fit its range (an
+    integer of more than 64 bits, anywhere). Unknown keys are allowed. ``required`` False:
+    only the fields present are checked (at the top level). ``finite``: a float field must
+    also be finite and below 2**63 (a run file's; a report's gains may be infinite)."""
     if not isinstance(data, dict):
         raise FieldTypeError(where or cls.__name__, f"must be an object, not {_json_type(data)}")
     hints = _hints(cls)
@@ -216,4 +247,4 @@ def check(cls: type, data: Any, where: str = "", required: bool = True) -> None:
             if required and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise FieldTypeError(name, "is missing")
             continue
-        _check_value(hints[f.name], data[f.name], name)
+        _check_value(hints[f.name], data[f.name], name, finite)

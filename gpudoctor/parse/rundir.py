@@ -9,6 +9,7 @@ A manifest is untrusted input: its fields are type-checked before use (a wrong t
 ``RunDirError`` naming the field), and every path it names must resolve inside the run
 directory. A run whose ``gpudoctor`` process died (the manifest still says "running") is
 told from the training process's own account, ``.child-state.json``, when it wrote one.
+The line files (``steps.jsonl``, ``samples.jsonl``) are read by ``parse.records``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import marshal
-import math
 from pathlib import Path
 from typing import Any
 
@@ -42,57 +42,20 @@ from gpudoctor.model.layout import (  # noqa: F401 - RUN_DIR_FILES and is_run_di
 from gpudoctor.model.run import (
     Collected,
     ExceptionInfo,
-    GpuSample,
-    HostSample,
     Manifest,
-    ProcessSample,
     PstatsEntry,
     RunStatus,
-    Samples,
     Settings,
-    StepRecord,
+)
+from gpudoctor.parse.records import (  # noqa: F401 - read_samples, read_steps: re-exported
+    confined,
+    rank_files,
+    read_samples,
+    read_steps,
 )
 
 PSTATS_TOP = 40  # functions kept from profile.pstats, by cumulative time
 PSTATS_LOADER_TOP = 30  # and those with the most self time inside the DataLoader's fetch (GD201)
-
-
-def confined(run_dir: Path, name: str, notes: list[str] | None = None) -> Path | None:
-    """``run_dir / name`` when it is a regular file that resolves inside the run directory; None
-    otherwise, with a note when it exists but is not read (a symlink out of the run, a FIFO, a
-    device). A run directory is untrusted input: its fixed-name files are confined as the manifest's
-    paths are."""
-    p = run_dir / name
-    if not (p.exists() or p.is_symlink()):
-        return None
-    if safe.inside(run_dir, name) is None:
-        if notes is not None:
-            notes.append(f"{safe.terminal_line(name)} not read: it leads out of the run directory (a symlink?)")
-        return None
-    kind = safe.not_regular(p)
-    if kind:
-        if notes is not None:
-            notes.append(f"{safe.terminal_line(name)} not read: it is {kind}, not a file")
-        return None
-    return p
-
-
-def rank_files(run_dir: Path, name: str, notes: list[str] | None = None) -> list[tuple[int | None, Path]]:
-    """``name`` and its rank-tagged copies of a distributed run (``steps.rank3.jsonl`` for
-    ``steps.jsonl``, written by each rank of a torchrun job): the plain file first, then by rank.
-    Only regular files inside the run directory (``confined``)."""
-    out: list[tuple[int | None, Path]] = []
-    plain = confined(run_dir, name, notes)
-    if plain is not None:
-        out.append((None, plain))
-    tagged = []
-    for p in run_dir.glob(rank_glob(name)):
-        rank = rank_of(p.name, name)
-        if rank is not None:
-            q = confined(run_dir, p.name, notes)
-            if q is not None:
-                tagged.append((rank, q))
-    return out + sorted(tagged)
 
 
 def read_manifest(run_dir: Path) -> Manifest | None:
@@ -104,7 +67,7 @@ def read_manifest(run_dir: Path) -> Manifest | None:
                           "refusing a damaged or hostile run directory: re-run `gpudoctor profile`")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: not JSON, or an integer of 4300+ digits
         raise RunDirError(
             f"{p}: the manifest is not valid JSON ({err}); the run directory is damaged, "
             "re-run `gpudoctor profile` or pass its trace files instead"
@@ -118,7 +81,7 @@ def read_manifest(run_dir: Path) -> Manifest | None:
             f"{SCHEMA_VERSION}); upgrade gpudoctor (pip install -U gpudoctor)"
         )
     try:
-        check(Manifest, data)
+        check(Manifest, data, finite=True)
         manifest = Manifest.from_dict(data)
     except FieldTypeError as err:
         raise RunDirError(f"{p}: the manifest is incomplete or malformed: {err}; re-run `gpudoctor profile` "
@@ -150,145 +113,18 @@ def read_settings(run_dir: Path, notes: list[str]) -> Settings | None:
     for rank, p in files:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
+            check(Settings, data, finite=True)  # every field of its type and range, or no settings
             settings = Settings.from_dict(data)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError, KeyError) as err:
+        except FieldTypeError as err:
+            notes.append(f"{p.name} is malformed ({err}); settings are unknown")
+            continue
+        except (OSError, TypeError, ValueError, KeyError, RecursionError) as err:
             notes.append(f"{p.name} could not be read ({type(err).__name__}: {err}); settings are unknown")
             continue
         if rank is not None and len(files) > 1:
             notes.append(f"settings of rank {rank} ({p.name}); {len(files)} ranks recorded theirs")
         return settings
     return None
-
-
-def _jsonl(p: Path, notes: list[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    last_bad = False
-    with open(p, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            last_bad = i == len(lines) - 1
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-        else:
-            bad += 1
-    if bad:
-        if bad == 1 and last_bad:
-            notes.append(f"{p.name}: the last line is incomplete (the run ended while writing it); skipped")
-        else:
-            notes.append(f"{p.name}: {bad} unreadable line(s) skipped")
-    return rows
-
-
-def read_steps(run_dir: Path, notes: list[str], max_step_ns: int | None = None) -> tuple[StepRecord, ...]:
-    """``steps.jsonl``, and every rank's ``steps.rank<R>.jsonl`` of a distributed run (rank set).
-    Records outside physical bounds (``_physical_step``; ``max_step_ns``: the run's length) are
-    dropped with a note, as the trace reader drops impossible events."""
-    files = rank_files(run_dir, STEPS, notes)
-    if not files:
-        notes.append(f"{STEPS} is missing: no per-step records (wall time, data wait)")
-        return ()
-    steps = []
-    for rank, p in files:
-        skipped = absurd = 0
-        for row in _jsonl(p, notes):
-            try:
-                rec = StepRecord.from_dict(row)
-            except (TypeError, ValueError, KeyError, OverflowError):
-                skipped += 1
-                continue
-            if not _physical_step(rec, max_step_ns):
-                absurd += 1
-                continue
-            if rank is not None and rec.rank is None:
-                rec = dataclasses.replace(rec, rank=rank)
-            steps.append(rec)
-        if skipped:
-            notes.append(f"{p.name}: {skipped} record(s) without the required fields skipped")
-        if absurd:
-            notes.append(f"{p.name}: {absurd} record(s) with values no step can have (negative, not finite, or a "
-                         "step longer than the run) dropped")
-    return tuple(steps)
-
-
-def _finite_non_negative(v: object) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
-
-
-def _physical_step(rec: StepRecord, max_step_ns: int | None) -> bool:
-    """A step record whose figures a step can have: times finite, not negative, a wall time above 0 and,
-    when the run's length is known, no longer than the run; the data wait within the step."""
-    for f in dataclasses.fields(rec):
-        if f.name.endswith("_ns") or f.name in ("cpu_steps", "micro_batches"):
-            if not _finite_non_negative(getattr(rec, f.name)):
-                return False
-    if not isinstance(rec.wall_ns, int) or rec.wall_ns <= 0:
-        return False
-    if max_step_ns is not None and rec.wall_ns > max_step_ns:
-        return False
-    return rec.data_wait_ns is None or rec.data_wait_ns <= rec.wall_ns
-
-
-def read_samples(run_dir: Path, notes: list[str]) -> Samples | None:
-    p = confined(run_dir, SAMPLES, notes)
-    if p is None:
-        notes.append(f"{SAMPLES} is missing: no NVML/psutil samples")
-        return None
-    process: list[ProcessSample] = []
-    gpu: list[GpuSample] = []
-    host: list[HostSample] = []
-    interval_ms = None
-    cpu_count = None
-    memory_bytes = None
-    skipped = 0
-    absurd = 0
-    for row in _jsonl(p, notes):
-        kind = row.get("kind")
-        if kind in ("process", "gpu", "host") and not _physical_sample(row):
-            absurd += 1
-            continue
-        try:
-            if kind == "process":
-                process.append(ProcessSample.from_dict(row))
-            elif kind == "gpu":
-                gpu.append(GpuSample.from_dict(row))
-            elif kind == "host":
-                host.append(HostSample.from_dict(row))
-            elif kind == "meta":
-                v = row.get("interval_ms")
-                interval_ms = float(v) if isinstance(v, (int, float)) else interval_ms
-                c = row.get("system_cpu_count")
-                cpu_count = int(c) if isinstance(c, int) else cpu_count
-                mem = row.get("system_memory_bytes")
-                memory_bytes = int(mem) if isinstance(mem, int) and mem > 0 else memory_bytes
-        except (TypeError, ValueError, KeyError):
-            skipped += 1
-    if skipped:
-        notes.append(f"{SAMPLES}: {skipped} sample(s) without the required fields skipped")
-    if absurd:
-        notes.append(f"{SAMPLES}: {absurd} sample(s) with values no sample can have (negative, not finite, a "
-                     "utilization over 100%) dropped")
-    return Samples(process=tuple(process), gpu=tuple(gpu), interval_ms=interval_ms, system_cpu_count=cpu_count,
-                   host=tuple(host), system_memory_bytes=memory_bytes)
-
-
-def _physical_sample(row: dict[str, Any]) -> bool:
-    """A sample's numbers finite and not negative; utilizations (GPU, memory) at most 100%."""
-    for key, v in row.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if not math.isfinite(v) or (v < 0 and key not in ("rank",)):
-            return False
-        if key in ("util_pct", "mem_util_pct") and v > 100.0:
-            return False
-    return True
 
 
 def _is_loader_fetch(key: tuple[Any, ...]) -> bool:
@@ -476,7 +312,7 @@ def _child_state(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
             continue
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             continue
         if isinstance(data, dict):
             return data, ("" if rank is None else f" (rank {rank}'s account; {len(files)} ranks left theirs)")
@@ -485,6 +321,8 @@ def _child_state(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
 
 def _state_field(state: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
     v = state.get(name)
+    if kind is int and isinstance(v, int) and not 0 <= v < 2**63:  # a count: not negative, 64 bits
+        return default
     return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
 
 
@@ -538,8 +376,8 @@ def recover_parent_lost(run_dir: Path, manifest: Manifest, steps_written: int, n
         manifest,
         status=RunStatus.KILLED,
         status_detail=detail,
-        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else manifest.exit_code,
-        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) else manifest.signal,
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) and -256 < code < 256 else manifest.exit_code,
+        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 256 else manifest.signal,
         exception=exception or manifest.exception,
         collected=tuple(collected) or manifest.collected,
         step_source=_state_field(state, "step_source", str, manifest.step_source),

@@ -37,6 +37,7 @@ from gpudoctor.report.compare_text import (
 )
 from gpudoctor.report.jsonfmt import finite
 from gpudoctor.report.markdown import cell, code, esc, table
+from gpudoctor.safe import json_text
 
 COMPARE_FORMATS = ("terminal", "md", "json", "html")
 
@@ -294,7 +295,8 @@ def comparison_dict(cmp: Comparison) -> dict:
 
 
 def render_compare_json(cmp: Comparison) -> str:
-    return json.dumps(comparison_dict(cmp), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    text = json.dumps(comparison_dict(cmp), indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    return json_text(text) + "\n"
 
 
 # --------------------------------------------------------------------------- entry point

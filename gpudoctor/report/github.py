@@ -11,8 +11,11 @@ the report's warnings (the step figures are partial …), first.
 Escaping follows GitHub's toolkit (``@actions/core``, ``command.ts``): in the message ``%``,
 ``\\r`` and ``\\n`` become ``%25``, ``%0D`` and ``%0A``; in a property, ``:`` and ``,`` become
 ``%3A`` and ``%2C`` besides. A file name or a message cannot therefore end the command early
-or add a property. Absolute paths under the working directory are made relative to it: run
-gpudoctor from the repository's root, as GitHub resolves ``file`` there.
+or add a property. Every other control character (ESC, BEL, C1, the bidirectional overrides)
+is shown as a visible escape (``\\x1b``) by ``safe.escape_controls``, as in every other format: a
+file name cannot retitle or clear the terminal that shows the job's log. Absolute paths under
+the working directory are made relative to it: start gpudoctor in the repository's root, as
+GitHub resolves ``file`` there.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from __future__ import annotations
 import os
 
 from gpudoctor.model import Finding, Report, Severity
+from gpudoctor.report import _fmt as f
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return f.clean(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from gpudoctor.model import Report
+from gpudoctor.safe import json_text
 
 
 def finite(obj: Any) -> Any:
@@ -31,4 +32,5 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report_dict(report), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    text = json.dumps(report_dict(report), indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    return json_text(text) + "\n"  # C1 controls and bidi overrides as \\u escapes too

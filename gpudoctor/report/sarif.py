@@ -24,6 +24,7 @@ from urllib.parse import quote
 from gpudoctor.model import Finding, Location, Report, RuleInfo, Severity
 from gpudoctor.report import _fmt as f
 from gpudoctor.report.jsonfmt import finite
+from gpudoctor.safe import json_text
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -205,4 +206,5 @@ def sarif_log(report: Report) -> dict[str, Any]:
 
 
 def render_sarif(report: Report) -> str:
-    return json.dumps(finite(sarif_log(report)), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    text = json.dumps(finite(sarif_log(report)), indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    return json_text(text) + "\n"

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpudoctor.errors import UsageError
 from gpudoctor.model import layout
+from gpudoctor.model._serde import check
 from gpudoctor.model.findings import Report
 from gpudoctor.rules.static_api import Sized
 
@@ -65,8 +66,10 @@ def _measured(run: Path) -> tuple[_Measured, ...]:
         raise UsageError(f"--from {run}: no {layout.REPORT} in it; pass a run directory of `gpudoctor profile` "
                          "(run `gpudoctor verify` on it to measure its fixes)")
     try:
-        report = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError, KeyError) as err:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        check(Report, data)  # untrusted: each field of its type, no integer past 64 bits
+        report = Report.from_dict(data)
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as err:  # FieldTypeError is a ValueError
         raise UsageError(f"--from {run}: {layout.REPORT} cannot be read ({type(err).__name__}: {err})") from None
     base = _recorded_cwd(run)
     out: list[_Measured] = []

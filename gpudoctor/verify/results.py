@@ -108,13 +108,22 @@ def carry_over(report: Report, previous: Report | None) -> Report:
 
 
 def read_previous(run_dir: Path) -> Report | None:
-    """The run's ``report.json`` when it holds verifications (None when absent or unreadable)."""
+    """The run's ``report.json`` when it holds verifications (None when absent, unreadable or malformed:
+    a field of the wrong type or out of range, which ``analyze`` then writes over)."""
     import json  # noqa: PLC0415
+
+    from gpudoctor.model._serde import check  # noqa: PLC0415
 
     try:
         data = json.loads((Path(run_dir) / layout.REPORT).read_text(encoding="utf-8"))
+        # untrusted like every file of a run: each field of its type, no integer past 64 bits, and a
+        # verification's figures finite (they are shown and ranked); otherwise nothing is carried over
+        check(Report, data)
+        for f in data["findings"]:
+            if f.get("verification") is not None:
+                check(Verification, f["verification"], "verification", finite=True)
         previous = Report.from_dict(data)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # FieldTypeError is a ValueError
         return None
     return previous if any(f.verification is not None for f in previous.findings) else None
 

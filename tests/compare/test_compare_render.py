@@ -208,3 +208,19 @@ def test_html_draws_both_step_time_distributions_on_one_axis():
     # the tick of the faster run's median lies left of the other's
     assert (median_x["B (after)"] < median_x["A (before)"]) == (b.median_ns < a.median_ns)
     assert f"median {a.median_ns / 1e6:,.1f}" in chart and f"median {b.median_ns / 1e6:,.1f}" in chart
+
+
+def test_every_comparison_format_escapes_control_characters_from_the_runs() -> None:
+    """Issue 41 (2): one escape for every format (``safe.escape_controls``): a run named with a title change,
+    a bell, an 8-bit CSI and a right-to-left override shows them escaped; JSON stays valid and exact."""
+    from gpudoctor.report.compare import COMPARE_FORMATS
+
+    evil = "e\x1b]0;PWN\x07\x9b31m\u202e"
+    c = hostile()
+    c = replace(c, a=replace(c.a, source=f"runs/{evil}"))
+    raw = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+    for fmt in COMPARE_FORMATS:
+        out = render_comparison(c, fmt)
+        assert not raw.search(out), (fmt, sorted({m.group() for m in raw.finditer(out)}))
+        assert "PWN" in out, fmt
+    assert json.loads(render_comparison(c, "json"))["a"]["source"] == f"runs/{evil}"

@@ -153,6 +153,8 @@ def test_a_full_disk_leaves_an_honest_run_directory(size: str, tmp_path: Path) -
                   extra_env={"STEPS": "300", "SLEEP": "0"})
         if done.returncode == 2:  # not even the run directory fits: said in one line, nothing run
             assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+            runs = list(Path(out).iterdir()) if Path(out).is_dir() else []
+            assert all((r / "manifest.json").is_file() for r in runs), runs  # never an empty run directory
             return
         assert done.returncode == 0, done.stderr
         run = only_run_dir(out)

@@ -122,3 +122,70 @@ def test_terminal_neutralises_control_characters() -> None:
         hostile_report().__class__.from_dict({**hostile_report().to_dict(), "source": "a\u202eb"}), "terminal"
     )
     assert "\u202e" not in bidi and "\\u202e" in bidi
+
+
+# --------------------------------------------------------------------------- every format, one escape
+
+# a title change (OSC … BEL), a clear-screen, an 8-bit CSI, a right-to-left override, a CR, NUL and DEL
+HOSTILE = "e\x1b]0;PWN\x07\x1b[2J\x9b31m\u202e\r\x00\x7f"
+# what no output may carry raw: every control character but the format's own newline and tab
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _hostile_names_report():
+    from dataclasses import replace
+
+    from report_samples import canonical_report
+
+    rep = canonical_report()
+    path = f"/tmp/{HOSTILE}/{HOSTILE}.py"
+    finding = replace(rep.findings[0], location=replace(rep.findings[0].location, file=path),
+                      message=f"DataLoader at {path}:3 {HOSTILE}")
+    metrics = rep.run.metrics[0]
+    kernels = replace(metrics.kernels, top=(replace(metrics.kernels.top[0], name=HOSTILE),))
+    return replace(rep, source=path, findings=(finding, *rep.findings[1:]), warnings=(f"partial {HOSTILE}",),
+                   errors=(f"{path}: cannot be read",),
+                   run=replace(rep.run, source=path, metrics=(replace(metrics, kernels=kernels),)))
+
+
+def test_every_format_escapes_the_same_hostile_names() -> None:
+    """Issue 41 (2): ``--format github`` wrote ESC and BEL from a file name as they are; every format now
+    goes through ``safe.escape_controls``, and JSON and SARIF stay valid and keep the name exactly."""
+    from gpudoctor.report import FORMATS
+
+    rep = _hostile_names_report()
+    path = rep.findings[0].location.file
+    for fmt in FORMATS:
+        out = render(rep, fmt)
+        assert not RAW_CONTROL.search(out), (fmt, sorted({m.group() for m in RAW_CONTROL.finditer(out)}))
+        assert "PWN" in out, fmt  # shown, escaped, not dropped
+    assert json.loads(render(rep, "json"))["findings"][0]["location"]["file"] == path
+    sarif = json.loads(render(rep, "sarif"))
+    assert any(HOSTILE in r["message"]["text"] for r in sarif["runs"][0]["results"])
+    github = render(rep, "github")
+    assert "file=/tmp/e\\x1b]0;PWN\\x07\\x1b[2J" in github  # shown, not obeyed
+
+
+def test_check_writes_no_raw_control_character_from_a_file_name_in_any_format(tmp_path) -> None:
+    """``gpudoctor check`` on ``e<ESC>]0;PWN<BEL><ESC>[2J.py`` (and an unreadable file with such a name):
+    the report in each format and gpudoctor's lines on stderr carry no raw control character."""
+    from click.testing import CliRunner
+
+    from gpudoctor.cli import cli
+    from gpudoctor.report import FORMATS
+
+    name = "e\x1b]0;PWN\x07\x1b[2J\x9b\u202e"
+    (tmp_path / f"{name}.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=32)\n"
+        "for x, y in loader:\n    loss = model(x.cuda())\n    loss.backward()\n    optimizer.step()\n",
+        encoding="utf-8")
+    (tmp_path / f"{name}broken.py").write_text("for\n", encoding="utf-8")
+    for fmt in FORMATS:
+        result = CliRunner().invoke(cli, ["check", str(tmp_path), "--format", fmt])
+        assert result.exit_code == 0, (fmt, result.output)
+        for stream in (result.stdout, result.stderr):
+            assert not RAW_CONTROL.search(stream), (fmt, stream[:400])
+        assert "GD201" in result.stdout and "PWN" in result.stdout, fmt
+        assert "broken.py" in result.stderr, fmt
+        if fmt in ("json", "sarif"):
+            json.loads(result.stdout)

@@ -219,3 +219,95 @@ def test_tensorboard_lists_a_trace_with_a_foreign_name(tmp_path: Path) -> None:
         assert tb.proc is not None and tb.proc.poll() is not None
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
+
+
+# --------------------------------------------------------------------------- what view says before the URL
+
+
+def _with_report(run: Path, summary: list) -> Path:
+    (run / "report.json").write_text(json.dumps({"summary": summary}), encoding="utf-8")
+    return run
+
+
+def test_view_says_what_the_plugin_needs_offline_and_why_its_figures_differ(tmp_path: Path) -> None:
+    """Issue 41 (8): the plugin's Overview spun forever without internet access (Google Charts) and showed
+    the DataLoader at 0 µs where gpudoctor said 29.3%; `view` said neither. Now it says both, with the
+    run's own figure from its report."""
+    from gpudoctor.view import plugin_notes
+
+    run = _with_report(make_run(tmp_path), [
+        {"key": "step_time_median", "label": "step time (median)", "value": 83.0, "unit": "ms", "window": ""},
+        {"key": "data_wait_share", "label": "waiting for data", "value": 29.3, "unit": "%",
+         "window": "9 unprofiled steady steps"},
+    ])
+    text = "\n".join(plugin_notes(find_traces(run)))
+    assert "https://www.gstatic.com/charts/loader.js" in text and "without internet access" in text
+    assert "Trace view" in text and "cdnjs.cloudflare.com" in text
+    assert f"gpudoctor report {run} -o report.html" in text and "fetches nothing" in text
+    assert "enumerate(DataLoader)#" in text and "inside them" in text and "on every step" in text
+    assert "waiting for data 29.3% of step time (9 unprofiled steady steps)." in text
+
+
+@pytest.mark.parametrize("summary", [
+    None,  # no report.json: analyze computes it
+    [{"key": "data_wait_share", "value": "NaN", "window": "x"}],
+    [{"key": "data_wait_share", "value": 10**400, "window": "x"}],
+    [{"key": "data_wait_share", "value": 250.0, "window": "x"}],
+    "not a list",
+])
+def test_a_missing_or_hostile_figure_is_not_shown(summary, tmp_path: Path) -> None:
+    from gpudoctor.view import plugin_notes
+
+    run = make_run(tmp_path)
+    if summary is not None:
+        _with_report(run, summary)
+    last = plugin_notes(find_traces(run))[-1]
+    assert last == f"gpudoctor's figure for this run: not in its report (run gpudoctor analyze {run} to compute it)."
+
+
+def test_a_window_with_control_characters_is_escaped(tmp_path: Path) -> None:
+    from gpudoctor.view import plugin_notes
+
+    run = _with_report(make_run(tmp_path), [{"key": "data_wait_share", "value": 5, "window": "a\x1b]0;PWN\x07"}])
+    last = plugin_notes(find_traces(run))[-1]
+    assert "\x1b" not in last and "\x07" not in last and "5.0% of step time (a\\x1b]0;PWN\\x07)" in last
+
+
+def test_a_trace_file_gets_the_notes_without_a_run_figure(tmp_path: Path) -> None:
+    from gpudoctor.view import plugin_notes
+
+    lines = plugin_notes(find_traces(write_trace(tmp_path / "x.pt.trace.json.gz")))
+    assert len(lines) == 2 and "gpudoctor report RUN -o report.html" in lines[0]
+
+
+def test_the_notes_are_printed_before_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor import view
+
+    monkeypatch.setattr(view.TensorBoard, "start", lambda self, timeout_s=0, on_started=None: "http://127.0.0.1:1/")
+
+    def stopped(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(view.TensorBoard, "wait", stopped)
+    said: list[str] = []
+    target = find_traces(make_run(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        view._serve(target, 0, said.append)
+    url = next(i for i, x in enumerate(said) if x.startswith("TensorBoard, PyTorch profiler plugin: http"))
+    notes = view.plugin_notes(target)
+    assert said[url - len(notes):url] == notes
+
+
+def test_the_notes_hold_for_the_installed_plugin() -> None:
+    """What the notes say about torch-tb-profiler, checked against its installed source."""
+    plugin = pytest.importorskip("torch_tb_profiler")
+    from gpudoctor.view import GOOGLE_CHARTS_URL, POLYFILL_HOST
+
+    root = Path(plugin.__file__).parent
+    index = (root / "static" / "index.html").read_text(encoding="utf-8", errors="replace")
+    assert GOOGLE_CHARTS_URL in index and "google.charts.load" in index
+    assert POLYFILL_HOST in (root / "static" / "trace_embedding.html").read_text(encoding="utf-8")
+    parser = (root / "profiler" / "event_parser.py").read_text(encoding="utf-8")
+    # the DataLoader role: these ops alone (and DataPipe's), within the trace's ProfilerStep ranges
+    assert "event.name.startswith('enumerate(DataLoader)#') and event.name.endswith('.__next__')" in parser
+    assert "self.role_ranges[ProfileRole.DataLoader].append" in parser

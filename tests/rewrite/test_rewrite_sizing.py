@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.model import layout
 from gpudoctor.model.findings import Confidence, Finding, Fix, Report, Severity
 from gpudoctor.model.run import CallSite, Injection
@@ -51,3 +53,18 @@ def test_a_refuted_setting_is_refused_and_workers_flag_fills_the_rest(tmp_path):
     s = sizing(3, _run(tmp_path, proj, VerifyStatus.REFUTED))
     assert "measured no gain" in s.sized("num_workers", str(proj / "train.py"), 31, 31).refused
     assert s.sized("num_workers", str(proj / "other.py"), 1, 99).value == 3
+
+
+@pytest.mark.parametrize(("field", "value"), [("speedup", "9" * 400), ("trials", "-" + "9" * 400),
+                                              ("speedup", '"fast"'), ("changes", "7")])
+def test_a_report_with_a_field_out_of_type_or_range_is_a_usage_error(field, value, tmp_path):
+    """``--from RUN`` reads the run's report.json: a 400-digit integer gave OverflowError (exit 4)."""
+    from gpudoctor.errors import UsageError
+
+    run = _run(tmp_path, tmp_path, VerifyStatus.CONFIRMED)
+    data = json.loads((run / layout.REPORT).read_text(encoding="utf-8"))
+    data["findings"][0]["verification"][field] = "__VALUE__"
+    (run / layout.REPORT).write_text(json.dumps(data).replace('"__VALUE__"', value), encoding="utf-8")
+    with pytest.raises(UsageError, match=rf"--from {run}: report.json cannot be read .*'findings\[0\]"
+                                         rf"\.verification\.{field}'"):
+        sizing(None, run)
