@@ -429,7 +429,7 @@ def _what_runs(m: Manifest) -> tuple[object, ...]:
 
 def trust_decision(run_dir: Path, m: Manifest) -> str:
     """"" when ``verify`` may run ``m``'s trials without asking: the manifest in ``run_dir`` is, byte for
-    byte, one this user's gpudoctor wrote (``gpudoctor.trust``: a keyed record kept outside the run
+    byte, one written by this user's gpudoctor (``gpudoctor.trust``: a keyed record kept outside the run
     directory; a copy of one's own run is one), and ``m`` names what it names; else why not, in words.
     No field of the manifest says whether it is trusted: an edited one, another user's, one from
     another machine, have no record."""
