@@ -267,15 +267,11 @@ def step_change(
                 "that two runs of one script commonly differ by."
             )
         else:
+            # one decision: the interval includes 1×, and so the test from its resamples is at or above α
             verdict = StepTimeVerdict.WITHIN_NOISE
-            why = (
-                "the speed-up's interval includes 1×"
-                if p < alpha
-                else "the test cannot tell the two sets of steps apart"
-            )
             text = (
                 f"Within noise: {moved} ({_x(speedup)}, {stats}) is not distinguishable from step-to-step "
-                f"variation ({why})."
+                f"variation (the speed-up's interval includes 1×: p ≥ {alpha:g})."
             )
     return StepTimeChange(
         basis=basis.kind,
