@@ -2,7 +2,7 @@
 
 Which steps are compared (``step_basis``: the steady steps outside the profiler windows, else
 every steady step, else the ProfilerStep windows of the traces) and the verdict on them
-(``step_change``: a Mann–Whitney U test, a bootstrap interval of the speed-up and a margin;
+(``step_change``: a bootstrap interval of the speed-up, its test from the same resamples, and a margin;
 per sample when the batch size changed). The package's docstring says why.
 """
 
