@@ -134,16 +134,18 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
 
 def _midranks(values: Sequence[float]) -> list[float]:
     """1-based ranks, ties given the mean of their ranks."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
+    n = len(values)
+    order = sorted(range(n), key=values.__getitem__)
+    ranks = [0.0] * n
     i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+    while i < n:
+        v, j = values[order[i]], i + 1
+        while j < n and values[order[j]] == v:
             j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
+        r = (i + j + 1) / 2  # the mean of ranks i+1 .. j
+        for k in order[i:j]:
+            ranks[k] = r
+        i = j
     return ranks
 
 

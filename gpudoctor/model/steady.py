@@ -122,15 +122,20 @@ def settle_points(candidates: Sequence[StepRecord]) -> tuple[list[Point], str]:
     by_index: dict[int, list[StepRecord]] = {}
     for s in candidates:
         by_index.setdefault(s.index, []).append(s)
+    events = source == "CUDA events"
     points = []
     for i in sorted(by_index):
         rows = by_index[i]
-        times = [s.gpu_ns if source == "CUDA events" else s.wall_ns for s in rows]
-        times = [t for t in times if t is not None and t > 0]
-        if not times:
+        if len(rows) == 1:  # one rank
+            s = rows[0]
+            t = s.gpu_ns if events else s.wall_ns
+            if t is not None and t > 0:
+                points.append(Point(i, t, (s.rank, i) in bare, s.window))
             continue
-        points.append(Point(i, int(statistics.median(times)), all((s.rank, s.index) in bare for s in rows),
-                            rows[0].window))
+        times = [t for t in (s.gpu_ns if events else s.wall_ns for s in rows) if t is not None and t > 0]
+        if times:
+            points.append(Point(i, int(statistics.median(times)), all((s.rank, i) in bare for s in rows),
+                                rows[0].window))
     return points, source
 
 

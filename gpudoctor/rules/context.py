@@ -308,9 +308,13 @@ class RuleContext:
     def settling(self) -> Settling | None:
         """Where the run's step time changed beyond noise (``model.steady.run_settling``): the steady steps
         are the settled part's, and the summary and the account say so. None where it held steady."""
-        mf = self.manifest
-        return steady.run_settling(self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
-                                   steady.compile_steps(self.settings, self.run.steps))
+        key = ("settling",)
+        if key not in self._ledgers:
+            mf = self.manifest
+            self._ledgers[key] = steady.run_settling(
+                self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
+                steady.compile_steps(self.settings, self.run.steps))
+        return self._ledgers[key]
 
     def step_time_ns(self) -> int | None:
         """Median wall time of a steady step: run records first, else the trace's step windows."""
