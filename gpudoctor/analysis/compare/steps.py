@@ -26,7 +26,7 @@ from gpudoctor.model.compare import (
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import StepRecord
 from gpudoctor.model.selectors import primary_trace
-from gpudoctor.model.steady import percentile_int
+from gpudoctor.model.steady import percentile_int, run_settling
 from gpudoctor.model.units import duration_text
 
 MIN_STEPS = 5  # fewer steps on a side: the test and the interval mean little (gpudoctor's choice)
@@ -137,6 +137,10 @@ def step_basis(run_a: RunData, run_b: RunData, min_steps: int) -> StepBasis:
     rank_a, rank_b, notes = _rank_choice(run_a, run_b)
     steady_a = steady_of(_records(run_a, rank_a))
     steady_b = steady_of(_records(run_b, rank_b))
+    for side, run, rank in (("A", run_a, rank_a), ("B", run_b, rank_b)):  # the steady steps are the settled ones
+        settled = run_settling(sorted(_records(run, rank), key=lambda s: s.index), None, None)
+        if settled is not None:
+            notes.append(f"{side}'s step time changed: {settled.text()}")
     if steady_a and steady_b:
         plain_a = [s for s in steady_a if not s.window]
         plain_b = [s for s in steady_b if not s.window]
