@@ -25,8 +25,8 @@ checks: the code ``gpudoctor verify`` runs), not a simulation:
 
 For each A/A session's first look (3 runs a side) it also says what the statistics ``--verify``
 used before the run became the unit would have concluded on the same runs: the steps of all
-runs of a side pooled as independent draws (the bootstrap interval of the ratio of medians and
-Mann-Whitney U, ``analysis.stats.speedup_stats``).
+runs of a side pooled as independent draws (the bootstrap interval of the ratio of medians and its
+test from the same resamples, ``analysis.stats.speedup_stats``; Mann-Whitney U before issue 42).
 
     python benchmarks/verify_aa.py                      # 40 A/A (20 with a hog), 4 lopsided, 20 planted
     python benchmarks/verify_aa.py --aa 10 --planted 5  # a quick look

@@ -233,6 +233,9 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         marker = _step_marker(mf)
         if marker:
             out.append(_stat("step_marker", "steps marked by", marker))
+        settled = ctx.settling()  # the step time changed midway: which part the figures are of
+        if settled is not None:
+            out.append(_stat("step_time_change", "step time changed", settled.text()))
         # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
         figs = step_figures(steady)  # of the unprofiled steps where there are enough (model.steady.figure_steps)
         window = (f"{figs.steps} {'unprofiled ' if figs.unprofiled else ''}steady steps"

@@ -75,10 +75,11 @@ class StepTimes(Serde):
 class StepTimeChange(Serde):
     """Median step time before and after, the speed-up, and whether it is beyond noise.
 
-    The noise judgement: a two-sided Mann–Whitney U test on the per-step times of A and
-    B (``p_value``) and a bootstrap confidence interval of the speed-up (``ci_low`` ..
-    ``ci_high``, ``confidence_pct``). B is called faster or slower only when both say
-    so and the change is at least ``min_change_pct`` (the run-to-run margin).
+    The noise judgement, one decision: a bootstrap confidence interval of the speed-up
+    (``ci_low`` .. ``ci_high``, ``confidence_pct``) and the bootstrap test of "no change"
+    from the same resamples (``p_value``), which agree by construction: the interval
+    excludes 1 exactly when ``p_value`` < 1 − confidence. B is called faster or slower
+    when it does and the change is at least ``min_change_pct`` (the run-to-run margin).
     """
 
     basis: str  # "plain_steps", "steady_steps", "profiler_steps" or "" (not measured)
@@ -92,8 +93,8 @@ class StepTimeChange(Serde):
     ci_low: float | None = None  # bootstrap confidence interval of ``speedup``
     ci_high: float | None = None
     confidence_pct: float = 95.0
-    p_value: float | None = None  # Mann–Whitney U, two-sided
-    test: str = ""  # "Mann–Whitney U (exact)", "Mann–Whitney U (normal approximation, ties corrected)"
+    p_value: float | None = None  # bootstrap test of speed-up 1, two-sided, from the interval's resamples (resolution 1/resamples)
+    test: str = ""  # "bootstrap test of the ratio of medians (the interval's resamples)", or the stratified one
     min_steps: int = 0  # steps each side needs before the test is trusted
     min_change_pct: float = 0.0  # smaller changes are within run-to-run variation
     per_sample: bool = False  # the batch size changed: speed-up and test are on step time / batch size

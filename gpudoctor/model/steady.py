@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gpudoctor.model.metrics import WindowWeight
 from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
+from gpudoctor.model.settle import Point, Settling, settling
 
 
 def median_int(values: Iterable[int]) -> int | None:
@@ -86,19 +87,15 @@ def compile_steps(settings: Settings | None, steps: Sequence[StepRecord] = ()) -
     return frozenset(out)
 
 
-def steady_steps(
+def _candidates(
     steps: Sequence[StepRecord], step_source: str | None, loader: DataLoaderSetting | None,
     compiled: Collection[int] = (),
-) -> tuple[StepRecord, ...]:
-    """Steps of the run's marker without the first (and the first of each epoch when epochs
-    are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
-    warm-up; a step that straddles a change of marker). With N DataLoader workers (``loader``:
-    :func:`main_dataloader`), also the steps that receive batches 1..N-1 of an epoch whose
-    workers start (:func:`worker_firsts`). ``compiled``: the steps in which torch.compile
-    compiled (:func:`compile_steps`), left out too (unless that leaves none)."""
+) -> tuple[tuple[StepRecord, ...], bool]:
+    """The steps of the run's marker without their one-off costs (:func:`steady_steps`), before any
+    split where the loop settles; False with them when none is left and the marked steps stand."""
     marked = marked_steps(steps, step_source)
     if len(marked) < 2:
-        return marked
+        return marked, False
     first_of_epoch: set[int] = set()
     seen: set[int | None] = set()
     for s in marked:
@@ -112,7 +109,66 @@ def steady_steps(
     if compiled:
         warm = tuple(s for s in rest if s.index not in compiled)
         rest = warm or rest
-    return rest or marked
+    return (rest, True) if rest else (marked, False)
+
+
+def settle_points(candidates: Sequence[StepRecord]) -> tuple[list[Point], str]:
+    """The series the split where a loop settles is searched on (``model.settle``): one point per step
+    index, its time at the rate the loop sustains (:func:`loop_times`: CUDA events where the steps carry
+    them, else wall time), the median over the ranks; bare where no rank's step had an instrument
+    (:func:`unprofiled_steps`)."""
+    _, source = loop_times(candidates)
+    bare = {(s.rank, s.index) for s in unprofiled_steps(candidates)}
+    by_index: dict[int, list[StepRecord]] = {}
+    for s in candidates:
+        by_index.setdefault(s.index, []).append(s)
+    events = source == "CUDA events"
+    points = []
+    for i in sorted(by_index):
+        rows = by_index[i]
+        if len(rows) == 1:  # one rank
+            s = rows[0]
+            t = s.gpu_ns if events else s.wall_ns
+            if t is not None and t > 0:
+                points.append(Point(i, t, (s.rank, i) in bare, s.window))
+            continue
+        times = [t for t in (s.gpu_ns if events else s.wall_ns for s in rows) if t is not None and t > 0]
+        if times:
+            points.append(Point(i, int(statistics.median(times)), all((s.rank, i) in bare for s in rows),
+                                rows[0].window))
+    return points, source
+
+
+def run_settling(
+    steps: Sequence[StepRecord], step_source: str | None, loader: DataLoaderSetting | None,
+    compiled: Collection[int] = (),
+) -> Settling | None:
+    """Where the run's step time changed beyond noise (``model.settle.settling``), None where it held
+    steady: :func:`steady_steps` keeps the settled part, and the report names the change."""
+    candidates, ok = _candidates(steps, step_source, loader, compiled)
+    if not ok:
+        return None
+    return settling(*settle_points(candidates))
+
+
+def steady_steps(
+    steps: Sequence[StepRecord], step_source: str | None, loader: DataLoaderSetting | None,
+    compiled: Collection[int] = (),
+) -> tuple[StepRecord, ...]:
+    """Steps of the run's marker without the first (and the first of each epoch when epochs
+    are known): those carry one-off costs (worker start-up, cuDNN autotuning, allocator
+    warm-up; a step that straddles a change of marker). With N DataLoader workers (``loader``:
+    :func:`main_dataloader`), also the steps that receive batches 1..N-1 of an epoch whose
+    workers start (:func:`worker_firsts`). ``compiled``: the steps in which torch.compile
+    compiled (:func:`compile_steps`), left out too (unless that leaves none). Of a loop whose
+    step time dropped beyond noise midway (a warm-up, a phase: :func:`run_settling`), only the
+    steps after it settled."""
+    candidates, ok = _candidates(steps, step_source, loader, compiled)
+    if not ok:
+        return candidates
+    found = settling(*settle_points(candidates))
+    first = found.first_settled if found is not None else None
+    return candidates if first is None else tuple(s for s in candidates if s.index >= first)
 
 
 @dataclass(frozen=True, slots=True)

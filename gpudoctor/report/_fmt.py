@@ -189,12 +189,16 @@ def action_text(a: Action) -> str:
     rank = f" (rank {a.rank})" if a.rank is not None else ""
     if a.expected_pct is not None:
         how = "measured by --verify" if a.measured_pct is not None else "expected"
-        gain = f"−{pct(a.expected_pct)} {how} (up to −{pct(a.gain_pct)}) of step time"
+        # a confirmed fix that holds no part of the account: no bound to show
+        bound = f"(up to −{pct(a.gain_pct)})" if a.components or a.measured_pct is None else "(outside the account's parts)"
+        gain = f"−{pct(a.expected_pct)} {how} {bound} of step time"
         after = ""
         if a.step_ns_expected and a.step_ns_after:
             after = f" → about {duration(a.step_ns_expected)} (≥ {duration(a.step_ns_after)}) per step"
         elif a.step_ns_after:
             after = f" → ≥ {duration(a.step_ns_after)} per step"
+        elif a.step_ns_expected:
+            after = f" → about {duration(a.step_ns_expected)} per step"
         return f"{a.code} {a.name}{rank}: {gain}{after}"
     after = f" → ≥ {duration(a.step_ns_after)} per step" if a.step_ns_after else ""
     return f"{a.code} {a.name}{rank}: up to −{pct(a.gain_pct)} of step time{after}"
@@ -203,6 +207,8 @@ def action_text(a: Action) -> str:
 def tried_text(a: Action) -> str:
     """``GD201 dataloader-stall: --verify refuted it (up to −38.6% of step time was at stake)``."""
     rank = f" (rank {a.rank})" if a.rank is not None else ""
+    if a.gain_pct <= 0:  # it held no part of the account
+        return f"{a.code} {a.name}{rank}: tried by --verify, did not help"
     return f"{a.code} {a.name}{rank}: tried by --verify, did not help (up to −{pct(a.gain_pct)} of step time was at stake)"
 
 

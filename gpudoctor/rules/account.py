@@ -236,6 +236,24 @@ def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
     return None, ""
 
 
+def settling_notes(ctx: RuleContext, ledger: Ledger) -> list[str]:
+    """What the account says of a run whose step time changed midway (``RuleContext.settling``): the change,
+    and, where the loop settled, whether the account's trace windows recorded the settled part (the step
+    time and the account's steps are of it; a window recorded before it split another loop's step)."""
+    settled = ctx.settling()
+    if settled is None:
+        return []
+    notes = [f"step time changed: {settled.text()}"]
+    first = settled.first_settled
+    recorded = sorted({w.step for m in ctx.accounting_traces() if m.rank == ledger.rank and m.ledger is not None
+                       for w in m.steps})
+    if first is not None and recorded and ledger.basis != "steps" and recorded[-1] < first:
+        notes.append(f"the account's trace recorded steps {recorded[0]}–{recorded[-1]}, before the loop settled at "
+                     f"step {first}: its split of the step is the unsettled loop's (profile more steps, --steps, "
+                     "for a window after it)")
+    return notes
+
+
 def weight_note(ledger: Ledger, max_ratio: float) -> str:
     """What the report says of the accounting window's weight (docs/account.md, "The accounting window"):
     "profiled steps ran 1.20× the unprofiled ones (…)", and whether the host-side work was scaled."""
@@ -262,6 +280,10 @@ def weight_note(ledger: Ledger, max_ratio: float) -> str:
         return (text + f": above {max_ratio:.2f}×, the host-side work of the account (launch and dispatch, Python "
                 f"and CPU ops, the optimizer on the host) is scaled to the unprofiled step: {fmt_ns(w.removed_ns)} "
                 f"of profiler time taken out of {of}" + as_recorded + waits)
+    if w.ratio < 1.0 / max_ratio:  # faster under the profiler: no instrument does that, the loop changed
+        return text + (f": under 1/{max_ratio:.2f}×, the profiled steps ran faster than the unprofiled ones, which "
+                       "no instrument causes: the loop ran at another speed while the window recorded it (a warm-up "
+                       "or a phase the unprofiled steps do not share); the account is as recorded, of the window's steps")
     return text + f": within {max_ratio:.2f}×, the account is as recorded"
 
 
@@ -305,34 +327,48 @@ def project(ledger: Ledger, step_ns: int | None, findings: Sequence[Finding],
     entries = []  # (finding, ledger key, granted %, expected %, measured %)
     tried = []
     for f in findings:
+        placed = False
+        meas = _measured_pct(f)
         for key in dict.fromkeys(c.ledger for c in f.gain.claims):
             if key != ledger.key and not multi:
                 continue
             pct = sum(100.0 * c.granted_ns / c.total_ns for c in f.gain.claims if c.ledger == key and c.total_ns)
             if pct < _MIN_ACTION_PCT:
                 continue
+            placed = True
             exp = _expected_pct(f, pct)
             if _refuted(f):
                 tried.append(Action(f.code, f.name, round(pct, 4), 0, f.rank, (),
                                     round(exp, 4) if exp is not None else None, None))
                 continue
-            meas = _measured_pct(f)
             entries.append((f, key, pct, exp, None if meas is None else min(meas, 100.0)))
+        if placed or is_headline(f):
+            continue
+        # a fix --verify judged that holds no part of the account (GD503: the allocator's calls fall in
+        # every part; a part granted to another finding): confirmed, it ranks at what it measured; refuted,
+        # it was tried all the same
+        if meas is not None:
+            entries.append((f, ledger.key, 0.0, None, min(meas, 100.0)))
+        elif _refuted(f):
+            tried.append(Action(f.code, f.name, 0.0, 0, f.rank, (), None, None))
 
     def value(e) -> float:
         _, _, pct, exp, meas = e
         return meas if meas is not None else exp if exp is not None else pct
 
     entries.sort(key=lambda e: (-value(e), -e[2], e[0].code, -1 if e[0].rank is None else e[0].rank))
+    # every fix --verify confirmed is an action, however many the expected ones ahead of it
+    chosen = entries[:TOP_ACTIONS] + [e for e in entries[TOP_ACTIONS:] if e[4] is not None]
     actions = []
     left = left_expected = 100.0
-    for f, key, pct, exp, meas in entries[:TOP_ACTIONS]:
+    for f, key, pct, exp, meas in chosen:
         comps = tuple(c.component for c in f.gain.claims if c.granted_ns > 0 and c.ledger == key)
         shown = meas if meas is not None else exp
         if key == ledger.key:
             left -= pct
             left_expected -= shown if shown is not None else pct
-            after = int(round(step_ns * max(left, 0.0) / 100.0)) if step_ns else 0
+            # a confirmed fix outside the account's parts has no bound of its own
+            after = int(round(step_ns * max(left, 0.0) / 100.0)) if step_ns and comps else 0
             expected_after = int(round(step_ns * max(left_expected, 0.0) / 100.0)) if step_ns else None
         else:
             after, expected_after = 0, None  # another rank's step: no projection of the job's step
@@ -375,6 +411,7 @@ def build_account(ctx: RuleContext, findings: list[Finding], slowest_rank: int |
         notes.append("GPU idle time is won only by host-side fixes, kernel time only by faster kernels (docs/account.md)")
     if step_ns and source.startswith("median") and ledger.basis != "steps":
         notes.append(f"shares of {ledger.window}, applied to the {source} ({fmt_ns(step_ns)})")
+    notes.extend(settling_notes(ctx, ledger))
     weight = weight_note(ledger, ctx.thresholds.profiler_weight_max_ratio)
     if weight:
         notes.append(weight)

@@ -61,6 +61,7 @@ from gpudoctor.model.metrics import (
 )
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
 from gpudoctor.model.selectors import busiest_device, primary_trace
+from gpudoctor.model.settle import Settling
 from gpudoctor.model.steady import median_int, percentile_int
 from gpudoctor.model.units import duration_text, pct_text, size_text
 
@@ -296,9 +297,24 @@ class RuleContext:
         epoch whose workers start, and the steps in which torch.compile compiled:
         ``model.steady.steady_steps``, the one definition the report and the stderr line of
         ``gpudoctor profile`` share."""
-        mf = self.manifest
-        return steady.steady_steps(self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
-                                   steady.compile_steps(self.settings, self.run.steps))
+        key = ("steady_steps",)  # computed once: the split where the loop settles ranks every step
+        if key not in self._ledgers:
+            mf = self.manifest
+            self._ledgers[key] = steady.steady_steps(
+                self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
+                steady.compile_steps(self.settings, self.run.steps))
+        return self._ledgers[key]
+
+    def settling(self) -> Settling | None:
+        """Where the run's step time changed beyond noise (``model.steady.run_settling``): the steady steps
+        are the settled part's, and the summary and the account say so. None where it held steady."""
+        key = ("settling",)
+        if key not in self._ledgers:
+            mf = self.manifest
+            self._ledgers[key] = steady.run_settling(
+                self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
+                steady.compile_steps(self.settings, self.run.steps))
+        return self._ledgers[key]
 
     def step_time_ns(self) -> int | None:
         """Median wall time of a steady step: run records first, else the trace's step windows."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from compare_builders import (
     MS,
@@ -471,3 +473,16 @@ def test_bad_parameters_are_refused() -> None:
         cmp(run(), run(), min_steps=1)
     with pytest.raises(ValueError):
         cmp(run(), run(), confidence_pct=100)
+
+
+def test_a_run_that_settles_is_compared_from_its_settled_steps() -> None:
+    """A's loop ran its first 15 steps at 400 ms and settled at 100 ms (model/settle.py): its steady steps, and
+    so the comparison, start at step 15, and a note says so; B, steady at 50 ms, is compared whole."""
+    slow = step_records(15, 400.0, seed=3)
+    settled = tuple(dataclasses.replace(s, index=s.index + 15) for s in step_records(25, 100.0, seed=4, first_ms=None))
+    c = cmp(run(steps=slow + settled), run(source="runs/b", wall_ms=50, seed=2))
+    assert c.step_time.a.count == 25 and c.step_time.b.count == 39
+    assert 95 * MS < c.step_time.a.median_ns < 105 * MS
+    assert c.step_time.verdict == StepTimeVerdict.FASTER and 1.8 < c.step_time.speedup < 2.2
+    assert any(n.startswith("A's step time changed: steps 1–14 ran 39") and "settled at step 15" in n for n in c.notes)
+    assert not any(n.startswith("B's step time changed") for n in c.notes)

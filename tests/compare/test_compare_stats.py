@@ -99,10 +99,60 @@ def test_stratified_speedup_weighs_each_stratum_by_its_share() -> None:
     b_first, b_rest = 50 * (1 + rng.uniform(-0.05, 0.05, 6)), 50 * (1 + rng.uniform(-0.05, 0.05, 42))
     st = stratified_speedup_stats((a_first, a_rest), (b_first, b_rest))
     assert st.speedup == pytest.approx((500 / 8 + 50 * 7 / 8) / 50, rel=0.05)
-    assert st.p_value is None and st.ci_low is not None and st.ci_low > 1.5 and st.significant
+    # the interval and the test come from the same resamples: none of them at or under 1×
+    assert st.p_value == 0.0 and st.ci_low is not None and st.ci_low > 1.5 and st.significant
     assert st == stratified_speedup_stats((a_first, a_rest), (b_first, b_rest))  # fixed seed
     # without the epoch starts it is the plain ratio of medians
     plain = stratified_speedup_stats(((), a_rest), ((), b_rest))
     assert plain.speedup == pytest.approx(float(np.median(a_rest) / np.median(b_rest)))
     with pytest.raises(ValueError):
         stratified_speedup_stats(((), ()), ((), b_rest))
+
+
+# --------------------------------------------------------------------------- one decision: the interval and its test
+
+
+def test_the_interval_and_its_test_are_one_decision() -> None:
+    """The interval excludes 1× exactly when the test from its resamples rejects, at every level: pairs of
+    samples from no change to a clear one, small and large, unimodal and bimodal."""
+    rng = np.random.default_rng(21)
+    seen = set()
+    for k in range(36):
+        n = (6, 15, 40)[k % 3]
+        shift = (1.0, 1.03, 1.1, 1.4)[k % 4]
+        a = 20 * np.exp(rng.normal(0, 0.15, n)) * np.where(rng.uniform(size=n) < 0.3 * (k % 2), 2.0, 1.0)
+        b = 20 / shift * np.exp(rng.normal(0, 0.15, n + 3))
+        for conf in (90.0, 95.0, 99.0):
+            st = speedup_stats(a, b, conf, resamples=400)
+            excludes = st.ci_low > 1.0 or st.ci_high < 1.0
+            assert st.significant == excludes == (st.p_value < 1 - conf / 100), (k, conf, st)
+            seen.add(excludes)
+    assert seen == {True, False}  # both decisions were taken
+
+
+def _bimodal(fast: int, base_ms: float, n: int = 21) -> list[int]:
+    """``n`` steps, ``fast`` of them about ``base_ms`` and the rest about 2.2× (a loop with two kinds of step)."""
+    return [int((base_ms + 0.1 * i) * 1e6) for i in range(fast)] + \
+           [int((2.2 * base_ms + 0.1 * i) * 1e6) for i in range(n - fast)]
+
+
+def test_compares_verdict_does_not_contradict_its_own_figures() -> None:
+    """The issue's case: "Within noise: … 0.46×, 95% CI 0.42×–2.17×, p = 0.020". Bimodal steps (A: 15 of
+    21 fast, B: 7 of 21): the medians fall in different modes (0.49×), a rank test of the steps rejects
+    (p = 0.03), and the interval of the median's ratio spans 1×. The verdict's p is the interval's own
+    test now: within noise, and p says so."""
+    from gpudoctor.analysis.compare.steps import StepBasis, step_change
+    from gpudoctor.model import StepTimeVerdict
+
+    a, b = _bimodal(15, 10.0), _bimodal(7, 10.05)
+    assert mann_whitney_p(a, b)[0] < 0.05  # what the verdict printed before
+    basis = StepBasis("plain_steps", "wall time", a, b, "21 steps", "21 steps", [], [])
+    got = step_change(basis, None, None, min_steps=10, min_change_pct=5.0, confidence_pct=95.0, resamples=2000)
+    assert got.verdict == StepTimeVerdict.WITHIN_NOISE
+    assert got.ci_low < 1.0 < got.ci_high and got.p_value >= 0.05
+    assert "Within noise" in got.verdict_text and f"p = {got.p_value:.3f}" in got.verdict_text
+    assert "interval includes 1×: p ≥ 0.05" in got.verdict_text
+    # one side's steps all in the slow mode: the interval excludes 1×, the test rejects, the verdict says slower
+    slower = step_change(StepBasis("plain_steps", "wall time", a, _bimodal(0, 10.05), "21", "21", [], []),
+                         None, None, min_steps=10, min_change_pct=5.0, confidence_pct=95.0, resamples=2000)
+    assert slower.verdict == StepTimeVerdict.SLOWER and slower.ci_high < 1.0 and slower.p_value < 0.05

@@ -176,7 +176,7 @@ def test_the_traces_of_one_process_are_one_ledger():
 # --------------------------------------------------------------------------- expected gains, --verify, ranks
 
 from gpudoctor.model import Account, Ledger, LedgerSlice, Verification, VerifyStatus  # noqa: E402
-from gpudoctor.report._fmt import action_text  # noqa: E402
+from gpudoctor.report._fmt import action_text, tried_text  # noqa: E402
 from gpudoctor.rules.account import project, with_verifications  # noqa: E402
 
 
@@ -256,3 +256,53 @@ def test_verify_re_projects_the_account_once_it_judged_the_fixes():
     assert [a.code for a in out.account.actions] == ["GD401"] and out.account.actions[0].measured_pct == 20.0
     assert [a.code for a in out.account.tried] == ["GD201"]
     assert [f.code for f in out.findings] == ["GD401", "GD201"]
+
+
+def _unclaimed(code: str, verification: Verification | None) -> Finding:
+    """A finding that claims no part of the ledger (GD503: the allocator's calls fall in every part)."""
+    ctx = RuleContext(run())
+    return Finding(code, code.lower(), Severity.WARNING, Confidence.MEASURED, "m", Fix("f"),
+                   gain=ctx.gain(None, "", None, ""), verification=verification)
+
+
+def test_after_verify_every_confirmed_fix_is_a_top_action_at_its_measured_gain():
+    """The issue's mnist case: GD503 confirmed 1.20× faster, GD201 not confirmed (inconclusive); before,
+    Top actions listed GD201 alone, since GD503 holds no part of the account."""
+    from gpudoctor.model import Report
+    from gpudoctor.verify import _attach
+
+    dl = _claiming("GD201", "data_loading", 34, 0.95)
+    alloc = _unclaimed("GD503", None)
+    actions, tried, claimed = project(_ledger(), 100 * MS, [dl, alloc])
+    assert [a.code for a in actions] == ["GD201"]  # not verified yet: GD503 has no share to rank by
+    rep = Report(4, "0", "profile", "run", "now", findings=(dl, alloc),
+                 account=Account("h", _ledger(), 100 * MS, "mean", actions, claimed))
+    out = _attach(rep, {0: _verified(VerifyStatus.INCONCLUSIVE, 1.01), 1: _verified(VerifyStatus.CONFIRMED, 1.2)})
+    confirmed = [f.code for f in out.findings if f.verification.status == VerifyStatus.CONFIRMED]
+    by_code = {a.code: a for a in out.account.actions}
+    assert confirmed == ["GD503"] and set(by_code) == {"GD201", "GD503"}
+    got = by_code["GD503"]
+    assert got.measured_pct == got.expected_pct == 16.6667  # 1 - 1/1.20, as measured
+    assert got.gain_pct == 0.0 and got.components == () and got.step_ns_after == 0  # no bound of its own
+    assert [a.code for a in out.account.actions] == ["GD201", "GD503"]  # 32.3% expected, then 16.7% measured
+    text = action_text(got)
+    assert "GD503 gd503: −16.7% measured by --verify (outside the account's parts) of step time" in text
+    assert "→ about" in text and "≥" not in text
+    assert not out.account.tried
+
+
+def test_a_confirmed_fix_is_an_action_however_many_expected_ones_rank_ahead():
+    parts = ["data_loading", "gpu_fp32_conv", "gpu_compute"]
+    big = [_claiming(f"GD{300 + i}", parts[i % 3], 10, 0.9) for i in range(7)]
+    small = _claiming("GD499", "gpu_compute", 5, 0.5, verification=_verified(VerifyStatus.CONFIRMED, 1.02))
+    actions, _, _ = project(_ledger(), 100 * MS, [*big, small])
+    codes = [a.code for a in actions]
+    assert len(codes) == 6 and codes[-1] == "GD499"  # the top five expected ones, then the confirmed one
+    assert actions[-1].measured_pct == 1.9608
+
+
+def test_a_refuted_fix_outside_the_account_is_tried_too():
+    alloc = _unclaimed("GD503", _verified(VerifyStatus.REFUTED, 0.97))
+    actions, tried, _ = project(_ledger(), 100 * MS, [alloc])
+    assert not actions and [a.code for a in tried] == ["GD503"]
+    assert tried_text(tried[0]) == "GD503 gd503: tried by --verify, did not help"

@@ -12,20 +12,21 @@ runs need not have been instrumented alike. Without ``steps.jsonl`` on a side (a
 Kineto trace) both sides are compared on their ProfilerStep windows. Multi-rank runs
 are compared on one rank (the lowest both have).
 
-Noise. Steps vary; a single median hides how much. The judgement combines
-a two-sided Mann–Whitney U test on the two sets of step times (exact distribution for
-small samples without ties, else the normal approximation with tie and continuity
-corrections), and a bootstrap confidence interval of the speed-up (ratio of medians,
-``resamples`` resamples with a fixed seed, so the output is deterministic; a run of more
-than ``BOOTSTRAP_MAX_STEPS`` steps is resampled from that many spread over it), both from
-``scipy.stats`` through ``analysis.stats``, which ``--verify`` shares. B is faster
-(or slower) only when the test rejects "same distribution" at ``1 - confidence``, the
-interval excludes 1, and the change is at least ``min_change_pct``: two runs of one
-unchanged script on one machine commonly differ by a percent or two in median step
-time (clock boost, placement, page cache), which no test on the steps of a single
-pair of runs can see. Fewer than ``min_steps`` steps on a side: too few to tell.
-Steps of one run are not independent draws (a slow phase lasts several steps), so the
-p-value is optimistic; the margin and the interval are the guard.
+Noise. Steps vary; a single median hides how much. The judgement is one decision on one
+statistic, the speed-up (the ratio of the medians A / B): its bootstrap confidence interval
+(``resamples`` resamples with a fixed seed, so the output is deterministic; a run of more
+than ``BOOTSTRAP_MAX_STEPS`` steps is resampled from that many spread over it) decides, and
+the p-value printed beside it is the bootstrap test of "no change" from the same resamples
+(``analysis.stats.interval_and_p``, on ``scipy.stats.bootstrap``), so the two cannot
+disagree: the interval excludes 1× exactly when p < 1 − confidence. (A Mann–Whitney test of
+the steps, which this verdict once also required, tests another thing and disagreed with the
+interval on bimodal steps: "Within noise: 0.46×, 95% CI 0.42×–2.17×, p = 0.020".) B is
+faster (or slower) only when the interval excludes 1 and the change is at least
+``min_change_pct``: two runs of one unchanged script on one machine commonly differ by a
+percent or two in median step time (clock boost, placement, page cache), which nothing on
+the steps of a single pair of runs can see. Fewer than ``min_steps`` steps on a side: too
+few to tell. Steps of one run are not independent draws (a slow phase lasts several steps),
+so the interval is optimistic; the margin is the guard.
 
 When the main DataLoader's batch size changed, a step does different work: the
 speed-up and the test are on time per sample (step time / batch size) instead.

@@ -2,7 +2,7 @@
 
 Which steps are compared (``step_basis``: the steady steps outside the profiler windows, else
 every steady step, else the ProfilerStep windows of the traces) and the verdict on them
-(``step_change``: a Mann–Whitney U test, a bootstrap interval of the speed-up and a margin;
+(``step_change``: a bootstrap interval of the speed-up, its test from the same resamples, and a margin;
 per sample when the batch size changed). The package's docstring says why.
 """
 
@@ -26,7 +26,7 @@ from gpudoctor.model.compare import (
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import StepRecord
 from gpudoctor.model.selectors import primary_trace
-from gpudoctor.model.steady import percentile_int
+from gpudoctor.model.steady import percentile_int, run_settling
 from gpudoctor.model.units import duration_text
 
 MIN_STEPS = 5  # fewer steps on a side: the test and the interval mean little (gpudoctor's choice)
@@ -137,6 +137,10 @@ def step_basis(run_a: RunData, run_b: RunData, min_steps: int) -> StepBasis:
     rank_a, rank_b, notes = _rank_choice(run_a, run_b)
     steady_a = steady_of(_records(run_a, rank_a))
     steady_b = steady_of(_records(run_b, rank_b))
+    for side, run, rank in (("A", run_a, rank_a), ("B", run_b, rank_b)):  # the steady steps are the settled ones
+        settled = run_settling(sorted(_records(run, rank), key=lambda s: s.index), None, None)
+        if settled is not None:
+            notes.append(f"{side}'s step time changed: {settled.text()}")
     if steady_a and steady_b:
         plain_a = [s for s in steady_a if not s.window]
         plain_b = [s for s in steady_b if not s.window]
@@ -267,15 +271,11 @@ def step_change(
                 "that two runs of one script commonly differ by."
             )
         else:
+            # one decision: the interval includes 1×, and so the test from its resamples is at or above α
             verdict = StepTimeVerdict.WITHIN_NOISE
-            why = (
-                "the speed-up's interval includes 1×"
-                if p < alpha
-                else "the test cannot tell the two sets of steps apart"
-            )
             text = (
                 f"Within noise: {moved} ({_x(speedup)}, {stats}) is not distinguishable from step-to-step "
-                f"variation ({why})."
+                f"variation (the speed-up's interval includes 1×: p ≥ {alpha:g})."
             )
     return StepTimeChange(
         basis=basis.kind,
