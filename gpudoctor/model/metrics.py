@@ -185,6 +185,15 @@ class StepBreakdown(Serde):
     parts_ns: dict[str, int]  # Component.value -> ns
 
 
+class SliceSource(str, Enum):
+    """What measured a ledger's part."""
+
+    TRACE = "trace"
+    STEPS = "steps"  # the per-step records
+    TRACE_SCALED = "trace, scaled"  # a trace's proportions of the steps' time
+    UNSTATED = ""
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerSlice(Serde):
     """One part of a ledger, over all its windows."""
@@ -194,8 +203,12 @@ class LedgerSlice(Serde):
     pct: float  # of Ledger.total_ns
     side: str  # "device" (the GPU busy: only faster kernels win it) or "host" (the GPU idle, or no GPU)
     detail: str = ""  # what mostly caused it ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
-    source: str = ""  # "trace", "steps" (per-step records), "trace, scaled" (trace proportions of the steps' time)
+    source: SliceSource = SliceSource.UNSTATED  # what measured it
     after_sync_ns: int = 0  # of ns: GPU idle in gaps a synchronization began (the queue drained), GPU ledgers
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, SliceSource):  # a caller's plain "trace": one type to branch on
+            object.__setattr__(self, "source", SliceSource(self.source))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +227,14 @@ class WindowWeight(Serde):
     scaled_windows: int = 0  # the windows of the trace ledger the scaling took it out of
 
 
+class LedgerBasis(str, Enum):
+    """What a ledger's windows are and whose timeline splits them (docs/account.md)."""
+
+    GPU = "gpu"  # a trace, from the GPU's point of view
+    CPU = "cpu"  # a CPU-only trace
+    STEPS = "steps"  # the run's per-step records (their trace, where there is one, splits the rest)
+
+
 @dataclass(frozen=True, slots=True)
 class Ledger(Serde):
     """Step time split into exclusive parts that sum to it (docs/account.md).
@@ -221,7 +242,7 @@ class Ledger(Serde):
     ``sum(s.ns for s in slices) == total_ns``, exactly."""
 
     key: str  # which ledger: "trace:<path>", "steps" or "steps+trace:<path>" (claims name it)
-    basis: str  # "gpu" (a trace, from the GPU's point of view), "cpu" (a CPU-only trace), "steps" (per-step records)
+    basis: LedgerBasis  # GPU (a trace, from the GPU's point of view), CPU (a CPU-only trace), STEPS (per-step records)
     label: str  # how a report names it: "rank 0", "train.pt.trace.json.gz", "120 steady steps"
     window: str  # what the windows are: "5 ProfilerStep windows", "the span of GPU activity", …
     windows: int  # number of windows (steps)
@@ -233,6 +254,10 @@ class Ledger(Serde):
     device_windows: int = 0  # of the windows, steps on the device's timeline (the device limits them; basis "gpu")
     lead_ns: int | None = None  # how far the host ran ahead of the device in those steps (median)
     weight: WindowWeight | None = None  # against the unprofiled steps (None: too few of them, or a bare trace)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.basis, LedgerBasis):  # a caller's plain "gpu": one type to branch on
+            object.__setattr__(self, "basis", LedgerBasis(self.basis))
 
     @property
     def step_ns(self) -> float:  # mean time of one window

@@ -294,7 +294,7 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
     _say(opts, f"gpudoctor: verify: each trial runs, in {run.manifest.cwd}: {trial_command(run.manifest)}")
     session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
     baseline = session.baseline = _Arm("baseline", ())
-    profiled = profiled_step_ns(run, opts.warmup_steps)
+    profiled = profiled_step_ns(run)
     looks = opts.max_looks
     more = f" (up to {opts.rounds_max} for a fix still undecided)" if looks > 1 else ""
     _say(opts, f"gpudoctor: verify: {len(arms)} fix(es) to try ({', '.join(a.label for a in arms)}), "
