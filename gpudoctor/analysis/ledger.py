@@ -47,14 +47,13 @@ from gpudoctor.analysis.names import memcpy_kind
 from gpudoctor.analysis.nesting import top_level
 from gpudoctor.analysis.utilization import CAUSES, GapTable
 from gpudoctor.analysis.view import TraceView, Windows
+from gpudoctor.model.kinds import LedgerBasis, SliceSource
 from gpudoctor.model.metrics import (
     Component,
     DeviceUtilization,
     GapCause,
     Ledger,
-    LedgerBasis,
     LedgerSlice,
-    SliceSource,
     StepBreakdown,
 )
 from gpudoctor.model.run import StepRecord
@@ -538,8 +537,7 @@ def steps_ledger(
 ) -> Ledger | None:
     """The ledger of a run's steady steps: the data wait of every step, the rest split by
     ``trace`` (a CPU trace of the same run) in its proportions, else by the steps' phase times,
-    else left unexplained. ``label_steps``: what the steps are, as the window names them ("steady
-    step", "unprofiled steady step")."""
+    else left unexplained. ``label_steps``: what the steps are ("steady step", "unprofiled steady step")."""
     steps = [s for s in steps if s.wall_ns > 0]
     if not steps:
         return None

@@ -30,9 +30,12 @@ _NAMES: dict[str, tuple[str, ...]] = {
     "metrics": (
         "COMPONENT_LABELS", "DEVICE_COMPONENTS", "CommStats", "CompiledStats", "Component", "CpuSummary", "DeviceInfo",
         "DevicePeak", "DeviceUtilization", "DispatchStats", "GapCause", "GapCauseTotal", "HistogramBin", "HostSync",
-        "IdleGap", "KernelStats", "Ledger", "LedgerBasis", "LedgerSlice", "SliceSource", "MemoryStats", "NameStat", "StepBreakdown",
+        "IdleGap", "KernelStats", "Ledger", "LedgerSlice", "MemoryStats", "NameStat", "StepBreakdown",
         "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics",
         "TransferStat", "UtilizationBin", "Window", "WindowKind", "WindowWeight",
+    ),
+    "kinds": (
+        "LedgerBasis", "SliceSource",
     ),
     "timelines": (
         "StepSpan", "Timelines",

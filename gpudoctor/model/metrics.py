@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gpudoctor.model._serde import Serde
+from gpudoctor.model.kinds import LedgerBasis, SliceSource  # noqa: F401 - re-exported: the ledger's fields
 from gpudoctor.model.timelines import Timelines
 
 
@@ -185,15 +186,6 @@ class StepBreakdown(Serde):
     parts_ns: dict[str, int]  # Component.value -> ns
 
 
-class SliceSource(str, Enum):
-    """What measured a ledger's part."""
-
-    TRACE = "trace"
-    STEPS = "steps"  # the per-step records
-    TRACE_SCALED = "trace, scaled"  # a trace's proportions of the steps' time
-    UNSTATED = ""
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerSlice(Serde):
     """One part of a ledger, over all its windows."""
@@ -205,10 +197,6 @@ class LedgerSlice(Serde):
     detail: str = ""  # what mostly caused it ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     source: SliceSource = SliceSource.UNSTATED  # what measured it
     after_sync_ns: int = 0  # of ns: GPU idle in gaps a synchronization began (the queue drained), GPU ledgers
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.source, SliceSource):  # a caller's plain "trace": one type to branch on
-            object.__setattr__(self, "source", SliceSource(self.source))
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,19 +215,9 @@ class WindowWeight(Serde):
     scaled_windows: int = 0  # the windows of the trace ledger the scaling took it out of
 
 
-class LedgerBasis(str, Enum):
-    """What a ledger's windows are and whose timeline splits them (docs/account.md)."""
-
-    GPU = "gpu"  # a trace, from the GPU's point of view
-    CPU = "cpu"  # a CPU-only trace
-    STEPS = "steps"  # the run's per-step records (their trace, where there is one, splits the rest)
-
-
 @dataclass(frozen=True, slots=True)
 class Ledger(Serde):
-    """Step time split into exclusive parts that sum to it (docs/account.md).
-
-    ``sum(s.ns for s in slices) == total_ns``, exactly."""
+    """Step time split into exclusive parts that sum to it, exactly: ``sum(s.ns for s in slices) == total_ns``."""
 
     key: str  # which ledger: "trace:<path>", "steps" or "steps+trace:<path>" (claims name it)
     basis: LedgerBasis  # GPU (a trace, from the GPU's point of view), CPU (a CPU-only trace), STEPS (per-step records)
@@ -254,10 +232,6 @@ class Ledger(Serde):
     device_windows: int = 0  # of the windows, steps on the device's timeline (the device limits them; basis "gpu")
     lead_ns: int | None = None  # how far the host ran ahead of the device in those steps (median)
     weight: WindowWeight | None = None  # against the unprofiled steps (None: too few of them, or a bare trace)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.basis, LedgerBasis):  # a caller's plain "gpu": one type to branch on
-            object.__setattr__(self, "basis", LedgerBasis(self.basis))
 
     @property
     def step_ns(self) -> float:  # mean time of one window

@@ -654,7 +654,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     compute_ns = max(step_batch_ns - wait_ns, 1.0)
     load, main_cpu = measure_load(ctx, dl, steps, micro, step_batch_ns, wait_ns)
     mem = memory_cap(ctx, dl)
-    basis = f"means per batch over the {fig.account_label}"
+    basis = (f"means per batch over the {fig.account_label}" if micro == 1 else
+             f"per batch: the step time over the {fig.account_label} ÷ {micro} micro-batches")
     # what the model's step is known to: the scatter of the part of the step that is not the wait (its
     # compute and the CPU terms are built from it; the wait's own scatter is the stall, not noise)
     # On a GPU run the host's step also holds its waits for the device, which the host does not choose: not

@@ -304,8 +304,10 @@ def judge(
     st = run_speedup_stats([p for _, _, p in fa if p], [p for _, _, p in fb if p], level)
     med_a = statistics.median(s.wall_ns / (batch_a if per_sample else 1) for _, steps, _ in fa for s in steps)
     med_b = statistics.median(s.wall_ns / (batch_b if per_sample else 1) for _, steps, _ in fb for s in steps)
-    base_median_step = statistics.median(s.wall_ns for _, steps, _ in fa for s in steps)
-    unfair = load_unfair(base_load, trial_load, base_median_step, profiled_ns, thresholds)
+    # the untouched script's time per step in the trials against the profiled run's step time: means both
+    base_steps = [_trial_figures(steps).step_ns or 0 for _, steps, _ in fa if steps]
+    base_step = statistics.fmean(base_steps) if base_steps else None
+    unfair = load_unfair(base_load, trial_load, base_step, profiled_ns, thresholds)
     figures = {
         **counts,
         "speedup": round(st.speedup, 4) if st.speedup is not None else None,

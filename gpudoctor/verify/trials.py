@@ -8,7 +8,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -28,7 +27,15 @@ from gpudoctor.model import (
 )
 from gpudoctor.safe import terminal_line as safe_line
 from gpudoctor.signals import signum_of
-from gpudoctor.verify.judging import _cores, _ms, _steady, judge, profiled_step_ns, undecided
+from gpudoctor.verify.judging import (
+    _cores,
+    _ms,
+    _steady,
+    _trial_figures,
+    judge,
+    profiled_step_ns,
+    undecided,
+)
 from gpudoctor.verify.ladder import _climb
 from gpudoctor.verify.plan import (
     MARKER,
@@ -223,8 +230,9 @@ class _Session:
             arm.runs.append(r)
             self.estimate_s = max(self.estimate_s, r.duration_s)
             steady = _steady(r, opts.warmup_steps)
-            per = sum(s.wall_ns for s in steady) / len(steady) if steady else None
-            med = statistics.median(s.wall_ns for s in steady) if steady else None
+            figs = _trial_figures(steady) if steady else None
+            per = figs.step_ns if figs is not None else None
+            med = figs.median_ns if figs is not None else None
             busy = ""
             if r.load is not None and r.load.others_cpu_pct is not None:
                 busy = f", other processes {_cores(r.load.others_cpu_pct)} cores"
