@@ -19,9 +19,10 @@ the checklist. The verdict is one of
   never guesses silently.
 
 ``RuleContext`` bundles the run, one ``TraceMetrics`` per trace (rank), the
-thresholds, and the helpers every rule shares: the step time, "share of step
-time", the severity scale, locations and setting references, and merging the
-per-rank results of a multi-trace run into one finding.
+thresholds, the run's figures (``figures``: the step populations and the step time,
+computed once per diagnosis by ``analysis.figures``), and the helpers every rule shares:
+"share of step time", the severity scale, locations and setting references, and merging
+the per-rank results of a multi-trace run into one finding.
 """
 
 from __future__ import annotations
