@@ -5,7 +5,8 @@ Per rank, and for the job (every rank's steps together): the step populations, o
 window), **the step time** (one statistic: the mean over the account's window, the unprofiled steady steps
 where there are ``model.steady.MIN_BARE_STEPS``: total ÷ count, the throughput ``--verify`` measures), what
 timed it (``StepSource``), its spread (median, p90: named as what they are, never "the step"), the data
-wait, the phases the hooks timed and the micro-batches per step. Without per-step records (a bare trace),
+wait, the phases the hooks timed and the micro-batches per step; the host's: the training process's CPU,
+the cores and the machine's load over the steps. Without per-step records (a bare trace),
 the step time is the mean of the trace's ProfilerStep windows.
 
 ``model.steady`` holds the definitions (pure functions of the records, which the stderr line of ``gpudoctor
@@ -17,16 +18,18 @@ greps for it: tests/analysis/test_analysis_figures.py).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudoctor.model import steady
+from gpudoctor.analysis.load import host_load
+from gpudoctor.model import HostLoad, steady
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import Ledger, TraceMetrics
 from gpudoctor.model.run import StepRecord
 from gpudoctor.model.steady import StepFigures, StepSource, median_int
 
-__all__ = ["RankSteps", "RunFigures", "StepFigures", "StepSource", "run_figures", "steps_span"]
+__all__ = ["HostFigures", "RankSteps", "RunFigures", "StepFigures", "StepSource", "run_figures", "steps_span"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +69,24 @@ class RankSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class HostFigures:
+    """The host the steps ran on: the training process's CPU, the cores, the machine's load."""
+
+    main_cpu_pct: float | None  # the training process's CPU (% of one core): median of its samples while the steps ran
+    main_cpu_samples: int  # how many samples
+    main_cpu_when: str  # "while the steps ran" or "over the run" (no sample in the steps' span, or no steps)
+    cpu_count: int | None  # cores available to the training process (settings, then manifest, then samples)
+    load: HostLoad | None  # the machine's load over the steps' span (``analysis.load.host_load``)
+
+
+@dataclass(frozen=True, slots=True)
 class RunFigures:
-    """The run's figures: the job's, each rank's, and each trace's ProfilerStep windows."""
+    """The run's figures: the job's, each rank's, each trace's ProfilerStep windows, and the host's."""
 
     job: RankSteps
     ranks: tuple[RankSteps, ...]  # by rank; empty where the records carry no rank
-    traces: tuple[tuple[str, StepFigures], ...] = ()  # (trace path, its ProfilerStep windows' figures)
+    traces: tuple[tuple[str, StepFigures], ...]  # (trace path, its ProfilerStep windows' figures)
+    host: HostFigures
 
     def of(self, rank: int | None) -> RankSteps:
         """One rank's figures (the lowest rank's for None; the job's where the records carry no rank)."""
@@ -154,6 +169,23 @@ def _trace_figures(m: TraceMetrics) -> StepFigures:
     return steady.times_figures([w.end_ns - w.start_ns for w in m.steps], StepSource.TRACE)
 
 
+def _host(run: RunData) -> HostFigures:
+    span = (run.steps[0].start_ns, max(s.start_ns + s.wall_ns for s in run.steps)) if run.steps else (None, None)
+    samples = tuple(p for p in (run.samples.process if run.samples else ()) if p.role == "main")
+    when = "over the run"
+    if run.steps:
+        inside = tuple(p for p in samples if span[0] <= p.t_ns <= span[1])
+        if inside:
+            samples, when = inside, "while the steps ran"
+    # rounded as the summary keeps its figures (3 decimals), so that a rule prints what it prints
+    cpu = round(statistics.median(p.cpu_pct for p in samples), 3) if samples else None
+    s, mf = run.settings, run.manifest
+    cores = ((s.cpu_count if s is not None and s.cpu_count else None)
+             or (mf.cpu_count if mf is not None and mf.cpu_count else None)
+             or (run.samples.system_cpu_count if run.samples is not None and run.samples.system_cpu_count else None))
+    return HostFigures(cpu, len(samples), when, cores, host_load(run.samples, *span))
+
+
 def run_figures(run: RunData) -> RunFigures:
     """The figures of ``run``, computed once (``RuleContext.figures`` keeps them for the diagnosis)."""
     mf = run.manifest
@@ -169,7 +201,7 @@ def run_figures(run: RunData) -> RunFigures:
         for r in ranked
     )
     traces = tuple((m.path, _trace_figures(m)) for m in run.metrics if m.steps)
-    return RunFigures(job, ranks, traces)
+    return RunFigures(job, ranks, traces, _host(run))
 
 
 def steps_span(steps: Sequence[StepRecord]) -> tuple[int, int] | None:

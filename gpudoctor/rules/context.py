@@ -28,7 +28,6 @@ the per-rank results of a multi-trace run into one finding.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -237,29 +236,12 @@ class RuleContext:
         the steps ran (every sample when none did, or the run has no steps), how many samples, and
         which ("while the steps ran" or "over the run"): the one figure the summary and every rule
         print as the training process's CPU."""
-        samples = self.samples_process("main")
-        when = "over the run"
-        steps = self.steps()
-        if steps:
-            lo = steps[0].start_ns
-            hi = max(s.start_ns + s.wall_ns for s in steps)
-            inside = tuple(p for p in samples if lo <= p.t_ns <= hi)
-            if inside:
-                samples, when = inside, "while the steps ran"
-        if not samples:
-            return None, 0, when
-        # rounded as the summary keeps its figures (3 decimals), so that a rule prints what it prints
-        return round(statistics.median(p.cpu_pct for p in samples), 3), len(samples), when
+        host = self.figures.host
+        return host.main_cpu_pct, host.main_cpu_samples, host.main_cpu_when
 
     def cpu_count(self) -> int | None:
-        """Cores available to the training process (settings, then manifest, then samples)."""
-        if self.settings is not None and self.settings.cpu_count:
-            return self.settings.cpu_count
-        if self.manifest is not None and self.manifest.cpu_count:
-            return self.manifest.cpu_count
-        if self.run.samples is not None and self.run.samples.system_cpu_count:
-            return self.run.samples.system_cpu_count
-        return None
+        """Cores available to the training process (settings, then manifest, then samples: the run's figures)."""
+        return self.figures.host.cpu_count
 
     def device_cc(self) -> tuple[str, float | None]:
         """Name and compute capability of the (first) GPU, from the trace or the manifest."""

@@ -246,7 +246,6 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from gpudoctor.analysis.load import host_load
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     ChecklistStatus,
@@ -597,7 +596,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 rec_share = data_wait_share_pct(recorded) if recorded else None
                 why = idle + (f", where the loop waited {fmt_pct(rec_share)} of the host's step (the {len(recorded)} "
                               "steps the window recorded); the share at stake is the GPU's idle time, which no trace "
-                              "shows for the unprofiled steps" if rec_share is not None and bare_steps(ctx, steps)
+                              "shows for the unprofiled steps" if rec_share is not None and fig.account_is_unprofiled
                               else "")
             return RuleResult.fine(
                 f"the loop waits {fmt_pct(share)} of the host's step time for data ({_steps_text(ctx, steps)}), "
@@ -783,7 +782,7 @@ def _machine_busy(ctx: RuleContext) -> str:
     steps = ctx.steps()
     if not steps or ctx.run.samples is None:
         return ""
-    load = host_load(ctx.run.samples, steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps))
+    load = ctx.figures.host.load  # over the steps (the run's figures)
     if load is None or load.runq_wait_pct is None or load.others_cpu_pct is None:
         return ""
     if load.runq_wait_pct < t.cpu_contention_wait_pct or load.others_cpu_pct < t.cpu_contention_others_pct:
@@ -802,15 +801,10 @@ def _kind_text(load: Load) -> str:
     return f"the loading computes (it keeps a core busy {cpu} of its time)"
 
 
-def bare_steps(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> bool:
-    """Whether ``steps`` (the account's) leave the instrumented steady steps out."""
-    return len(steps) < len(ctx.steady_steps())
-
-
 def _steps_text(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> str:
     """Which steps the figures of the loop's waits are of: "8 unprofiled steps" where the account's steps
     leave the instrumented ones out, else "30 steps"."""
-    bare = bare_steps(ctx, steps)
+    bare = ctx.figures.job.account_is_unprofiled  # ``steps``: the account's window, which leaves them out
     return f"{len(steps)} {'unprofiled ' if bare else ''}step{'' if len(steps) == 1 else 's'}"
 
 
