@@ -112,6 +112,10 @@ if TYPE_CHECKING:
         SummaryStat,
         TimeRange,
     )
+    from gpudoctor.model.kinds import (
+        LedgerBasis,
+        SliceSource,
+    )
     from gpudoctor.model.metrics import (
         COMPONENT_LABELS,
         DEVICE_COMPONENTS,
