@@ -83,9 +83,10 @@ rate) and says the loading must get cheaper.
 
 Expected gain
 -------------
-The model, per batch, with means over the steady steps that ran without an
-instrument (torch.profiler's and cProfile's windows slow the loading and the
-step unevenly, and `--verify`'s trial runs carry neither; all steady steps when
+The model, per batch, from the run's step time and data wait: means over the
+unprofiled steady steps, no instrument in them or in the step before
+(torch.profiler's and cProfile's windows slow the loading and the step
+unevenly, and `--verify`'s trial runs carry neither; all steady steps when
 fewer than 5 ran bare):
 
     step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
