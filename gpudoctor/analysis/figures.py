@@ -110,12 +110,14 @@ class RunFigures:
 
     def account_step(self, ledger: Ledger, m: TraceMetrics | None = None) -> tuple[int | None, str, bool]:
         """The step time the account of ``ledger`` projects, what it is ("mean of 62 unprofiled steady steps,
-        CUDA events"), and whether it is of the steps (not of the ledger's own windows): the rank's step time
-        where it has records, else the mean of the trace's windows (``m``: the ledger's trace), else the
-        ledger's mean window."""
-        rank = self.of(ledger.rank)
+        CUDA events"), and whether it is of the steps (not of the ledger's own windows): the run's step time
+        where it has records (a job's of several ranks: every rank's steps, as the summary prints it; in
+        synchronous training the slowest rank, whose ledger this is, sets every rank's pace), else the mean of
+        the trace's windows (``m``: the ledger's trace), else the ledger's mean window."""
+        rank = self.job
         if rank.step.step_ns:
-            what = f"mean of {rank.account_label}" + _by(rank.step.source)
+            ranks = f" of {len(self.ranks)} ranks" if len(self.ranks) > 1 else ""
+            what = f"mean of {rank.account_label}{ranks}" + _by(rank.step.source)
             return rank.step.step_ns, what, True
         tr = self.trace_step(m)
         if tr is not None and tr.step_ns:

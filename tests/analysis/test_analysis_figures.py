@@ -93,3 +93,14 @@ def test_a_bare_trace_s_step_is_the_mean_of_its_windows() -> None:
     ledger = Ledger(key="trace:t", basis=LedgerBasis.GPU, label="t", window="5 windows", windows=5, total_ns=50 * MS)
     figs = run_figures(_run(()))
     assert figs.account_step(ledger) == (10 * MS, "mean of 5 windows", False)
+
+
+def test_a_job_of_two_ranks_prints_one_step_time() -> None:
+    """The summary and the account's projection print the job's step time (every rank's steps: in synchronous
+    training the slowest rank sets every rank's pace), not one rank's beside the job's."""
+    data = _run(_steps([100.0] + [10.0] * 10, rank=0, wait_ms=4.0) + _steps([100.0] + [12.0] * 10, rank=1, wait_ms=4.0))
+    report = diagnose(data, Config(), "profile")
+    summary = {s.key: s for s in report.summary}
+    assert summary["step_time"].value == 11.0 and summary["step_time"].window == "20 steady steps of 2 ranks"
+    assert report.account is not None and report.account.step_ns == 11 * MS
+    assert report.account.step_source == "mean of 20 steady steps of 2 ranks"
