@@ -720,9 +720,9 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     metrics = [
         Metric("data_wait_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
         Metric("data_wait_mean_ns", wait_mean, "ns", f"{len(steps)} steps"),
-        Metric("step_mean_ns", step_mean, "ns", f"the step time: mean of {fig.account_label}"),
+        Metric("step_mean_ns", step_mean, "ns", f"{fig.account_label}; the step time"),
         Metric("data_wait_median_ns", wait_med, "ns"),
-        Metric("step_median_ns", fig.step.median_ns, "ns", "spread: the median step"),
+        Metric("step_median_ns", fig.step.median_ns, "ns", f"{fig.account_label}; the spread, not the step"),
         Metric("per_batch_load_ns", int(load.load_ns), "ns"),
         Metric("compute_per_step_ns", int(compute_ns), "ns", "per batch: the step less its data wait (mean)"),
         Metric("load_kind", load.kind),
