@@ -1,8 +1,10 @@
 """The steady steps of a run and the step-time figures every output prints from them.
 
-One definition, used by the report (``rules.context.RuleContext``, the engine's
-summary) and by the line ``gpudoctor profile`` prints on stderr at the end of a run
-(``collect.summary``), so that a step time or a data-wait share has one value
+One definition of each step population (marked, steady, unprofiled, the figures' window) and of
+the step time (the mean of the figures' window, total ÷ count; the median and p90 its spread),
+applied once per diagnosis by ``analysis.figures`` (which the rules, the engine's summary, the
+account, ``--verify`` and ``compare`` read) and by the line ``gpudoctor profile`` prints on stderr
+at the end of a run (``collect.summary``), so that a step time or a data-wait share has one value
 wherever it is shown. Pure functions of the model's records: no torch, no I/O.
 """
 
