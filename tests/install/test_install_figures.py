@@ -26,6 +26,9 @@ COMPUTES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(sum|median_int|median|fmean|mean|percentile_int|percentile)\(\s*\w+\.(wall_ns|gpu_ns)\s+for\b"),
      "sums, averages or takes a median of the steps' times"),
     (re.compile(r"\bif not \w+\.window\b"), "picks the steps no instrument ran in"),
+    # the copies the run's figures replaced (a branch merged onto this one may still call them)
+    (re.compile(r"\.step_time_ns\(|\.step_time_p90_ns\(|\b_MIN_MODEL_STEPS\b|\b_step_time\("),
+     "calls a step time the run's figures replaced (RuleContext.step_time_ns, account._step_time, GD201's own)"),
 )
 
 # (module, the line's code) -> why it may: callers that cannot read the run's figures, and sums that are no step time
@@ -88,6 +91,7 @@ def test_the_grep_finds_each_kind_of_computation() -> None:
         "return steady.figure_steps(self.steady_steps())": "population",
         "bare = unprofiled_steps(steady)": "population",
         "per = statistics.fmean(s.wall_ns for s in bare)": "sums",
+        "step_ns = ctx.step_time_ns()": "replaced",
     }
     for code, what in copies.items():
         got = offences("rules/gdXXX.py", code)
