@@ -33,7 +33,7 @@ QUANTITIES: dict[str, tuple[str, ...]] = {
         r"\bnow " + _DUR + r" per step\b",
         r"of an? " + _DUR + r" (?:optimizer )?step, means over",
         r"\bstep mean time" + _SEP + _DUR,
-        r"\bagainst " + _DUR + r" now \(means per batch over the \d+ (?:unprofiled )?steady steps\)",
+        r"\bagainst " + _DUR + r" now(?! \(per batch)",  # a model's step now (GD201's, GD104's), not one per batch
     ),
     "step time, median": (
         r"step time, median \(spread\)" + _SEP + _DUR,
