@@ -137,7 +137,7 @@ class StepFigures:
     step_ns: int | None  # THE step time: the mean (total ÷ count, ``loop_times``), to the whole µs as every output keeps it
     median_ns: int | None  # spread: the median step (``loop_times``), to the whole µs
     p90_ns: int | None  # spread: nearest rank, to the whole µs
-    data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
+    data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the step time (3 decimals)
     data_wait_ns: int | None = None  # the mean wait per step (a step's wait counted up to its wall time)
     source: StepSource = StepSource.WALL  # what timed the steps
     unprofiled: bool = False  # the steps are the unprofiled ones (instrumented steps were left out)
@@ -196,7 +196,10 @@ def times_figures(times: Sequence[int], source: StepSource, steps: Sequence[Step
     for the data wait; none for a trace's windows): the mean is the step time, the median and p90 its spread."""
     if not times:
         return StepFigures(0, None, None, None, None, source=source)
-    wait = data_wait_share_pct(steps) if steps else None
+    # the wait's share of the step time (mean wait ÷ the step time: of the wall time where the wall times the
+    # steps), so that "70.60 ms of a 77.51 ms step" and its share are of one statistic
+    waited = sum(min(s.data_wait_ns, s.wall_ns) for s in steps)
+    wait = 100.0 * waited / sum(times) if steps and sum(times) > 0 else None
     return StepFigures(
         steps=len(times),
         step_ns=_us(sum(times) / len(times)),

@@ -140,8 +140,9 @@ def _gd201_reason(report) -> str:
 
 
 def test_gd201_is_fine_where_the_gpu_limits_the_loop() -> None:
-    # cudnn_benchmark_off: the host waits 7.3% of its enqueue time for a batch (607 µs per step), but the GPU
-    # limits every step and never idles for it: with a hand-over under that wait, GD201 once fired at 0.0%
+    # cudnn_benchmark_off: the host waits 7.3% of its enqueue time for a batch (607 µs per step; 3.7% of the step
+    # time, which the CUDA events time), but the GPU limits every step and never idles for it: with a hand-over under
+    # that wait and a threshold under its share, GD201 once fired at 0.0%
     import dataclasses
 
     from gpudoctor.engine import diagnose
@@ -150,7 +151,7 @@ def test_gd201_is_fine_where_the_gpu_limits_the_loop() -> None:
     path = GPU2 / "cudnn_benchmark_off"
     if not (path / "manifest.json").is_file():
         pytest.skip("tests/fixtures/gpu2 has no recorded run 'cudnn_benchmark_off'")
-    cfg = Config(thresholds=dataclasses.replace(Thresholds(), dataloader_handover_ms=0.2))
+    cfg = Config(thresholds=dataclasses.replace(Thresholds(), dataloader_handover_ms=0.2, dataloader_wait_share_pct=2.0))
     report = diagnose(analyze_paths([path]), cfg, "analyze")
     assert "GD201" not in {f.code for f in report.findings}
     reason = _gd201_reason(report)
