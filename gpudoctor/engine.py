@@ -60,9 +60,10 @@ from gpudoctor.model.findings import (
     Severity,
     SummaryStat,
 )
+from gpudoctor.model.metrics import LedgerBasis
 from gpudoctor.model.run import CallSite
 from gpudoctor.model.selectors import primary_trace
-from gpudoctor.model.steady import step_figures
+from gpudoctor.model.steady import StepFigures, StepSource
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
 from gpudoctor.rules.account import assign_gains, build_account, is_headline, point_headline
 from gpudoctor.rules.checklist import build_checklist
@@ -70,7 +71,6 @@ from gpudoctor.rules.compilation import compiled_summary
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
-    percentile_int,
     trace_label,
 )
 from gpudoctor.rules.distributed import figures as rank_figures_of
@@ -214,6 +214,14 @@ def _step_marker(mf) -> str:  # noqa: ANN001 - Manifest | None
     return _MARKERS.get(mf.step_source, "")  # a run recorded before the reason was written
 
 
+def _step_stats(out: list[SummaryStat], figs: StepFigures, window: str) -> None:
+    """The step time of the steps of ``window`` (the run's figure: their mean, total ÷ count) and its spread,
+    each named as what it is."""
+    out.append(_stat("step_time", "step time", figs.step_ms or 0.0, "ms", window))
+    out.append(_stat("step_time_median", "step time, median (spread)", figs.median_ms or 0.0, "ms", window))
+    out.append(_stat("step_time_p90", "step time, p90 (spread)", figs.p90_ms or 0.0, "ms", window))
+
+
 def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummaryStat, ...]:
     run = ctx.run
     out: list[SummaryStat] = []
@@ -223,7 +231,6 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if mf.duration_s is not None:
             out.append(_stat("duration", "duration", mf.duration_s, "s"))
     if run.steps:
-        steady = ctx.steady_steps()
         step_ranks = {s.rank for s in run.steps if s.rank is not None}
         if len(step_ranks) > 1:
             per_rank = max(sum(1 for s in run.steps if s.rank == r) for r in step_ranks)
@@ -236,15 +243,14 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         settled = ctx.settling()  # the step time changed midway: which part the figures are of
         if settled is not None:
             out.append(_stat("step_time_change", "step time changed", settled.text()))
-        # the figures the stderr line of `gpudoctor profile` prints too (model.steady: one definition)
-        figs = step_figures(steady)  # of the unprofiled steps where there are enough (model.steady.figure_steps)
+        # the run's figures (analysis.figures), which the stderr line of `gpudoctor profile` prints too
+        figs = ctx.figures.job.step  # of the unprofiled steps where there are enough (model.steady.figure_steps)
         window = (f"{figs.steps} {'unprofiled ' if figs.unprofiled else ''}steady steps"
                   + (f" of {len(step_ranks)} ranks" if len(step_ranks) > 1 else ""))
         # the rate the loop sustains: CUDA events where the steps carry them (a GPU-bound loop's host
         # wall time is the time to enqueue a step, not to run it)
-        timed = f"{window}, {figs.source}" if figs.source != "wall" else window
-        out.append(_stat("step_time_median", "step time (median)", figs.median_ms or 0.0, "ms", timed))
-        out.append(_stat("step_time_p90", "step time (p90)", figs.p90_ms or 0.0, "ms", timed))
+        timed = f"{window}, {figs.source.value}" if figs.source != StepSource.WALL else window
+        _step_stats(out, figs, timed)
         if figs.data_wait_pct is not None:
             out.append(_stat("data_wait_share", "waiting for data", figs.data_wait_pct, "%", window))
     elif mf is not None and mf.steps_seen:
@@ -270,22 +276,21 @@ def build_summary(ctx: RuleContext, findings: list[Finding]) -> tuple[SummarySta
         if len(run.metrics) > 1:
             out.append(_stat("traces", "traces", len(run.metrics), "count"))
         if m.steps:
-            durs = [s.end_ns - s.start_ns for s in m.steps]
             # every window of the process counts (a run writes one trace per window): no file name
             same = [x for x in run.metrics if x.rank == m.rank]
             ranks = {x.rank for x in run.metrics}
             who = f" (rank {m.rank})" if m.rank is not None and len(ranks) > 1 else ""
             out.append(_stat("profiled_steps", f"profiled steps{who}", sum(len(x.steps) for x in same), "count",
                              f"{len(same)} trace{'s' if len(same) != 1 else ''}" if len(same) > 1 else ""))
-            if not run.steps:
-                out.append(_stat("step_time_median", "step time (median)", statistics.median(durs) / 1e6, "ms", "trace steps"))
-                out.append(_stat("step_time_p90", "step time (p90)", (percentile_int(durs, 90) or 0) / 1e6, "ms", "trace steps"))
+            tr = ctx.figures.trace_step(m)
+            if not run.steps and tr is not None:
+                _step_stats(out, tr, f"{tr.steps} ProfilerStep windows")
         u = ctx.util(m)
         if u is not None:
             if u.idle_pct_steps is not None:
                 # the process's traces together: the figure the account splits into causes
                 led = ctx.ledger(m)
-                idle = led.idle_pct if led is not None and led.basis == "gpu" else u.idle_pct_steps
+                idle = led.idle_pct if led is not None and led.basis == LedgerBasis.GPU else u.idle_pct_steps
                 out.append(_stat("gpu_idle", f"GPU idle{label}", idle, "%", "steps"))
             # another window than the headline's, so another name: one name, one value
             out.append(_stat("gpu_idle_span", f"GPU idle over the trace span{label}", u.idle_pct_span, "%", "span"))

@@ -47,6 +47,7 @@ from gpudoctor.analysis.names import memcpy_kind
 from gpudoctor.analysis.nesting import top_level
 from gpudoctor.analysis.utilization import CAUSES, GapTable
 from gpudoctor.analysis.view import TraceView, Windows
+from gpudoctor.model.kinds import LedgerBasis, SliceSource
 from gpudoctor.model.metrics import (
     Component,
     DeviceUtilization,
@@ -345,7 +346,7 @@ def cpu_parts(view: TraceView, windows: Windows) -> list[dict[Component, int]]:
 
 
 def _slices(total: dict[Component, int], total_ns: int, *, gpu: bool, details: dict[Component, str],
-            source: str, after_sync: dict[Component, int] | None = None) -> tuple[LedgerSlice, ...]:
+            source: SliceSource, after_sync: dict[Component, int] | None = None) -> tuple[LedgerSlice, ...]:
     out = []
     for c in ORDER:
         ns = total.get(c, 0)
@@ -437,12 +438,12 @@ def trace_ledger(
                      "limits them): busy time is the step's compute, idle instants what the device waited for")
     ledger = Ledger(
         key=key,
-        basis="gpu" if gpu else "cpu",
+        basis=LedgerBasis.GPU if gpu else LedgerBasis.CPU,
         label=label,
         window=where,
         windows=len(breakdown),
         total_ns=total_ns,
-        slices=_slices(totals, total_ns, gpu=gpu, details=details, source="trace", after_sync=after_sync),
+        slices=_slices(totals, total_ns, gpu=gpu, details=details, source=SliceSource.TRACE, after_sync=after_sync),
         device=gaps.device if gpu and gaps is not None else None,
         rank=rank,
         notes=tuple(notes),
@@ -536,8 +537,7 @@ def steps_ledger(
 ) -> Ledger | None:
     """The ledger of a run's steady steps: the data wait of every step, the rest split by
     ``trace`` (a CPU trace of the same run) in its proportions, else by the steps' phase times,
-    else left unexplained. ``label_steps``: what the steps are, as the window names them ("steady
-    step", "unprofiled steady step")."""
+    else left unexplained. ``label_steps``: what the steps are ("steady step", "unprofiled steady step")."""
     steps = [s for s in steps if s.wall_ns > 0]
     if not steps:
         return None
@@ -545,7 +545,7 @@ def steps_ledger(
     wait_ns = sum(min(max(s.data_wait_ns, 0), s.wall_ns) for s in steps)
     rest = total_ns - wait_ns
     totals: dict[Component, int] = {C.DATA_LOADING: wait_ns}
-    sources: dict[Component, str] = {C.DATA_LOADING: "steps"}
+    sources: dict[Component, SliceSource] = {C.DATA_LOADING: SliceSource.STEPS}
     details: dict[Component, str] = {}
     notes: list[str] = []
     phases = {c: [_phase_ns(s, c) for s in steps] for c in _PHASES}
@@ -554,7 +554,7 @@ def steps_ledger(
         for sl, ns in zip(others, _scale(rest, [sl.ns for sl in others]), strict=True):
             comp = Component(sl.component)
             totals[comp] = totals.get(comp, 0) + ns
-            sources[comp] = "trace, scaled"
+            sources[comp] = SliceSource.TRACE_SCALED
             details[comp] = sl.detail
         notes.append(
             f"data wait from every steady step; the rest split in the proportions of {trace.label} "
@@ -566,14 +566,14 @@ def steps_ledger(
             ns = sum(v or 0 for v in phases[c])
             ns = min(ns, rest - used)
             totals[c] = ns
-            sources[c] = "steps"
+            sources[c] = SliceSource.STEPS
             used += ns
         totals[C.OTHER_CPU] = rest - used
-        sources[C.OTHER_CPU] = "steps"
+        sources[C.OTHER_CPU] = SliceSource.STEPS
         notes.append("phase times of every steady step (host time: forward, backward, optimizer, the rest of the loop)")
     else:
         totals[C.UNEXPLAINED] = rest
-        sources[C.UNEXPLAINED] = "steps"
+        sources[C.UNEXPLAINED] = SliceSource.STEPS
         notes.append("no trace and no phase times: only the data wait is split out of the step")
     slices = tuple(
         LedgerSlice(
@@ -582,14 +582,14 @@ def steps_ledger(
             pct=round(100.0 * totals[c] / total_ns, 4),
             side="host",
             detail=details.get(c, ""),
-            source=sources.get(c, "steps"),
+            source=sources.get(c, SliceSource.STEPS),
         )
         for c in ORDER
         if totals.get(c, 0) > 0
     )
     return Ledger(
         key="steps" + (f":{rank}" if rank is not None else "") + (f"+{trace.key}" if trace is not None else ""),
-        basis="steps",
+        basis=LedgerBasis.STEPS,
         label=label or "the run",
         window=f"{_plural(len(steps), label_steps)} (steps.jsonl" + ("; the rest split as the trace splits it)" if trace is not None else ")"),
         windows=len(steps),

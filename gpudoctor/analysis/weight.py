@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudoctor.analysis.ledger import GPU_BUSY_ORDER, ORDER, _scale
-from gpudoctor.model.metrics import Component, Ledger, LedgerSlice, WindowWeight
+from gpudoctor.model.metrics import (
+    Component,
+    Ledger,
+    LedgerBasis,
+    LedgerSlice,
+    SliceSource,
+    WindowWeight,
+)
 
 C = Component
 
@@ -37,7 +44,7 @@ def split_like(ledger: Ledger, detail: Ledger, detail_label: str = "") -> Ledger
     kernel computes does not depend on the window. Unchanged when ``ledger`` has parts that need shapes
     already, or ``detail`` has none."""
     have = {s.component for s in ledger.slices}
-    if ledger.basis != "gpu" or detail.basis != "gpu" or have & _NEEDS_SHAPES:
+    if ledger.basis != LedgerBasis.GPU or detail.basis != LedgerBasis.GPU or have & _NEEDS_SHAPES:
         return ledger
     if not {s.component for s in detail.slices} & _NEEDS_SHAPES:
         return ledger
@@ -63,7 +70,7 @@ def split_like(ledger: Ledger, detail: Ledger, detail_label: str = "") -> Ledger
         slices.append(LedgerSlice(
             component=c.value, ns=v, pct=round(100.0 * v / ledger.total_ns, 4) if ledger.total_ns else 0.0,
             side="device", detail=old.detail if old is not None else (detail.get(c).detail if detail.get(c) else ""),
-            source=old.source if old is not None else "trace",
+            source=old.source if old is not None else SliceSource.TRACE,
         ) if c in GPU_BUSY_ORDER else by[c.value])
     what = f" of {detail_label}" if detail_label else ""
     note = (f"kernel time split into FP32 or not, matmul or not, in the proportions the shapes{what} give "

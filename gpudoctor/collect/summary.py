@@ -25,6 +25,7 @@ def percentile(values: list[float], q: float) -> float:
 @dataclass(frozen=True, slots=True)
 class StepSummary:
     steps: int
+    step_ms: float | None  # the step time: the mean over the unprofiled steady steps (the report's)
     median_ms: float | None
     p90_ms: float | None
     data_wait_pct: float | None
@@ -66,7 +67,7 @@ def summarize_steps(
     steps: list[dict[str, Any]], step_source: str | None = None, loader: DataLoaderSetting | None = None,
     settings: Any = None,
 ) -> StepSummary:
-    """Median and p90 step time and the share of step time spent waiting for data, of the steady
+    """The step time (the mean), its median and p90, and the share of step time spent waiting for data, of the steady
     steps (``loader``: the DataLoader the loop iterates, whose workers' first batches are left out;
     ``settings``: settings.json as read, whose torch.compile compilations leave their steps out),
     computed by the function the report's summary uses (``model.steady``): the stderr line and
@@ -79,7 +80,8 @@ def summarize_steps(
         per_rank[r.rank] = per_rank.get(r.rank, 0) + 1
     # several ranks: the steps of one rank (the most any rank recorded), as the report counts them
     count = max(per_rank.values()) if len(per_rank) > 1 else len(steps)
-    return StepSummary(steps=count, median_ms=figs.median_ms, p90_ms=figs.p90_ms, data_wait_pct=figs.data_wait_pct)
+    return StepSummary(steps=count, step_ms=figs.step_ms, median_ms=figs.median_ms, p90_ms=figs.p90_ms,
+                       data_wait_pct=figs.data_wait_pct)
 
 
 _BY = {
@@ -101,9 +103,10 @@ def summary_lines(
     """The summary's lines; ``warnings`` (``Manifest.warnings``: the step figures are partial …) follow
     the steps' line, as the report puts them before its figures."""
     lines = []
-    if s.steps and s.median_ms is not None:
+    if s.steps and s.step_ms is not None:
         by = _BY.get(source, source)
-        line = f"gpudoctor: {s.steps} steps ({by}); step time median {_ms(s.median_ms)}, p90 {_ms(s.p90_ms or 0)}"
+        line = (f"gpudoctor: {s.steps} steps ({by}); step time {_ms(s.step_ms)} (mean), median {_ms(s.median_ms or 0)}, "
+                f"p90 {_ms(s.p90_ms or 0)}")
         if s.data_wait_pct is not None:
             # a share is kept to 2 decimals everywhere (the report's summary and metrics): the same value, shown
             # to 1 decimal, reads the same here (37.748 -> 37.75 -> 37.8 in both, not 37.7 here)

@@ -34,6 +34,9 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "Roofline", "RooflineRow", "StepComm", "StepWindow", "SyncSummary", "TraceMetrics",
         "TransferStat", "UtilizationBin", "Window", "WindowKind", "WindowWeight",
     ),
+    "kinds": (
+        "LedgerBasis", "SliceSource",
+    ),
     "timelines": (
         "StepSpan", "Timelines",
     ),
@@ -108,6 +111,10 @@ if TYPE_CHECKING:
         Severity,
         SummaryStat,
         TimeRange,
+    )
+    from gpudoctor.model.kinds import (
+        LedgerBasis,
+        SliceSource,
     )
     from gpudoctor.model.metrics import (
         COMPONENT_LABELS,

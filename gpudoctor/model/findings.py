@@ -188,7 +188,7 @@ class SummaryStat(Serde):
     """A headline number, computed once, shown by every renderer."""
 
     key: str  # "steps", "step_time_median", "data_wait_share", "gpu_idle" …
-    label: str  # "step time (median)"
+    label: str  # "step time", "step time, median (spread)"
     value: float | int | str | None
     unit: str = ""
     window: str = ""
@@ -263,7 +263,7 @@ class Account(Serde):
     headline: str  # "GPU idle 67.4% of step time: waiting for the DataLoader 50.5%, …"
     ledger: Ledger  # the primary ledger (rank 0's, or the run's steady steps)
     step_ns: int | None  # the step time the projection starts from
-    step_source: str  # "median of 120 steady steps", "mean of 5 ProfilerStep windows" …
+    step_source: str  # "mean of 120 unprofiled steady steps, CUDA events", "mean of 5 ProfilerStep windows" …
     actions: tuple[Action, ...] = ()  # ranked by exclusive gain, cumulative
     claimed_pct: float = 0.0  # the findings' gains on this ledger together (at most 100)
     notes: tuple[str, ...] = ()  # the model's caveats (upper bound, other ranks …)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gpudoctor.model._serde import Serde
+from gpudoctor.model.kinds import LedgerBasis, SliceSource  # noqa: F401 - re-exported: the ledger's fields
 from gpudoctor.model.timelines import Timelines
 
 
@@ -194,7 +195,7 @@ class LedgerSlice(Serde):
     pct: float  # of Ledger.total_ns
     side: str  # "device" (the GPU busy: only faster kernels win it) or "host" (the GPU idle, or no GPU)
     detail: str = ""  # what mostly caused it ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
-    source: str = ""  # "trace", "steps" (per-step records), "trace, scaled" (trace proportions of the steps' time)
+    source: SliceSource = SliceSource.UNSTATED  # what measured it
     after_sync_ns: int = 0  # of ns: GPU idle in gaps a synchronization began (the queue drained), GPU ledgers
 
 
@@ -216,12 +217,10 @@ class WindowWeight(Serde):
 
 @dataclass(frozen=True, slots=True)
 class Ledger(Serde):
-    """Step time split into exclusive parts that sum to it (docs/account.md).
-
-    ``sum(s.ns for s in slices) == total_ns``, exactly."""
+    """Step time split into exclusive parts that sum to it, exactly: ``sum(s.ns for s in slices) == total_ns``."""
 
     key: str  # which ledger: "trace:<path>", "steps" or "steps+trace:<path>" (claims name it)
-    basis: str  # "gpu" (a trace, from the GPU's point of view), "cpu" (a CPU-only trace), "steps" (per-step records)
+    basis: LedgerBasis  # GPU (a trace, from the GPU's point of view), CPU (a CPU-only trace), STEPS (per-step records)
     label: str  # how a report names it: "rank 0", "train.pt.trace.json.gz", "120 steady steps"
     window: str  # what the windows are: "5 ProfilerStep windows", "the span of GPU activity", …
     windows: int  # number of windows (steps)

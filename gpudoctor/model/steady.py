@@ -1,8 +1,10 @@
 """The steady steps of a run and the step-time figures every output prints from them.
 
-One definition, used by the report (``rules.context.RuleContext``, the engine's
-summary) and by the line ``gpudoctor profile`` prints on stderr at the end of a run
-(``collect.summary``), so that a step time or a data-wait share has one value
+One definition of each step population (marked, steady, unprofiled, the figures' window) and of
+the step time (the mean of the figures' window, total ÷ count; the median and p90 its spread),
+applied once per diagnosis by ``analysis.figures`` (which the rules, the engine's summary, the
+account, ``--verify`` and ``compare`` read) and by the line ``gpudoctor profile`` prints on stderr
+at the end of a run (``collect.summary``), so that a step time or a data-wait share has one value
 wherever it is shown. Pure functions of the model's records: no torch, no I/O.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from gpudoctor.model.metrics import WindowWeight
 from gpudoctor.model.run import DataLoaderSetting, Settings, StepRecord
@@ -171,16 +174,41 @@ def steady_steps(
     return candidates if first is None else tuple(s for s in candidates if s.index >= first)
 
 
+class StepSource(str, Enum):
+    """What timed the steps the step time is of (``loop_times``): the CUDA events recorded at the step
+    boundaries, the host's wall time, or (a trace without per-step records) the trace's ProfilerStep windows."""
+
+    CUDA_EVENTS = "CUDA events"
+    WALL = "wall"
+    TRACE = "trace steps"
+
+
 @dataclass(frozen=True, slots=True)
 class StepFigures:
-    """The step-time figures of a set of steady steps, as every output prints them."""
+    """The step-time figures of a set of steady steps, as every output prints them: **the step time**
+    (``step_ns``: the mean over the steps, total ÷ count, the throughput ``--verify`` measures), and its
+    spread (median and p90), never printed as "the step"."""
 
     steps: int  # steady steps they are of (``figure_steps``)
-    median_ms: float | None  # step time (``loop_times``), rounded to 3 decimals of a ms as the report's summary keeps it
-    p90_ms: float | None  # nearest rank
-    data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the steps' wall time (3 decimals)
-    source: str = "wall"  # what timed the steps: "CUDA events" or "wall" (the host's time per step)
+    step_ns: int | None  # THE step time: the mean (total ÷ count, ``loop_times``), to the whole µs as every output keeps it
+    median_ns: int | None  # spread: the median step (``loop_times``), to the whole µs
+    p90_ns: int | None  # spread: nearest rank, to the whole µs
+    data_wait_pct: float | None  # time blocked in DataLoader.__next__, % of the step time (3 decimals)
+    data_wait_ns: int | None = None  # the mean wait per step (a step's wait counted up to its wall time)
+    source: StepSource = StepSource.WALL  # what timed the steps
     unprofiled: bool = False  # the steps are the unprofiled ones (instrumented steps were left out)
+
+    @property
+    def step_ms(self) -> float | None:
+        return None if self.step_ns is None else self.step_ns / 1e6
+
+    @property
+    def median_ms(self) -> float | None:
+        return None if self.median_ns is None else self.median_ns / 1e6
+
+    @property
+    def p90_ms(self) -> float | None:
+        return None if self.p90_ns is None else self.p90_ns / 1e6
 
 
 #: The share of steps that must carry a CUDA-event time for those times to be the step time: fewer
@@ -188,7 +216,7 @@ class StepFigures:
 MIN_EVENT_STEPS_SHARE = 0.5
 
 
-def loop_times(steps: Sequence[StepRecord]) -> tuple[list[int], str]:
+def loop_times(steps: Sequence[StepRecord]) -> tuple[list[int], StepSource]:
     """The time of each step at the rate the loop sustains, and what measured it.
 
     The CUDA events recorded at the step boundaries (``StepRecord.gpu_ns``) time the device's passage
@@ -199,8 +227,8 @@ def loop_times(steps: Sequence[StepRecord]) -> tuple[list[int], str]:
     events' times, where at least ``MIN_EVENT_STEPS_SHARE`` of the steps carry one, else the wall time."""
     timed = [s.gpu_ns for s in steps if s.gpu_ns is not None and s.gpu_ns > 0]
     if steps and len(timed) >= MIN_EVENT_STEPS_SHARE * len(steps):
-        return [int(t) for t in timed], "CUDA events"
-    return [s.wall_ns for s in steps], "wall"
+        return [int(t) for t in timed], StepSource.CUDA_EVENTS
+    return [s.wall_ns for s in steps], StepSource.WALL
 
 
 def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
@@ -212,26 +240,44 @@ def data_wait_share_pct(steps: Sequence[StepRecord]) -> float | None:
     return 100.0 * sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / total
 
 
+def _us(ns: float) -> int:
+    """To the whole µs (3 decimals of a ms), once: a value just under a rounding edge (3.4496 ms) prints
+    the same everywhere (3.4 ms, not 3.5)."""
+    return int(round(ns / 1000.0)) * 1000
+
+
+def times_figures(times: Sequence[int], source: StepSource, steps: Sequence[StepRecord] = (),
+                  unprofiled: bool = False) -> StepFigures:
+    """The step figures of step times ``times`` measured by ``source`` (``steps``: the records they are of,
+    for the data wait; none for a trace's windows): the mean is the step time, the median and p90 its spread."""
+    if not times:
+        return StepFigures(0, None, None, None, None, source=source)
+    # the wait's share of the step time (mean wait ÷ the step time: of the wall time where the wall times the
+    # steps), so that "70.60 ms of a 77.51 ms step" and its share are of one statistic
+    waited = sum(min(s.data_wait_ns, s.wall_ns) for s in steps)
+    wait = 100.0 * waited / sum(times) if steps and sum(times) > 0 else None
+    return StepFigures(
+        steps=len(times),
+        step_ns=_us(sum(times) / len(times)),
+        median_ns=_us(median_int(times) or 0),
+        p90_ns=_us(percentile_int(times, 90) or 0),
+        data_wait_pct=round(wait, 3) if wait is not None else None,
+        data_wait_ns=(int(round(sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / len(steps)))
+                      if steps else None),
+        source=source,
+        unprofiled=unprofiled,
+    )
+
+
 def step_figures(steady: Sequence[StepRecord]) -> StepFigures:
-    """Median and p90 step time (:func:`loop_times`) and the data-wait share of the steps of ``steady``
-    (:func:`steady_steps`) the figures are of (:func:`figure_steps`: the unprofiled ones where there are
-    enough), rounded once here so that a value just under a rounding edge (3.4496 ms) prints the same
-    everywhere (3.4 ms, not 3.5)."""
+    """The step time (the mean, :func:`loop_times`), its spread (median, p90) and the data-wait share of the
+    steps of ``steady`` (:func:`steady_steps`) the figures are of (:func:`figure_steps`: the unprofiled ones
+    where there are enough), rounded once here to the whole µs."""
     if not steady:
-        return StepFigures(0, None, None, None)
+        return StepFigures(0, None, None, None, None)
     steps = figure_steps(steady)
     times, source = loop_times(steps)
-    med = median_int(times) or 0
-    p90 = percentile_int(times, 90) or 0
-    wait = data_wait_share_pct(steps)
-    return StepFigures(
-        steps=len(steps),
-        median_ms=round(med / 1e6, 3),
-        p90_ms=round(p90 / 1e6, 3),
-        data_wait_pct=round(wait, 3) if wait is not None else None,
-        source=source,
-        unprofiled=len(steps) < len(steady),
-    )
+    return times_figures(times, source, steps, unprofiled=len(steps) < len(steady))
 
 
 # --------------------------------------------------------------------------- the profiler's weight
@@ -271,9 +317,9 @@ def window_weight(recorded: Sequence[StepRecord], bare: Sequence[StepRecord]) ->
     rec, rec_src = loop_times(recorded)
     base, base_src = loop_times(bare)
     if rec_src != base_src:  # one set timed by events, the other not: compare the host's times
-        rec, base, rec_src = [s.wall_ns for s in recorded], [s.wall_ns for s in bare], "wall"
+        rec, base, rec_src = [s.wall_ns for s in recorded], [s.wall_ns for s in bare], StepSource.WALL
     num, den = median_int(rec), median_int(base)
     if not num or not den:
         return None
     return WindowWeight(ratio=num / den, window_step_ns=num, bare_step_ns=den,
-                        window_steps=len(rec), bare_steps=len(base), source=rec_src)
+                        window_steps=len(rec), bare_steps=len(base), source=rec_src.value)

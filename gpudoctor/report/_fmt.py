@@ -175,7 +175,7 @@ def account_title(a: Account) -> str:
 
 
 def account_now(a: Account) -> str:
-    """``now 160.0 ms per step (median of 120 steady steps)``."""
+    """``now 160.0 ms per step (mean of 120 unprofiled steady steps)``."""
     if not a.step_ns:
         return ""
     return f"now {duration(a.step_ns)} per step ({a.step_source})"

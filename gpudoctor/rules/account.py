@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpudoctor.model.findings import Account, Action, Finding
-from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger
-from gpudoctor.model.steady import loop_times
+from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger, LedgerBasis, SliceSource
 from gpudoctor.model.units import duration_text
 from gpudoctor.model.verify import VerifyStatus
-from gpudoctor.rules.context import RuleContext, fmt_ns, median_int
+from gpudoctor.rules.context import RuleContext, fmt_ns
 
 C = Component
 
@@ -200,7 +199,7 @@ def headline(ledger: Ledger) -> str:
     where they mix); "CPU-bound (no GPU activity): …" on a CPU ledger; the steps' split otherwise."""
     host = sorted((s for s in ledger.slices if s.side == "host"), key=lambda s: (-s.ns, s.component))
     causes = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in host if s.pct >= _MIN_CAUSE_PCT)
-    if ledger.basis == "gpu":
+    if ledger.basis == LedgerBasis.GPU:
         idle = ledger.idle_pct
         busy = sorted((s for s in ledger.slices if s.side == "device"), key=lambda s: (-s.ns, s.component))
         top_busy = ", ".join(f"{label(s.component)} {s.pct:.1f}%" for s in busy[:3] if s.pct >= _MIN_CAUSE_PCT)
@@ -217,23 +216,9 @@ def headline(ledger: Ledger) -> str:
             text = (f"the GPU limits {ledger.device_windows} of {ledger.windows} steps, the host the other "
                     f"{ledger.windows - ledger.device_windows}: " + text)
         return text
-    if ledger.basis == "cpu" or any(s.source == "trace, scaled" for s in ledger.slices):
+    if ledger.basis == LedgerBasis.CPU or any(s.source == SliceSource.TRACE_SCALED for s in ledger.slices):
         return f"host-bound (no GPU activity): {causes}" if causes else "host-bound (no GPU activity)"
     return f"step time over {ledger.window}: {causes}" if causes else f"step time over {ledger.window}"
-
-
-def _step_time(ctx: RuleContext, ledger: Ledger) -> tuple[int | None, str]:
-    """The step time the account projects: the median of the steady steps at the rate the loop sustains
-    (CUDA events where the steps carry them, ``model.steady.loop_times``), else the mean window."""
-    steps = ctx.account_steps(ledger.rank)
-    times, source = loop_times(steps)
-    med = median_int(times)
-    if med:
-        what = "unprofiled steady steps" if len(steps) < len(ctx.steady_steps_of(ledger.rank)) else "steady steps"
-        return med, f"median of {len(steps)} {what}" + (f", {source}" if source != "wall" else "")
-    if ledger.windows:
-        return int(round(ledger.step_ns)), f"mean of {ledger.window}"
-    return None, ""
 
 
 def settling_notes(ctx: RuleContext, ledger: Ledger) -> list[str]:
@@ -247,7 +232,7 @@ def settling_notes(ctx: RuleContext, ledger: Ledger) -> list[str]:
     first = settled.first_settled
     recorded = sorted({w.step for m in ctx.accounting_traces() if m.rank == ledger.rank and m.ledger is not None
                        for w in m.steps})
-    if first is not None and recorded and ledger.basis != "steps" and recorded[-1] < first:
+    if first is not None and recorded and ledger.basis != LedgerBasis.STEPS and recorded[-1] < first:
         notes.append(f"the account's trace recorded steps {recorded[0]}–{recorded[-1]}, before the loop settled at "
                      f"step {first}: its split of the step is the unsettled loop's (profile more steps, --steps, "
                      "for a window after it)")
@@ -260,15 +245,15 @@ def weight_note(ledger: Ledger, max_ratio: float) -> str:
     w = ledger.weight
     if w is None:
         return ""
-    whose = "" if ledger.basis != "steps" else " (their trace splits the rest)"
+    whose = "" if ledger.basis != LedgerBasis.STEPS else " (their trace splits the rest)"
     text = (f"profiled steps{whose} ran {w.ratio:.2f}× the unprofiled ones (median of the {w.window_steps} the account's "
             f"window recorded, {fmt_ns(w.window_step_ns)}, over the median of {w.bare_steps} unprofiled steady steps, "
             f"{fmt_ns(w.bare_step_ns)}" + (f"; {w.source}" if w.source != "wall" else "; wall time") + ")")
     if w.scaled:
         n = w.scaled_windows or w.window_steps
-        of = (f"the {n} windows of its trace, whose split of the steps' time it scales" if ledger.basis == "steps"
+        of = (f"the {n} windows of its trace, whose split of the steps' time it scales" if ledger.basis == LedgerBasis.STEPS
               else f"its {n} windows")
-        kept = ["the device's busy time"] if ledger.basis == "gpu" else []
+        kept = ["the device's busy time"] if ledger.basis == LedgerBasis.GPU else []
         if w.waits_removed_ns:
             waits = (f"; the host's work could not hold it all: {fmt_ns(w.waits_removed_ns)} of it came out of "
                      "the waits (for a batch, a synchronization, another stream)")
@@ -398,7 +383,8 @@ def build_account(ctx: RuleContext, findings: list[Finding], slowest_rank: int |
     ledger = account_ledger(ctx, slowest_rank)
     if ledger is None or ledger.total_ns <= 0:
         return None
-    step_ns, source = _step_time(ctx, ledger)
+    # the run's step time (analysis.figures: the mean over the unprofiled steady steps), else the trace's windows'
+    step_ns, source, of_steps = ctx.figures.account_step(ledger, ctx.primary_trace(ledger.rank))
     ranks = len({mm.rank for mm in ctx.metrics if mm.rank is not None})
     multi = ranks > 1
     actions, tried, claimed = project(ledger, step_ns, findings, multi)
@@ -407,9 +393,9 @@ def build_account(ctx: RuleContext, findings: list[Finding], slowest_rank: int |
         "the bound is its whole exclusive share of the step, after the ones before it: the step after a fix is at "
         "least the bound's figure (a fix shortens its part; it may not remove it)"
     ]
-    if ledger.basis == "gpu":
+    if ledger.basis == LedgerBasis.GPU:
         notes.append("GPU idle time is won only by host-side fixes, kernel time only by faster kernels (docs/account.md)")
-    if step_ns and source.startswith("median") and ledger.basis != "steps":
+    if step_ns and of_steps and ledger.basis != LedgerBasis.STEPS:
         notes.append(f"shares of {ledger.window}, applied to the {source} ({fmt_ns(step_ns)})")
     notes.extend(settling_notes(ctx, ledger))
     weight = weight_note(ledger, ctx.thresholds.profiler_weight_max_ratio)

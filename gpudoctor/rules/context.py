@@ -19,19 +19,20 @@ the checklist. The verdict is one of
   never guesses silently.
 
 ``RuleContext`` bundles the run, one ``TraceMetrics`` per trace (rank), the
-thresholds, and the helpers every rule shares: the step time, "share of step
-time", the severity scale, locations and setting references, and merging the
-per-rank results of a multi-trace run into one finding.
+thresholds, the run's figures (``figures``: the step populations and the step time,
+computed once per diagnosis by ``analysis.figures``), and the helpers every rule shares:
+"share of step time", the severity scale, locations and setting references, and merging
+the per-rank results of a multi-trace run into one finding.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from gpudoctor.analysis.figures import RunFigures, run_figures
 from gpudoctor.analysis.ledger import combine, steps_ledger
 from gpudoctor.analysis.weight import reweigh, split_like
 from gpudoctor.config import Thresholds
@@ -55,6 +56,7 @@ from gpudoctor.model.metrics import (
     DeviceUtilization,
     GapCause,
     Ledger,
+    LedgerBasis,
     TraceMetrics,
     Window,
     WindowKind,
@@ -62,7 +64,7 @@ from gpudoctor.model.metrics import (
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
 from gpudoctor.model.selectors import busiest_device, primary_trace
 from gpudoctor.model.settle import Settling
-from gpudoctor.model.steady import median_int, percentile_int
+from gpudoctor.model.steady import median_int  # noqa: F401 - re-exported to the rules
 from gpudoctor.model.units import duration_text, pct_text, size_text
 
 
@@ -146,6 +148,8 @@ class RuleContext:
     name: str = ""
     # the accounting ledgers, made once per run (``trace_ledger``): every rule's copy (``for_rule``) shares it
     _ledgers: dict = field(default_factory=dict, compare=False, repr=False)
+    # the run's figures (``analysis.figures.run_figures``), made once per run on first use and shared likewise
+    _figures: list = field(default_factory=list, compare=False, repr=False)
     # what the script's source says of the DataLoader at a call site (``engine.loader_source_of``: the loop
     # that changes its dataset in place, and whether at every step); None: the source is not read
     loader_source: Callable[[CallSite], tuple[str, bool] | None] | None = field(default=None, compare=False,
@@ -155,6 +159,14 @@ class RuleContext:
 
     def for_rule(self, code: str, name: str) -> RuleContext:
         return replace(self, code=code, name=name)
+
+    @property
+    def figures(self) -> RunFigures:
+        """The run's figures (step populations, the step time, the data wait, phases), computed once per
+        diagnosis: every rule, the summary and the account read them here, none recomputes them."""
+        if not self._figures:
+            self._figures.append(run_figures(self.run))
+        return self._figures[0]
 
     @property
     def metrics(self) -> tuple[TraceMetrics, ...]:
@@ -225,29 +237,12 @@ class RuleContext:
         the steps ran (every sample when none did, or the run has no steps), how many samples, and
         which ("while the steps ran" or "over the run"): the one figure the summary and every rule
         print as the training process's CPU."""
-        samples = self.samples_process("main")
-        when = "over the run"
-        steps = self.steps()
-        if steps:
-            lo = steps[0].start_ns
-            hi = max(s.start_ns + s.wall_ns for s in steps)
-            inside = tuple(p for p in samples if lo <= p.t_ns <= hi)
-            if inside:
-                samples, when = inside, "while the steps ran"
-        if not samples:
-            return None, 0, when
-        # rounded as the summary keeps its figures (3 decimals), so that a rule prints what it prints
-        return round(statistics.median(p.cpu_pct for p in samples), 3), len(samples), when
+        host = self.figures.host
+        return host.main_cpu_pct, host.main_cpu_samples, host.main_cpu_when
 
     def cpu_count(self) -> int | None:
-        """Cores available to the training process (settings, then manifest, then samples)."""
-        if self.settings is not None and self.settings.cpu_count:
-            return self.settings.cpu_count
-        if self.manifest is not None and self.manifest.cpu_count:
-            return self.manifest.cpu_count
-        if self.run.samples is not None and self.run.samples.system_cpu_count:
-            return self.run.samples.system_cpu_count
-        return None
+        """Cores available to the training process (settings, then manifest, then samples: the run's figures)."""
+        return self.figures.host.cpu_count
 
     def device_cc(self) -> tuple[str, float | None]:
         """Name and compute capability of the (first) GPU, from the trace or the manifest."""
@@ -287,53 +282,18 @@ class RuleContext:
         return self.run.steps
 
     def marked_steps(self) -> tuple[StepRecord, ...]:
-        """The steps of the marker that defines the run (``model.steady.marked_steps``)."""
-        mf = self.manifest
-        return steady.marked_steps(self.run.steps, mf.step_source if mf is not None else None)
+        """The steps of the marker that defines the run (``RunFigures``: ``model.steady.marked_steps``)."""
+        return self.figures.job.marked
 
     def steady_steps(self) -> tuple[StepRecord, ...]:
-        """Steps of the run's marker without the first (and the first of each epoch when epochs
-        are known) and, with N DataLoader workers, the steps that receive batches 1..N-1 of an
-        epoch whose workers start, and the steps in which torch.compile compiled:
-        ``model.steady.steady_steps``, the one definition the report and the stderr line of
-        ``gpudoctor profile`` share."""
-        key = ("steady_steps",)  # computed once: the split where the loop settles ranks every step
-        if key not in self._ledgers:
-            mf = self.manifest
-            self._ledgers[key] = steady.steady_steps(
-                self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
-                steady.compile_steps(self.settings, self.run.steps))
-        return self._ledgers[key]
+        """The steady steps of every rank (``RunFigures``: ``model.steady.steady_steps``, the one definition
+        the report and the stderr line of ``gpudoctor profile`` share)."""
+        return self.figures.job.steady
 
     def settling(self) -> Settling | None:
-        """Where the run's step time changed beyond noise (``model.steady.run_settling``): the steady steps
+        """Where the run's step time changed beyond noise (``RunFigures.settling``): the steady steps
         are the settled part's, and the summary and the account say so. None where it held steady."""
-        key = ("settling",)
-        if key not in self._ledgers:
-            mf = self.manifest
-            self._ledgers[key] = steady.run_settling(
-                self.run.steps, mf.step_source if mf is not None else None, self.main_dataloader(),
-                steady.compile_steps(self.settings, self.run.steps))
-        return self._ledgers[key]
-
-    def step_time_ns(self) -> int | None:
-        """Median wall time of a steady step: run records first, else the trace's step windows."""
-        med = median_int(s.wall_ns for s in self.steady_steps())
-        if med:
-            return med
-        for m in self.metrics:
-            if m.steps:
-                return median_int(s.end_ns - s.start_ns for s in m.steps)
-        return None
-
-    def step_time_p90_ns(self) -> int | None:
-        p = percentile_int((s.wall_ns for s in self.steady_steps()), 90)
-        if p:
-            return p
-        for m in self.metrics:
-            if m.steps:
-                return percentile_int((s.end_ns - s.start_ns for s in m.steps), 90)
-        return None
+        return self.figures.settling
 
     def share_of_steps(self, ns: int, steps: Sequence[StepRecord] | None = None) -> float | None:
         """``ns`` as a percentage of the total wall time of ``steps`` (default: steady steps)."""
@@ -342,35 +302,20 @@ class RuleContext:
         return 100.0 * ns / total if total > 0 else None
 
     def phase_shares_pct(self) -> dict[str, float | None] | None:
-        """Share of step time (steady steps) in each phase gpudoctor's hooks timed on the host:
-        ``data_wait``, ``forward`` (None where no root module was watched: it is then in
-        ``other``), ``backward``, ``optimizer``, ``other`` (the loop's own work); None when the
-        steps carry no phase times (a run recorded before they existed)."""
-        steps = [s for s in self.steady_steps() if s.backward_ns is not None and s.optimizer_ns is not None]
-        total = sum(s.wall_ns for s in steps)
-        if not steps or total <= 0:
-            return None
-        forward = None if any(s.forward_ns is None for s in steps) else sum(s.forward_ns or 0 for s in steps)
-        parts: dict[str, float | None] = {
-            "data_wait": sum(min(s.data_wait_ns, s.wall_ns) for s in steps),
-            "forward": forward,
-            "backward": sum(s.backward_ns or 0 for s in steps),
-            "optimizer": sum(s.optimizer_ns or 0 for s in steps),
-            "other": sum(s.other_ns() or 0 for s in steps),
-        }
-        return {k: (None if v is None else 100.0 * v / total) for k, v in parts.items()}
+        """Share of step time (steady steps) in each phase gpudoctor's hooks timed on the host
+        (``RunFigures``); None when the steps carry no phase times (a run recorded before they existed)."""
+        return self.figures.job.phases
 
     def micro_batches(self) -> int | None:
         """Micro-batches (backward() calls) per optimizer step, median over the steady steps;
-        None when the steps are not optimizer steps or do not say."""
-        steps = [s for s in self.steady_steps() if s.marker == "optimizer" and s.micro_batches]
-        return median_int(s.micro_batches or 0 for s in steps) if steps else None
+        None when the steps are not optimizer steps or do not say (``RunFigures``)."""
+        return self.figures.job.micro_batches
 
     def data_wait_share_pct(self) -> float | None:
         """Time the loop waited for the next batch, % of the wall time of the steps the run's figures are
         of (``account_steps``: the unprofiled steady steps where there are enough; the figure the summary
         prints as "waiting for data")."""
-        return steady.data_wait_share_pct(self.account_steps(every_rank=True))
+        return self.figures.job.step.data_wait_pct
 
     # ---------------------------------------------------------------- trace windows
 
@@ -439,7 +384,7 @@ class RuleContext:
         """The GPU account of ``m``'s process where it is not ``m``'s own windows as recorded (another
         trace is the accounting window, several are, or the account is scaled to the unprofiled step);
         None where it is (a figure of ``m`` is then a figure of the account)."""
-        if m.ledger is None or m.ledger.basis != "gpu":
+        if m.ledger is None or m.ledger.basis != LedgerBasis.GPU:
             return None
         led = self.trace_ledger(m)
         if led is None or led.total_ns <= 0:
@@ -475,11 +420,7 @@ class RuleContext:
     def steady_steps_of(self, rank: int | None) -> tuple[StepRecord, ...]:
         """The steady steps of one rank (of the lowest rank when ``rank`` is None; all of them when
         the records carry no rank)."""
-        steps = self.steady_steps()
-        ranked = {s.rank for s in steps if s.rank is not None}
-        if not ranked:
-            return steps
-        return tuple(s for s in steps if s.rank == (rank if rank is not None else min(ranked)))
+        return self.figures.of(rank).steady
 
     def primary_trace(self, rank: int | None = None) -> TraceMetrics | None:
         """The trace a rank's account comes from: its first trace with GPU activity, else its first
@@ -493,13 +434,15 @@ class RuleContext:
         """The steady steps (of ``rank``: ``steady_steps_of``; of every rank with ``every_rank``) that ran
         without an instrument, nor right after one (``model.steady.unprofiled_steps``): the steps a
         ``--verify`` trial run resembles."""
-        return steady.unprofiled_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
+        fig = self.figures
+        return (fig.job if every_rank else fig.of(rank)).unprofiled
 
     def account_steps(self, rank: int | None = None, *, every_rank: bool = False) -> tuple[StepRecord, ...]:
         """The steps the account's step-time figures are of: the unprofiled steady steps where the run has
         ``model.steady.MIN_BARE_STEPS`` of them (what ``--verify`` measures: time per step over a run that
         carries no instrument), else every steady step."""
-        return steady.figure_steps(self.steady_steps() if every_rank else self.steady_steps_of(rank))
+        fig = self.figures
+        return (fig.job if every_rank else fig.of(rank)).account
 
     def accounting_traces(self) -> tuple[TraceMetrics, ...]:
         """The traces the account is charged on: of each process (rank), those recorded without stacks
@@ -584,7 +527,7 @@ class RuleContext:
                 steps = self.account_steps(None)
                 return steps_ledger(steps, label_steps=self._steps_label(None)) if steps else None
         led = self.trace_ledger(m)
-        if led is None or led.basis == "gpu":
+        if led is None or led.basis == LedgerBasis.GPU:
             return led
         steps = self.account_steps(m.rank)
         if steps:
@@ -595,8 +538,7 @@ class RuleContext:
     def _steps_label(self, rank: int | None) -> str:
         """What the account's steps are, as a ledger's window names them: "unprofiled" where instrumented
         steps were left out."""
-        return ("unprofiled steady step" if len(self.account_steps(rank)) < len(self.steady_steps_of(rank))
-                else "steady step")
+        return "unprofiled steady step" if self.figures.of(rank).account_is_unprofiled else "steady step"
 
     def ns_on_ledger(self, m: TraceMetrics, ns: int, ledger: Ledger | None) -> int:
         """``ns`` measured over ``m``'s windows, in the terms of ``ledger`` (its process's account, which
@@ -607,7 +549,7 @@ class RuleContext:
             return ns
         if ledger.key == m.ledger.key and not (ledger.weight is not None and ledger.weight.scaled):
             return ns
-        if ledger.basis == "gpu":
+        if ledger.basis == LedgerBasis.GPU:
             return int(round(ns * ledger.windows / m.ledger.windows))
         return int(round(ns * ledger.total_ns / m.ledger.total_ns))
 

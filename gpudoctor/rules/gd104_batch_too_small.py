@@ -179,7 +179,7 @@ def plan_batch(*, peak_bytes: int, total_bytes: int, fixed: int, limit_pct: floa
         per_sample_after = max(host / factor, busy_ns) + rest
         fraction = max(0.0, min(1.0, (total_ns - per_sample_after) / overhead_ns))
         model = (f"per sample of the step now = max(host issue {fmt_ns(host)} ÷ {factor:g}, GPU busy {fmt_ns(busy_ns)}) "
-                 f"+ the rest {fmt_ns(rest)} = {fmt_ns(per_sample_after)} against {fmt_ns(total_ns)}: "
+                 f"+ the rest {fmt_ns(rest)} = {fmt_ns(per_sample_after)} against {fmt_ns(total_ns)} now: "
                  f"{fmt_pct(100.0 * fraction)} of the {fmt_ns(overhead_ns)} launch overhead won")
     return BatchPlan(factor, mem_factor, needed, fraction, model)
 
@@ -219,9 +219,12 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     per_step = max(1, ledger.windows) if ledger is not None else 1
     busy_ns = sum(sl.ns for sl in ledger.slices if sl.side == "device") // per_step if ledger is not None else 0
     overhead_ns = ledger.ns(Component.LAUNCH_OVERHEAD) // per_step if ledger is not None else 0
+    # the step now: the run's step time (analysis.figures), the one every output prints; the host's issue time and
+    # the GPU's work per step are the ledger's (the model's fraction does not depend on the step, only its text)
+    step_ns = ctx.figures.account_step(ledger, m)[0] if ledger is not None else None
     plan = plan_batch(peak_bytes=peak.peak_bytes, total_bytes=peak.total_bytes, fixed=fixed[0] if fixed else 0,
                       limit_pct=t.memory_near_limit_pct, busy_ns=busy_ns, overhead_ns=overhead_ns,
-                      total_ns=ledger.total_ns // per_step if ledger is not None else 0)
+                      total_ns=max(step_ns or 0, busy_ns + overhead_ns))
     factor = plan.factor
     dl = ctx.main_dataloader()
     bs = dl.batch_size if dl is not None else None

@@ -83,9 +83,10 @@ rate) and says the loading must get cheaper.
 
 Expected gain
 -------------
-The model, per batch, with means over the steady steps that ran without an
-instrument (torch.profiler's and cProfile's windows slow the loading and the
-step unevenly, and `--verify`'s trial runs carry neither; all steady steps when
+The model, per batch, from the run's step time and data wait: means over the
+unprofiled steady steps, no instrument in them or in the step before
+(torch.profiler's and cProfile's windows slow the loading and the step
+unevenly, and `--verify`'s trial runs carry neither; all steady steps when
 fewer than 5 ran bare):
 
     step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
@@ -246,7 +247,6 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from gpudoctor.analysis.load import host_load
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     ChecklistStatus,
@@ -258,7 +258,7 @@ from gpudoctor.model.findings import (
     SettingRef,
     Severity,
 )
-from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
+from gpudoctor.model.metrics import Component, Ledger, LedgerBasis, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
 from gpudoctor.model.steady import data_wait_share_pct
 from gpudoctor.rules.context import (
@@ -312,7 +312,6 @@ from gpudoctor.rules.static_api.text import (
     with_kwargs,
 )
 
-_MIN_MODEL_STEPS = 5  # uninstrumented steps enough for the model's means
 WAITING = "waiting"  # wall time ≫ CPU time: storage, network, a sleep
 COMPUTING = "computing"  # the loading keeps a core busy
 UNMEASURED = "unmeasured"  # no CPU figure of the loading: sized as if it computed
@@ -559,15 +558,16 @@ def _hot_text(load: Load) -> str:
 
 def _from_steps(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
-    # the account's steps: the unprofiled ones where there are enough, as --verify's trial runs carry no
-    # instrument (docs/account.md, "The accounting window"), else every steady step
-    steps = ctx.account_steps(every_rank=True)
-    share = data_wait_share_pct(steps)
+    # the run's figures (analysis.figures): the account's steps, the unprofiled ones where there are enough, as
+    # --verify's trial runs carry no instrument (docs/account.md, "The accounting window"), else every steady
+    # step; the step time is their mean, the data wait's share and mean are theirs
+    fig = ctx.figures.job
+    steps = fig.account
+    share = fig.step.data_wait_pct
     dl = ctx.main_dataloader()
-    if share is None:
+    if share is None or fig.step.step_ns is None:
         return RuleResult.cannot_judge("no per-step records")
     wait_med = median_int(s.data_wait_ns for s in steps) or 0
-    step_med = median_int(s.wall_ns for s in steps) or 0
     micro = ctx.micro_batches() or 1  # gradient accumulation: batches per optimizer step
     loc = location_of(dl.call_site) if dl is not None else None
     where = f" at {loc}" if loc else ""
@@ -580,7 +580,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             applied=dl is not None and dl.num_workers > 0,
         )
     ledger = ctx.ledger()
-    if ledger is not None and ledger.basis == "gpu":
+    if ledger is not None and ledger.basis == LedgerBasis.GPU:
         # a GPU run: a wait for a batch costs the step only where the GPU idles for it (the ledger's
         # data_loading part); where the device limits the loop, the host's waits hide behind its work
         m = ctx.primary_trace()
@@ -597,7 +597,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 rec_share = data_wait_share_pct(recorded) if recorded else None
                 why = idle + (f", where the loop waited {fmt_pct(rec_share)} of the host's step (the {len(recorded)} "
                               "steps the window recorded); the share at stake is the GPU's idle time, which no trace "
-                              "shows for the unprofiled steps" if rec_share is not None and bare_steps(ctx, steps)
+                              "shows for the unprofiled steps" if rec_share is not None and fig.account_is_unprofiled
                               else "")
             return RuleResult.fine(
                 f"the loop waits {fmt_pct(share)} of the host's step time for data ({_steps_text(ctx, steps)}), "
@@ -645,35 +645,35 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             f"less than that again; the workers' pipeline was filling, not falling behind",
             applied=True,
         )
-    # the model's figures: means over the steps no instrument slowed (torch.profiler's and cProfile's windows
-    # slow the loading and the step unevenly, and --verify's trial runs carry neither) when there are enough
-    plain = tuple(s for s in steps if not s.window)
-    model_steps = plain if len(plain) >= _MIN_MODEL_STEPS else steps
-    model_batches = max(1, len(model_steps) * micro)
-    wait_ns = sum(min(s.data_wait_ns, s.wall_ns) for s in model_steps) / model_batches
-    step_batch_ns = sum(s.wall_ns for s in model_steps) / model_batches
+    # the model's figures: the run's, per batch (the step time and the wait are means over the account's steps:
+    # the steps no instrument slowed where there are enough, as torch.profiler's and cProfile's windows slow the
+    # loading and the step unevenly, and --verify's trial runs carry neither)
+    model_steps = steps
+    wait_ns = (fig.step.data_wait_ns or 0) / micro
+    step_batch_ns = fig.step.step_ns / micro
     compute_ns = max(step_batch_ns - wait_ns, 1.0)
     load, main_cpu = measure_load(ctx, dl, steps, micro, step_batch_ns, wait_ns)
     mem = memory_cap(ctx, dl)
-    basis = (f"means per batch over the {len(model_steps)} steps no instrument ran in" if model_steps is plain
-             else f"means per batch over {len(model_steps)} steps")
+    basis = (f"means per batch over the {fig.account_label}" if micro == 1 else
+             f"per batch: the step time over the {fig.account_label} ÷ {micro} micro-batches")
     # what the model's step is known to: the scatter of the part of the step that is not the wait (its
     # compute and the CPU terms are built from it; the wait's own scatter is the stall, not noise)
     # On a GPU run the host's step also holds its waits for the device, which the host does not choose: not
     # the model's noise (the CUDA events time the loop there), so the hand-over alone sets the resolution.
     computes = [(s.wall_ns - min(s.data_wait_ns, s.wall_ns)) / micro for s in model_steps]
-    on_gpu = ledger is not None and ledger.basis == "gpu"
+    on_gpu = ledger is not None and ledger.basis == LedgerBasis.GPU
     noise_ns = (t.dataloader_win_noise_se_count * statistics.stdev(computes) / math.sqrt(len(computes))
                 if len(computes) > 1 and not on_gpu else 0.0)
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
                         main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns)
     n = plan.workers
-    # the share is one of sums (the summary's "waiting for data"): its figures are the means, so that the
-    # sentence checks out (a median wait of a median step said 30.64 ms of a 32.03 ms step beside 87.4%)
-    wait_mean = sum(min(s.data_wait_ns, s.wall_ns) for s in steps) // max(len(steps), 1)
-    step_mean = sum(s.wall_ns for s in steps) // max(len(steps), 1)
+    # the share is one of sums (the summary's "waiting for data"): its figures are the means (the run's step
+    # time), so that the sentence checks out (a median wait of a median step said 30.64 ms of a 32.03 ms step
+    # beside 87.4%)
+    wait_mean = fig.step.data_wait_ns or 0
+    step_mean = fig.step.step_ns
     # on a GPU run the share at stake is of the account's window, which need not be these steps: say which
-    over = _steps_text(ctx, steps) if ledger is not None and ledger.basis == "gpu" else f"{len(steps)} steps"
+    over = _steps_text(ctx, steps) if ledger is not None and ledger.basis == LedgerBasis.GPU else f"{len(steps)} steps"
     if micro > 1:
         per = (f"{fmt_ns(wait_mean)} of a {fmt_ns(step_mean)} optimizer step over its {micro} micro-batches, "
                f"{fmt_ns(wait_mean // micro)} per batch; means over {over}")
@@ -720,9 +720,9 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     metrics = [
         Metric("data_wait_share_pct", round(share, 2), "%", f"{len(steps)} steps"),
         Metric("data_wait_mean_ns", wait_mean, "ns", f"{len(steps)} steps"),
-        Metric("step_mean_ns", step_mean, "ns", f"{len(steps)} steps"),
+        Metric("step_mean_ns", step_mean, "ns", f"{fig.account_label}; the step time"),
         Metric("data_wait_median_ns", wait_med, "ns"),
-        Metric("step_median_ns", step_med, "ns"),
+        Metric("step_median_ns", fig.step.median_ns, "ns", f"{fig.account_label}; the spread, not the step"),
         Metric("per_batch_load_ns", int(load.load_ns), "ns"),
         Metric("compute_per_step_ns", int(compute_ns), "ns", "per batch: the step less its data wait (mean)"),
         Metric("load_kind", load.kind),
@@ -753,7 +753,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         location=loc,
         gain_note=(
             "GPU idle time while the loop waited for data; workers hide it behind the step"
-            if ledger is not None and ledger.basis == "gpu"
+            if ledger is not None and ledger.basis == LedgerBasis.GPU
             else "time the loop waits for data; workers hide it behind the step"
         ),
         claims=[(Component.DATA_LOADING, None)],
@@ -783,7 +783,7 @@ def _machine_busy(ctx: RuleContext) -> str:
     steps = ctx.steps()
     if not steps or ctx.run.samples is None:
         return ""
-    load = host_load(ctx.run.samples, steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps))
+    load = ctx.figures.host.load  # over the steps (the run's figures)
     if load is None or load.runq_wait_pct is None or load.others_cpu_pct is None:
         return ""
     if load.runq_wait_pct < t.cpu_contention_wait_pct or load.others_cpu_pct < t.cpu_contention_others_pct:
@@ -802,22 +802,17 @@ def _kind_text(load: Load) -> str:
     return f"the loading computes (it keeps a core busy {cpu} of its time)"
 
 
-def bare_steps(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> bool:
-    """Whether ``steps`` (the account's) leave the instrumented steady steps out."""
-    return len(steps) < len(ctx.steady_steps())
-
-
 def _steps_text(ctx: RuleContext, steps: tuple[StepRecord, ...]) -> str:
     """Which steps the figures of the loop's waits are of: "8 unprofiled steps" where the account's steps
     leave the instrumented ones out, else "30 steps"."""
-    bare = bare_steps(ctx, steps)
+    bare = ctx.figures.job.account_is_unprofiled  # ``steps``: the account's window, which leaves them out
     return f"{len(steps)} {'unprofiled ' if bare else ''}step{'' if len(steps) == 1 else 's'}"
 
 
 def _gpu_wait_text(ledger: Ledger | None) -> str:
     """On a GPU run: the share at stake, and which steps it is of (the account's window, which need not be
     the steps the waits are of)."""
-    if ledger is None or ledger.basis != "gpu":
+    if ledger is None or ledger.basis != LedgerBasis.GPU:
         return ""
     scaled = ", scaled to the unprofiled step" if ledger.weight is not None and ledger.weight.scaled else ""
     return (
@@ -845,7 +840,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         return RuleResult.fine(
             f"the GPU waits for the DataLoader {fmt_pct(share)} of step time in the trace "
             f"(threshold {t.dataloader_wait_share_pct:g}%){with_workers}"
-            if ledger.basis == "gpu"
+            if ledger.basis == LedgerBasis.GPU
             else f"DataLoader {fmt_pct(share)} of step time in the trace (threshold {t.dataloader_wait_share_pct:g}%)"
             f"{with_workers}",
             applied=it == "multi-process",
@@ -853,7 +848,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
     dl = ctx.main_dataloader()
     loc = location_of(dl.call_site) if dl is not None else None
     what = "step time" if m.steps else "the trace (no step markers)"
-    waits = "the GPU sits idle waiting for the next batch" if ledger.basis == "gpu" else "the loop waits for the next batch"
+    waits = "the GPU sits idle waiting for the next batch" if ledger.basis == LedgerBasis.GPU else "the loop waits for the next batch"
     keep = "" if ctx.workers_caveat(dl) else "persistent_workers=True"  # the script's source may be against it
     if it == "multi-process":
         message = (
@@ -907,7 +902,7 @@ def _from_trace(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
         location=loc,
         gain_note=(
             "GPU idle time while the loop waited in DataLoader.__next__"
-            if ledger.basis == "gpu"
+            if ledger.basis == LedgerBasis.GPU
             else "time in DataLoader.__next__"
         ),
         rank=m.rank,

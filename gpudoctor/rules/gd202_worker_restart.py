@@ -189,12 +189,13 @@ def check(ctx: RuleContext) -> RuleResult:
     if len(order) < 2:
         return RuleResult.not_applicable("the recorded steps cover one epoch: no restart seen")
     firsts = {e: min(epochs[e], key=lambda st: st.index) for e in order}
-    first_ids = {st.index for st in firsts.values()}
-    # the other steps: the steady ones (without the workers' first batches either) when there are, the
-    # unprofiled ones where there are enough: the steps whose median the summary prints (account_steps)
-    others = list(ctx.account_steps(every_rank=True)) or [st for st in steps if st.index not in first_ids]
+    # the other steps: the run's figures (analysis.figures), of the account's steps: the steady ones (without
+    # the workers' first batches either), the unprofiled ones where there are enough (the steps a trial run
+    # resembles); the step time is their mean, the median step their spread
+    fig = ctx.figures.job
+    others = list(fig.account)
     base_wait = median_int(st.data_wait_ns for st in others) or 0
-    step_med = median_int(st.wall_ns for st in others) or 0
+    step_med = fig.step.median_ns or 0
     later = [firsts[e] for e in order[1:]]  # the first epoch's start-up is paid with or without persistence
     excess = [max(0, st.data_wait_ns - base_wait) for st in later]
     excess_med = median_int(excess) or 0
@@ -202,8 +203,8 @@ def check(ctx: RuleContext) -> RuleResult:
     # workers' start-up on the same cores (worker_restart on 2 cores: 347 ms of wait, 175 ms more of compute)
     stall_ns = max(excess_med, median_int(max(0, st.wall_ns - step_med) for st in later) or 0)
     epoch_steps = max(len(epochs[e]) for e in order[:-1])  # the last epoch may be cut short (--steps)
-    bare = [st for st in others if not st.window] or others  # the steps the trial runs resemble
-    step_mean = sum(st.wall_ns for st in bare) / len(bare) if bare else 0.0
+    bare = others
+    step_mean = float(fig.step.step_ns or 0)
     # an epoch's time per step now, its start included (what --verify measures this fix on), and the least a
     # step can take with the fix: its own work, without any wait (the median step less its wait)
     epoch_ns = epoch_steps * step_mean + stall_ns
@@ -220,7 +221,7 @@ def check(ctx: RuleContext) -> RuleResult:
         f"{fmt_ns(excess_med)} longer for data than other steps ({fmt_pct(share)} of an epoch's time); "
         f"persistent_workers=False, num_workers={dl.num_workers} at {loc or 'the DataLoader'}"
     )
-    won, expected_note, first_batch = _expected(ctx, bare, stall_ns)
+    won, expected_note, first_batch = _expected(ctx, bare, step_mean, stall_ns)
     # the model's share of an epoch, as a fraction of the bound
     expected = (max(0.0, min(1.0, won * stall_ns / (epoch_ns * bound / 100.0))) if won is not None and bound > 0
                 else None)
@@ -261,13 +262,15 @@ def check(ctx: RuleContext) -> RuleResult:
     return RuleResult.fired(finding)
 
 
-def _expected(ctx: RuleContext, bare: list[StepRecord], stall_ns: int) -> tuple[float | None, str, float | None]:
+def _expected(ctx: RuleContext, bare: list[StepRecord], step_ns: float,
+              stall_ns: int) -> tuple[float | None, str, float | None]:
     """The fraction of the stall (the first step's excess) persistent workers win, its model in words, and
-    the wait they keep (the epoch's first batch in a live worker); None without the workers' CPU samples."""
+    the wait they keep (the epoch's first batch in a live worker); None without the workers' CPU samples.
+    ``step_ns``: the run's step time, of the steps ``bare``."""
     use = worker_use(ctx)
-    if use is None or not use.workers or stall_ns <= 0 or not bare:
+    if use is None or not use.workers or stall_ns <= 0 or not bare or step_ns <= 0:
         return None, "", None
-    per_batch = statistics.fmean(st.wall_ns / max(1, st.batches or 1) for st in bare)
+    per_batch = step_ns / statistics.fmean(max(1, st.batches or 1) for st in bare)
     first_batch = use.cpu_cores * per_batch + ctx.thresholds.dataloader_handover_ms * 1e6
     fraction = max(0.0, stall_ns - first_batch) / stall_ns
     note = (f"the {fmt_ns(stall_ns)} stall less the epoch's first batch, which live workers still load: "

@@ -115,7 +115,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
-from gpudoctor.model.metrics import Component, DispatchStats, GapCause
+from gpudoctor.model.metrics import Component, DispatchStats, GapCause, LedgerBasis
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
 from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, too_few_steps, user_functions
 from gpudoctor.rules.registry import Need, Rule
@@ -244,7 +244,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
             f"wait: {fmt_pct(max(0.0, idle_pct - wait))})"
         )
         steps_ledger = ctx.ledger() if m is None and loop_pct is not None else None
-        if steps_ledger is not None and steps_ledger.basis == "steps" and steps_ledger.ns(Component.OTHER_CPU) > 0:
+        if steps_ledger is not None and steps_ledger.basis == LedgerBasis.STEPS and steps_ledger.ns(Component.OTHER_CPU) > 0:
             # the loop's own work (the steps' phase times) claims its part of the steps' ledger, at most
             # what the GPU idled beyond the data wait: host work the GPU never waited on wins nothing
             ledger = steps_ledger
@@ -375,7 +375,7 @@ def _cpu_case(ctx, cpu, demand, metrics, notes, location, user_share, loop_pct) 
     elif loop_pct is not None:
         at_stake = loop_pct
         steps_ledger = ctx.ledger()
-        if steps_ledger is not None and steps_ledger.basis == "steps" and steps_ledger.ns(Component.OTHER_CPU) > 0:
+        if steps_ledger is not None and steps_ledger.basis == LedgerBasis.STEPS and steps_ledger.ns(Component.OTHER_CPU) > 0:
             ledger = steps_ledger  # the same figure, from the steps' ledger: claimed there, once
             at_stake = ledger.pct(Component.OTHER_CPU)
         confidence = Confidence.MEASURED

@@ -206,16 +206,17 @@ class Stake:
 
 def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_after: int | None,
           pools: bool) -> Stake | None:
-    """The model (see the docs), from the account's steps (the unprofiled ones where there are enough:
-    ``RuleContext.account_steps``); None without per-step records or a ledger."""
-    steps = ctx.account_steps(every_rank=True)
+    """The model (see the docs), from the run's figures (the step time and the data wait of the account's
+    steps, the unprofiled ones where there are enough: ``analysis.figures``); None without per-step records
+    or a ledger."""
+    fig = ctx.figures.job
+    steps = fig.account
     ledger = ctx.ledger()
-    if not steps or ledger is None or ledger.total_ns <= 0:
+    if not fig.account or not fig.step.step_ns or ledger is None or ledger.total_ns <= 0:
         return None
     micro = ctx.micro_batches() or 1
-    batches = max(1, len(steps) * micro)
-    step = sum(s.wall_ns for s in steps) / batches
-    wait = sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / batches
+    step = fig.step.step_ns / micro
+    wait = (fig.step.data_wait_ns or 0) / micro
     compute = max(1.0, step - wait)
     handover = ctx.thresholds.dataloader_handover_ms * 1e6
     # the workers after one thread each want about the CPU they get now (their threads spun or waited)

@@ -87,7 +87,6 @@ References
 
 from __future__ import annotations
 
-from gpudoctor.analysis.load import host_load
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext, RuleResult
 from gpudoctor.rules.helpers import runnable_demand
@@ -104,9 +103,7 @@ def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
     cores = ctx.cpu_count()
     d = runnable_demand(ctx)
-    steps = ctx.steps()
-    span = (steps[0].start_ns, max(s.start_ns + s.wall_ns for s in steps)) if steps else (None, None)
-    load = host_load(ctx.run.samples, *span)
+    load = ctx.figures.host.load  # over the steps (the run's figures)
     if d is None or load is None or load.runq_wait_pct is None or cores is None:
         return RuleResult.cannot_judge(
             "no run-queue wait of the training process was recorded (Linux schedstat) or no core count: "

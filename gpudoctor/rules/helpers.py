@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudoctor.analysis import figures
 from gpudoctor.model.findings import Finding, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
 from gpudoctor.model.run import (
@@ -18,7 +19,6 @@ from gpudoctor.model.run import (
     PstatsEntry,
     StepRecord,
 )
-from gpudoctor.model.steady import loop_times
 from gpudoctor.model.units import duration_text
 from gpudoctor.rules.context import RuleContext, fmt_pct, location_of
 from gpudoctor.rules.edits import dataloader_args, edit_fix
@@ -194,22 +194,9 @@ def device_limited(m: TraceMetrics) -> str | None:
 
 
 def steps_span(ctx: RuleContext, steps: Sequence[StepRecord] | None = None) -> tuple[int, int] | None:
-    """When ``steps`` (default: the steady steps) ran, from the run's start (ns): from the first one's
-    start to the later of the last one's end on the host and the end of their time at the rate the
-    loop sustains (``model.steady.loop_times``: a GPU-bound loop's device runs its steps long after the
-    host enqueued them); None without steps. The ranks of a job run their steps side by side: each rank's
-    steps are timed apart, and the span ends at the latest of theirs (summed over every rank's steps, a
-    job of 8 ranks ran 8 times as long)."""
-    steps = ctx.steady_steps() if steps is None else steps
-    if not steps:
-        return None
-    lo = min(s.start_ns for s in steps)
-    end = max(s.start_ns + s.wall_ns for s in steps)
-    for rank in dict.fromkeys(s.rank for s in steps):
-        mine = [s for s in steps if s.rank == rank]
-        times, _ = loop_times(mine)
-        end = max(end, min(s.start_ns for s in mine) + sum(times))
-    return lo, end
+    """When ``steps`` (default: the steady steps) ran, from the run's start (ns), at the rate the loop
+    sustains (``analysis.figures.steps_span``); None without steps."""
+    return figures.steps_span(ctx.steady_steps() if steps is None else steps)
 
 
 def gpu_samples_in_steps(ctx: RuleContext, device: int | None = None) -> tuple[tuple[GpuSample, ...], str]:

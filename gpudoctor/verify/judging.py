@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from gpudoctor.analysis.figures import run_figures
 from gpudoctor.analysis.ranks import steady_of
 from gpudoctor.config import Thresholds
 from gpudoctor.model import (
@@ -18,8 +19,8 @@ from gpudoctor.model import (
     Verification,
     VerifyStatus,
 )
+from gpudoctor.model.steady import StepFigures, StepSource, times_figures
 from gpudoctor.verify.plan import (
-    DEFAULT_WARMUP_STEPS,
     MIN_RUNS,
     MIN_STEPS,
     VerifyOptions,
@@ -42,13 +43,13 @@ def _epoch_start_ids(steps: Sequence[StepRecord]) -> set[int]:
     return {b.index for a, b in zip(ordered, ordered[1:], strict=False) if b.epoch is not None and b.epoch != a.epoch}
 
 
-def profiled_step_ns(run: RunData | None, warmup: int = DEFAULT_WARMUP_STEPS) -> int | None:
-    """The profiled run's median steady step outside its instrumented windows (torch.profiler,
-    cProfile): what the trial runs of the untouched script should take on the same machine."""
+def profiled_step_ns(run: RunData | None) -> int | None:
+    """The profiled run's step time (the run's figures, ``analysis.figures``: the mean over its unprofiled
+    steady steps, the figure its report prints as the step now): what the trial runs of the untouched script
+    should take on the same machine."""
     if run is None or not run.steps:
         return None
-    steady = [s for s in steady_of(run.steps) if s.index >= warmup and not s.window] or steady_of(run.steps)
-    return int(statistics.median(s.wall_ns for s in steady)) if steady else None
+    return run_figures(run).job.step_ns
 
 
 
@@ -177,6 +178,13 @@ def load_unfair(base: HostLoad | None, trial: HostLoad | None, base_step_ns: flo
     return "; ".join(why)
 
 
+def _trial_figures(steps: Sequence[StepRecord]) -> StepFigures:
+    """A trial run's time per step (the mean over its judged steps, total ÷ count: the throughput) and its
+    median, by the function that computes the profiled run's step time (``model.steady.times_figures``), of
+    the host's wall time (a trial run records no instrument to leave out)."""
+    return times_figures([s.wall_ns for s in steps], StepSource.WALL, steps)
+
+
 def _figures(runs: Sequence[_Run], opts: VerifyOptions, statistic: str,
              per_sample: bool) -> list[tuple[_Run, list[StepRecord], float | None]]:
     """Each run with its judged steps and its time per step (per sample when ``per_sample``)."""
@@ -186,7 +194,7 @@ def _figures(runs: Sequence[_Run], opts: VerifyOptions, statistic: str,
         batch = _batch(r.settings) if per_sample else None
         per = None
         if steps:
-            per = sum(s.wall_ns for s in steps) / len(steps)
+            per = float(_trial_figures(steps).step_ns or 0)
             if per_sample and batch:
                 per /= batch
         out.append((r, steps, per))
@@ -200,7 +208,7 @@ def _per_run(arm: _Arm, baseline_runs: Sequence[_Run], opts: VerifyOptions, stat
                   key=lambda t: (t[1].round, t[0] != "baseline"))
     for side, r in runs:
         _, steps, per = _figures([r], opts, statistic, per_sample)[0] if r.ok else (r, [], None)
-        med = statistics.median(s.wall_ns for s in steps) if steps else None
+        med = float(_trial_figures(steps).median_ns or 0) if steps else None
         batch = _batch(r.settings) if per_sample else None
         if med is not None and batch:
             med = med / batch
@@ -296,8 +304,10 @@ def judge(
     st = run_speedup_stats([p for _, _, p in fa if p], [p for _, _, p in fb if p], level)
     med_a = statistics.median(s.wall_ns / (batch_a if per_sample else 1) for _, steps, _ in fa for s in steps)
     med_b = statistics.median(s.wall_ns / (batch_b if per_sample else 1) for _, steps, _ in fb for s in steps)
-    base_median_step = statistics.median(s.wall_ns for _, steps, _ in fa for s in steps)
-    unfair = load_unfair(base_load, trial_load, base_median_step, profiled_ns, thresholds)
+    # the untouched script's time per step in the trials against the profiled run's step time: means both
+    base_steps = [_trial_figures(steps).step_ns or 0 for _, steps, _ in fa if steps]
+    base_step = statistics.fmean(base_steps) if base_steps else None
+    unfair = load_unfair(base_load, trial_load, base_step, profiled_ns, thresholds)
     figures = {
         **counts,
         "speedup": round(st.speedup, 4) if st.speedup is not None else None,

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import stat
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -30,7 +29,15 @@ from gpudoctor.model import (
 )
 from gpudoctor.safe import terminal_line as safe_line
 from gpudoctor.signals import signum_of
-from gpudoctor.verify.judging import _cores, _ms, _steady, judge, profiled_step_ns, undecided
+from gpudoctor.verify.judging import (
+    _cores,
+    _ms,
+    _steady,
+    _trial_figures,
+    judge,
+    profiled_step_ns,
+    undecided,
+)
 from gpudoctor.verify.ladder import _climb
 from gpudoctor.verify.plan import (
     MARKER,
@@ -226,8 +233,9 @@ class _Session:
             arm.runs.append(r)
             self.estimate_s = max(self.estimate_s, r.duration_s)
             steady = _steady(r, opts.warmup_steps)
-            per = sum(s.wall_ns for s in steady) / len(steady) if steady else None
-            med = statistics.median(s.wall_ns for s in steady) if steady else None
+            figs = _trial_figures(steady) if steady else None
+            per = figs.step_ns if figs is not None else None
+            med = figs.median_ns if figs is not None else None
             busy = ""
             if r.load is not None and r.load.others_cpu_pct is not None:
                 busy = f", other processes {_cores(r.load.others_cpu_pct)} cores"
@@ -298,7 +306,7 @@ def _measure(run: RunData, arms: Sequence[_Arm], config: Config, opts: VerifyOpt
                f"{trial_command(run.manifest)}")
     session = _Session(run.manifest, run_dir, rdir, opts, max(_estimate_s(run, opts.steps), 0.1))
     baseline = session.baseline = _Arm("baseline", ())
-    profiled = profiled_step_ns(run, opts.warmup_steps)
+    profiled = profiled_step_ns(run)
     looks = opts.max_looks
     more = f" (up to {opts.rounds_max} for a fix still undecided)" if looks > 1 else ""
     _say(opts, f"gpudoctor: verify: {len(arms)} fix(es) to try ({', '.join(a.label for a in arms)}), "

@@ -172,7 +172,8 @@ def test_settings_and_pstats_are_written(basic):
 def test_summary_on_stderr(basic):
     work, script, proc, run_dir = basic
     err = proc.stderr
-    assert re.search(r"gpudoctor: 16 steps \(optimizer steps\); step time median [\d.]+ (ms|µs), p90 [\d.]+ (ms|µs); waiting for data [\d.]+% of step time", err)
+    assert re.search(r"gpudoctor: 16 steps \(optimizer steps\); step time [\d.]+ (ms|µs) \(mean\), median [\d.]+ (ms|µs), "
+                     r"p90 [\d.]+ (ms|µs); waiting for data [\d.]+% of step time", err)
     assert f"gpudoctor: run directory runs/{run_dir.name}" in err
     assert "USDT" not in err and "Traceback" not in err
     # one value per quantity: the stderr line prints the report's own figures
@@ -182,9 +183,9 @@ def test_summary_on_stderr(basic):
     from gpudoctor.report import _fmt
 
     summary = {x.key: x for x in diagnose(load_and_analyze([str(run_dir)]), Config(), kind="profile").summary}
-    med, p90 = (_fmt.duration(summary[k].value * 1e6) for k in ("step_time_median", "step_time_p90"))
+    step, med, p90 = (_fmt.duration(summary[k].value * 1e6) for k in ("step_time", "step_time_median", "step_time_p90"))
     wait = _fmt.pct(summary["data_wait_share"].value)
-    assert f"step time median {med}, p90 {p90}; waiting for data {wait} of step time" in err
+    assert f"step time {step} (mean), median {med}, p90 {p90}; waiting for data {wait} of step time" in err
 
 
 def test_spawn_workers_do_not_rerun_the_instruments(tmp_path):

@@ -504,11 +504,12 @@ def test_summary_figures():
     ]
     s = summarize_steps(rows)
     assert s.steps == 11
-    assert s.median_ms == pytest.approx(15.5)  # step 0 (start-up) left out
+    assert s.step_ms == pytest.approx(15.5)  # the mean, total ÷ count: step 0 (start-up) left out
+    assert s.median_ms == pytest.approx(15.5)
     assert s.p90_ms == pytest.approx(19.0)  # nearest rank, as the report's p90
     assert s.data_wait_pct == pytest.approx(100 * 20 / 155, abs=1e-3)  # rounded as the report rounds it
     lines = summary_lines(s, "optimizer", "completed", "", 0, "gpudoctor-runs/x", [])
-    assert "11 steps" in lines[0] and "median 15.5 ms" in lines[0] and "p90 19.0 ms" in lines[0]
+    assert "11 steps" in lines[0] and "step time 15.5 ms (mean), median 15.5 ms" in lines[0] and "p90 19.0 ms" in lines[0]
     assert "waiting for data 12.9%" in lines[0]
     # the first step of each epoch is left out too, and the steps of an earlier marker
     epochs = [{"index": i, "start_ns": 0, "wall_ns": (900 if i % 5 == 0 else 10) * 1_000_000, "epoch": i // 5,

@@ -127,7 +127,8 @@ def test_a_gpu_run_with_steps_claims_the_gpu_idle_data_wait_not_the_host_wait():
     assert "waits 40.0% of step time" in f.message and "idle waiting for it 10.0%" in f.message
     assert f.gain.share_pct == 10.0 and f.severity == Severity.WARNING
     a = rep.account
-    assert a.step_ns == 100 * MS and a.step_source == "median of 19 steady steps"
+    # the run's step time: the mean over the steady steps (every step 100 ms)
+    assert a.step_ns == 100 * MS and a.step_source == "mean of 19 steady steps"
     assert a.actions[0].step_ns_after == 90 * MS
 
 

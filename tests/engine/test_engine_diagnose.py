@@ -273,6 +273,7 @@ def test_summary_holds_every_headline_number():
     rep = engine.diagnose(_gpu_run(), Config(), "profile")
     s = {x.key: x for x in rep.summary}
     assert s["steps"].value == 20
+    assert s["step_time"].unit == "ms" and s["step_time"].value == 100.0  # the mean: every step 100 ms
     assert s["step_time_median"].unit == "ms" and s["step_time_median"].value == 100.0
     assert s["step_time_p90"].value == 100.0
     assert s["data_wait_share"].value == 27.0 and s["data_wait_share"].unit == "%"

@@ -25,15 +25,23 @@ _SCALE_NS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9, "min": 60e9,
 
 # quantity -> the phrases that print it (each regex captures the number and, for a time, its unit)
 QUANTITIES: dict[str, tuple[str, ...]] = {
-    "step time (median)": (
-        r"step time \(median\)" + _SEP + _DUR,
-        r"step time median " + _DUR,
-        r"\bnow " + _DUR + r" per step \(median",
-        r"of an? " + _DUR + r" step, median over",
+    # THE step time: the mean over the unprofiled steady steps (analysis.figures), wherever a text says what the
+    # step takes now; the median and p90 are its spread, printed only under their own names
+    "step time (now)": (
+        r"(?:^|\|)[ \t]*step time" + _SEP + _DUR,  # a summary row (not "expected step time", another quantity)
+        r"step time " + _DUR + r" \(mean\)",
+        r"\bnow " + _DUR + r" per step\b",
+        r"of an? " + _DUR + r" (?:optimizer )?step, means over",
+        r"\bstep mean time" + _SEP + _DUR,
+        r"\bagainst " + _DUR + r" now(?! \(per batch)",  # a model's step now (GD201's, GD104's), not one per batch
+    ),
+    "step time, median": (
+        r"step time, median \(spread\)" + _SEP + _DUR,
+        r"\(mean\), median " + _DUR,
         r"\bstep median time" + _SEP + _DUR,
     ),
-    "step time (p90)": (
-        r"step time \(p90\)" + _SEP + _DUR,
+    "step time, p90": (
+        r"step time, p90 \(spread\)" + _SEP + _DUR,
         r"\bp90 " + _DUR,
     ),
     "waiting for data (every steady step)": (

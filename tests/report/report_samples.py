@@ -138,7 +138,7 @@ def _account() -> Account:
         "busy with other kernels 20.5%, FP32 matmuls 14.5%, host→device copies 7.2%",
         ledger=_ledger(0),
         step_ns=83 * MS,
-        step_source="median of 23 steady steps",
+        step_source="mean of 23 steady steps",
         actions=(
             Action("GD201", "dataloader-stall", 38.5542, 51_000_000, None, ("data_loading",), 36.6265, 52_600_000),
             Action("GD301", "pageable-h2d", 7.2289, 45_000_000, None, ("h2d",), None, 46_600_000),
@@ -483,7 +483,8 @@ def canonical_report() -> Report:
         checklist=_checklist(),
         summary=(
             SummaryStat("steps", "steps", 120),
-            SummaryStat("step_time_median", "step time (median)", 83.0, "ms", "steps"),
+            SummaryStat("step_time", "step time", 83.0, "ms", "23 steady steps"),
+            SummaryStat("step_time_median", "step time, median (spread)", 81.5, "ms", "23 steady steps"),
             SummaryStat("data_wait_share", "waiting for data", 38.0, "%", "steps"),
             SummaryStat("gpu_idle", "GPU idle", 57.8, "%", "steps"),
             SummaryStat("peak_memory", "peak GPU memory", 6_442_450_944, "bytes"),
@@ -585,7 +586,7 @@ def hostile_report() -> Report:
             base.account,
             headline=f"GPU idle {XSS} & | `x`",
             ledger=replace(base.account.ledger, label=NASTY_PATH, window=XSS,
-                           slices=(*base.account.ledger.slices, LedgerSlice(XSS, MS, 0.2, "host", XSS, XSS))),
+                           slices=(*base.account.ledger.slices, LedgerSlice(XSS, MS, 0.2, "host", XSS, "trace"))),
             step_source=XSS,
             actions=(Action("GD201", XSS, 12.0, 10 * MS, None, (XSS,)),),
             notes=(f"@everyone {XSS}",),

@@ -117,7 +117,7 @@ def test_every_format_prints_one_value_per_quantity(build):
     named["stderr"] = _stderr_line(data)
     found = values_by_quantity(named)
     # the test looks where it should: each of these is printed in every format and on stderr
-    for quantity in ("step time (median)", "step time (p90)", "waiting for data (every steady step)"):
+    for quantity in ("step time (now)", "step time, median", "step time, p90", "waiting for data (every steady step)"):
         where = {w for w, _, _ in found.get(quantity, [])}
         assert where >= {"terminal", "md", "html", "json", "stderr"}, (quantity, where)
     assert {w for w, _, _ in found["training process CPU"]} >= {"terminal", "md", "html", "json"}
@@ -130,8 +130,13 @@ def test_the_figures_are_those_of_the_steady_steps_and_the_loop():
     s = {x.key: x for x in report.summary}
     # each epoch's first 4 steps wait for a worker to start: neither the summary nor stderr counts them
     assert s["step_time_median"].window == "52 steady steps"
+    assert s["step_time"].window == "52 steady steps"
+    # the step time is the mean (total ÷ count) of those steps, to the whole µs
+    kept = [x for x in data.steps if x.index % 30 >= 4]
+    assert len(kept) == 52
+    assert s["step_time"].value == round(sum(x.wall_ns for x in kept) / len(kept) / 1000) / 1000
     line = _stderr_line(data)
-    assert f"step time median {s['step_time_median'].value:.1f} ms" in line
+    assert f"step time {s['step_time'].value:.1f} ms (mean), median {s['step_time_median'].value:.1f} ms" in line
     # the process's CPU while the loop ran (35%), not the start-up's 100% over the run
     assert s["main_cpu"].value == 35.0 and "while the steps ran" in s["main_cpu"].window
     gd203 = next(i for i in report.checklist if "GD203" in i.codes)
@@ -147,9 +152,12 @@ def test_the_trace_s_typical_step_is_not_named_as_the_data_wait():
 
 def test_a_conflict_is_found():
     """The checker itself: two values of one name are reported, a rounding of one value is not."""
-    assert conflicts({"a": "step time (median) 3.30 s", "b": "step time median 3.37 s"})
+    assert conflicts({"a": "step time: 3.30 s", "b": "now 3.37 s per step (mean of 62 unprofiled steady steps)"})
+    assert conflicts({"a": "step time  3.30 s", "b": "65.5 ms of a 3.37 s step, means over 62 steps"})
     assert conflicts({"a": "training process CPU (median) 99.8%", "b": "training process at 35% of one core"})
-    assert not conflicts({"a": "step time (median) 111.3 ms", "b": "of a 111.30 ms step, median over 5 steps"})
+    assert not conflicts({"a": "step time: 111.3 ms", "b": "of a 111.30 ms step, means over 5 steps"})
+    # the median is the spread, under its own name: not a second value of the step
+    assert not conflicts({"a": "step time: 111.3 ms", "b": "step time, median (spread): 105.0 ms"})
     assert not conflicts({"a": "training process CPU (median) 117.5%", "b": "training process at 118% of one core"})
 
 
@@ -179,7 +187,7 @@ def test_a_profiled_run_prints_one_value_per_quantity(tmp_path):
     named = texts(report)
     named["stderr"] = proc.stderr
     found = values_by_quantity(named)
-    for quantity in ("step time (median)", "step time (p90)", "waiting for data (every steady step)", "steps recorded"):
+    for quantity in ("step time (now)", "step time, p90", "waiting for data (every steady step)", "steps recorded"):
         assert {w for w, _, _ in found.get(quantity, [])} >= {"terminal", "md", "html", "json", "stderr"}, quantity
     assert "training process CPU" in found
     assert conflicts(named) == []
@@ -196,5 +204,5 @@ def test_a_share_is_rounded_once_so_every_place_shows_the_same_digit():
     assert stat.value == 37.75
     shown = metric_text(Metric("data_wait_share_pct", round(37.748, 2), "%"))
     assert "37.8" in shown
-    line = summary_lines(StepSummary(10, 20.0, 25.0, 37.748), "optimizer", "ok", "", 0, "runs/x", [])[0]
+    line = summary_lines(StepSummary(10, 21.0, 20.0, 25.0, 37.748), "optimizer", "ok", "", 0, "runs/x", [])[0]
     assert "waiting for data 37.8% of step time" in line

@@ -119,7 +119,7 @@ def test_terminal_opens_with_where_the_step_goes_and_the_top_actions() -> None:
     text = render(rep, "terminal")
     assert text.index("Where the step goes") < text.index("Summary") < text.index("Findings:")
     assert rep.account.headline in text
-    assert "Top actions  (now 83.0 ms per step (median of 23 steady steps))" in text
+    assert "Top actions  (now 83.0 ms per step (mean of 23 steady steps))" in text
     assert "  1. GD201 dataloader-stall: −36.6% expected (up to −38.6%) of step time → about 52.6 ms (≥ 51.0 ms) per step" in text
     assert "  2. GD301 pageable-h2d: up to −7.2% of step time → ≥ 45.0 ms per step" in text
     # rank 0's ledger is the account; the other trace keeps its own bar

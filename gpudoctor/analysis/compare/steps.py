@@ -1,6 +1,6 @@
 """``gpudoctor compare``: the step times of the two runs, and whether B is faster (``analysis.compare``).
 
-Which steps are compared (``step_basis``: the steady steps outside the profiler windows, else
+Which steps are compared (``step_basis``: the unprofiled steady steps of each run's figures, else
 every steady step, else the ProfilerStep windows of the traces) and the verdict on them
 (``step_change``: a bootstrap interval of the speed-up, its test from the same resamples, and a margin;
 per sample when the batch size changed). The package's docstring says why.
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpudoctor.analysis.ranks import steady_of
+from gpudoctor.analysis.figures import run_figures
 from gpudoctor.analysis.stats import (
     SpeedupStats,
     speedup_stats,
@@ -26,7 +26,7 @@ from gpudoctor.model.compare import (
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.run import StepRecord
 from gpudoctor.model.selectors import primary_trace
-from gpudoctor.model.steady import percentile_int, run_settling
+from gpudoctor.model.steady import percentile_int
 from gpudoctor.model.units import duration_text
 
 MIN_STEPS = 5  # fewer steps on a side: the test and the interval mean little (gpudoctor's choice)
@@ -110,11 +110,6 @@ def _rank_choice(run_a: RunData, run_b: RunData) -> tuple[int | None, int | None
     return a, b, notes
 
 
-def _records(run: RunData, rank: int | None) -> list[StepRecord]:
-    recs = [s for s in run.steps if rank is None or s.rank == rank]
-    return sorted(recs, key=lambda s: s.index)
-
-
 def _profiler_windows(run: RunData) -> tuple[list[int], str]:
     """ProfilerStep durations of the primary trace's rank (each step number once)."""
     m = primary_trace(run.metrics)
@@ -135,23 +130,24 @@ def _profiler_windows(run: RunData) -> tuple[list[int], str]:
 
 def step_basis(run_a: RunData, run_b: RunData, min_steps: int) -> StepBasis:
     rank_a, rank_b, notes = _rank_choice(run_a, run_b)
-    steady_a = steady_of(_records(run_a, rank_a))
-    steady_b = steady_of(_records(run_b, rank_b))
-    for side, run, rank in (("A", run_a, rank_a), ("B", run_b, rank_b)):  # the steady steps are the settled ones
-        settled = run_settling(sorted(_records(run, rank), key=lambda s: s.index), None, None)
-        if settled is not None:
-            notes.append(f"{side}'s step time changed: {settled.text()}")
+    # each run's step populations (analysis.figures: its marker, its DataLoader's workers, its compilations;
+    # the steady steps are the settled ones)
+    figs_a, figs_b = run_figures(run_a), run_figures(run_b)
+    fig_a, fig_b = figs_a.of(rank_a), figs_b.of(rank_b)
+    steady_a, steady_b = list(fig_a.steady), list(fig_b.steady)
+    for side, figs in (("A", figs_a), ("B", figs_b)):
+        if figs.settling is not None:
+            notes.append(f"{side}'s step time changed: {figs.settling.text()}")
     if steady_a and steady_b:
-        plain_a = [s for s in steady_a if not s.window]
-        plain_b = [s for s in steady_b if not s.window]
+        plain_a, plain_b = list(fig_a.unprofiled), list(fig_b.unprofiled)
         if len(plain_a) >= min_steps and len(plain_b) >= min_steps:
             return StepBasis(
                 "plain_steps",
-                "wall time of the steady steps outside the profiler windows (steps.jsonl)",
+                "wall time of the unprofiled steady steps: no instrument in them or in the step before (steps.jsonl)",
                 [s.wall_ns for s in plain_a],
                 [s.wall_ns for s in plain_b],
-                f"{len(plain_a)} steady steps outside the profiler windows",
-                f"{len(plain_b)} steady steps outside the profiler windows",
+                f"{len(plain_a)} unprofiled steady steps",
+                f"{len(plain_b)} unprofiled steady steps",
                 plain_a,
                 plain_b,
                 tuple(notes),
@@ -201,7 +197,7 @@ def _of_what(basis: StepBasis) -> str:
     1.14× here, and the headline did not say which)."""
     na, nb = len(basis.a), len(basis.b)
     if basis.kind == "plain_steps":
-        return f"of the {na} and {nb} steady steps outside the profiler windows"
+        return f"of the {na} and {nb} unprofiled steady steps"
     if basis.kind == "steady_steps":
         return f"of the {na} and {nb} steady steps, profiled ones included"
     return f"of the {na} and {nb} ProfilerStep windows of the traces"
