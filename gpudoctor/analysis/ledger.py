@@ -16,9 +16,7 @@ markers the span of GPU activity, or the whole trace when there is none):
   ``dataloader`` → ``data_loading``, ``sync`` → ``sync_wait``, ``launch_bound`` and
   ``short`` → ``launch_overhead``, ``other`` → ``other_cpu``, ``dependency`` →
   ``dependency_wait``; a launch-bound, short or other gap that the host spent at least
-  half inside ``Optimizer.step`` is ``optimizer``. The closure of ``Optimizer.step(closure)`` (Lightning's
-  automatic optimization, LBFGS) is not the optimizer's: its forward and backward are charged as the
-  model's work outside a step would be (``TraceView.optimizer_intervals``).
+  half inside ``Optimizer.step`` (less its closure: ``TraceView.optimizer_intervals``) is ``optimizer``.
 - **CPU-only trace**: exposed host-side communication, then ``DataLoader.__next__``, then
   ``Optimizer.step`` (each where no earlier part is); the rest of each window is split in the
   proportions the dispatching thread measured there (``dispatch.window_parts``): per-op
