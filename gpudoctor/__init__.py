@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from gpudoctor.api import Session, analyze, load, session
 
 
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext gpudoctor`` in IPython or Jupyter: the ``%%gpudoctor`` and ``%gpudoctor_report`` magics."""
+    from gpudoctor.integrations.notebook import load_ipython_extension as load
+
+    load(shell)
+
+
 def __getattr__(name: str) -> Any:
     if name in ("Session", "analyze", "load", "session"):
         from gpudoctor import api

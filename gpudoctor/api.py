@@ -188,6 +188,7 @@ def _diagnose(path: str | Path, select: tuple[str, ...], ignore: tuple[str, ...]
     from gpudoctor.config import load_config  # noqa: PLC0415
     from gpudoctor.engine import diagnose, write_report_json  # noqa: PLC0415
     from gpudoctor.pipeline import analyze_paths  # noqa: PLC0415
+    from gpudoctor.report import FORMATS  # noqa: F401, PLC0415 - importing it lets a Report show itself in Jupyter
 
     path = Path(path)
     where = path if path.is_dir() else path.parent

@@ -111,7 +111,11 @@ def _subclasses(cls: type) -> list[type]:
 def _main_file() -> str | None:
     """The script this process runs (``__main__``'s file), None in a notebook or an interactive shell."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return os.path.abspath(path) if isinstance(path, str) and path.endswith(".py") and os.path.isfile(path) else None
+    if not isinstance(path, str) or not path.endswith(".py") or not os.path.isfile(path):
+        return None
+    path = os.path.abspath(path)
+    # a kernel's launcher (ipykernel_launcher.py), an installed tool's entry point: not the user's script
+    return None if any(part in path for part in ("site-packages", "dist-packages")) else path
 
 
 class InProcessRun:
