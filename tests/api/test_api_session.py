@@ -148,3 +148,39 @@ def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
     for run_dir in (session_dir, run):
         m = json.loads((run_dir / "manifest.json").read_text())
         assert (m["step_source"], m["steps_seen"], m["status"]) == ("optimizer", 40, "stopped"), run_dir
+
+
+@pytest.mark.slow
+def test_the_decorator_form_and_a_block_that_raises(tmp_path):
+    """Each call of a decorated function is a run; an exception in the block ends the run as failed, its run
+    directory written, and reaches the caller unchanged."""
+    proc = _python("""
+        import json, torch, gpudoctor
+
+        s = gpudoctor.session(out="runs", name="deco")
+
+        @s
+        def train(n):
+            net = torch.nn.Linear(8, 2)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for i in range(n):
+                net(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                if i == 11 and n > 12:
+                    raise ValueError("planted")
+            return n
+
+        first = train(12), s.manifest.status.value, s.manifest.steps_seen
+        try:
+            train(20)
+        except ValueError as err:
+            raised = str(err)
+        print(json.dumps({"first": first, "raised": raised, "second": [s.manifest.status.value,
+                          s.manifest.status_detail]}))
+    """, tmp_path)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["first"] == [12, "completed", 12]
+    assert out["raised"] == "planted"
+    assert out["second"][0] == "failed" and "ValueError: planted" in out["second"][1]
+    assert len(list((tmp_path / "runs").iterdir())) == 2
