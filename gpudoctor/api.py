@@ -156,6 +156,14 @@ class Session:
         tracker.on_optimizer_step(marker)
         tracker.flush(from_step_return=True)
 
+    def note_dataloader(self, loader: Any, where: Callable[..., Any] | type | None = None) -> None:
+        """Read the settings of a DataLoader made before the session started (a trainer's own): ``where`` (the
+        collator, the dataset's class) is the user's code its findings point at."""
+        run = self._run
+        if run is None:
+            raise UsageError("session.note_dataloader() outside the session: call it inside the `with` block")
+        run.note_dataloader(loader, _site_of(where) if where is not None else None)
+
     # ------------------------------------------------------------------ results
 
     @property
@@ -170,6 +178,21 @@ class Session:
     def __repr__(self) -> str:
         state = "running" if self._run is not None else "finished" if self.manifest is not None else "not started"
         return f"<gpudoctor.Session {state}{f' {self.run_dir}' if self.run_dir else ''}>"
+
+
+def _site_of(obj: Any) -> Any:
+    """The ``CallSite`` where ``obj`` (a function, a class, a callable object) is defined; None when unknown."""
+    import inspect  # noqa: PLC0415
+
+    from gpudoctor.model import CallSite  # noqa: PLC0415
+
+    target = obj if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj) else type(obj)
+    try:
+        file = inspect.getsourcefile(target)
+        _, line = inspect.getsourcelines(target)
+    except (OSError, TypeError):
+        return None
+    return CallSite(file, int(line), getattr(target, "__qualname__", "")) if file else None
 
 
 def session(out: str | Path = "gpudoctor-runs", steps: int | None = None, *, name: str | None = None,

@@ -184,6 +184,16 @@ class InProcessRun:
     def tracker(self) -> Any:
         return self._child.tracker if self._child is not None else None
 
+    def note_dataloader(self, loader: Any, site: Any) -> None:
+        """A DataLoader made before the session started (a trainer's), read as if its making had been seen:
+        ``site`` (a ``CallSite``: where the user's code defines what it loads) is where findings point."""
+        capture = self._child.capture if self._child is not None else None
+        if capture is not None:
+            try:
+                capture.note_dataloader(loader, site)
+            except Exception as err:  # gpudoctor's error never reaches the training
+                capture.error("DataLoader (noted by a callback)", err)
+
     def _start_manifest(self, cwd: str) -> Manifest:
         from gpudoctor.collect.runner import _start_manifest  # noqa: PLC0415
 
