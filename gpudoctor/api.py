@@ -50,7 +50,7 @@ class Session:
 
     def __init__(self, out: str | Path = "gpudoctor-runs", steps: int | None = None, *, name: str | None = None,
                  select: tuple[str, ...] = (), ignore: tuple[str, ...] = (), cprofile: bool = True,
-                 sample_interval_ms: int | None = None, quiet: bool = False) -> None:
+                 sample_interval_ms: int | None = None, quiet: bool = False, diagnose: bool = True) -> None:
         if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
             raise UsageError(f"steps={steps!r}: give a whole number of steps, 1 or more (or None: every step)")
         self.out = Path(out)
@@ -60,6 +60,7 @@ class Session:
         self.cprofile = cprofile
         self.sample_interval_ms = sample_interval_ms
         self.quiet = quiet
+        self.diagnose = diagnose
         self.run_dir: Path | None = None
         self.manifest: Manifest | None = None
         self._report: Report | None = None
@@ -109,6 +110,8 @@ class Session:
         else:
             status, detail, code = RunStatus.COMPLETED, "", 0
         self.manifest = run.finish(status, detail, code)
+        if not self.diagnose:
+            return None
         try:
             self._report = _diagnose(run.run_dir, self.select, self.ignore, kind="profile", write=True)
         except GpudoctorError as err:
@@ -172,7 +175,8 @@ class Session:
         if self._report is None:
             if self._run is not None:
                 raise UsageError("the session is still running: its report is ready when the `with` block ends")
-            raise UsageError("no report: the session has not run, or its run could not be diagnosed")
+            raise UsageError("no report: the session has not run, ran with diagnose=False, or its run could not be "
+                             "diagnosed (gpudoctor.load(s.run_dir) diagnoses a finished run)")
         return self._report
 
     def __repr__(self) -> str:
@@ -197,13 +201,14 @@ def _site_of(obj: Any) -> Any:
 
 def session(out: str | Path = "gpudoctor-runs", steps: int | None = None, *, name: str | None = None,
             select: tuple[str, ...] = (), ignore: tuple[str, ...] = (), cprofile: bool = True,
-            sample_interval_ms: int | None = None, quiet: bool = False) -> Session:
+            sample_interval_ms: int | None = None, quiet: bool = False, diagnose: bool = True) -> Session:
     """A diagnosed run of the training code in this process: ``with gpudoctor.session() as s:`` (or as a
     decorator). ``out``: the folder of run directories; ``steps``: stop after this many training steps (the
     block ends there); ``name``: the run directory's name (default: the script's, else "session");
-    ``select`` / ``ignore``: rule codes, as ``--select`` / ``--ignore``."""
+    ``select`` / ``ignore``: rule codes, as ``--select`` / ``--ignore``; ``diagnose=False``: the run directory
+    only, no report (as ``profile --no-report``)."""
     return Session(out, steps, name=name, select=select, ignore=ignore, cprofile=cprofile,
-                   sample_interval_ms=sample_interval_ms, quiet=quiet)
+                   sample_interval_ms=sample_interval_ms, quiet=quiet, diagnose=diagnose)
 
 
 def _diagnose(path: str | Path, select: tuple[str, ...], ignore: tuple[str, ...], kind: str,
