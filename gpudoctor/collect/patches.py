@@ -128,15 +128,15 @@ def closure_marker(torch: Any, tracker: StepTracker) -> Callable[[tuple[Any, ...
     monotonic_ns = time.monotonic_ns
 
     def wrap(closure: Callable[[], Any]) -> Callable[[], Any]:
-        def in_closure() -> Any:
+        def in_closure(*args: Any, **kwargs: Any) -> Any:  # as the closure is called (an optimizer may pass some)
             outer = acc[PHASE] if get_ident() == tracker.loop_thread else 0
             acc[PHASE] = 0 if outer == IN_OPTIMIZER else outer
             start = monotonic_ns()
             try:
                 if enabled():
                     with record_function(CLOSURE_RANGE):
-                        return closure()
-                return closure()
+                        return closure(*args, **kwargs)
+                return closure(*args, **kwargs)
             finally:
                 if outer == IN_OPTIMIZER:
                     acc[OPTIMIZER] -= monotonic_ns() - start
