@@ -470,6 +470,9 @@ def main() -> None:
     ap.add_argument("--gpu-cupti", action="store_true",
                     help="also what CUPTI leaves behind: benchmarks/cupti_weight.py's bare loops with a window of "
                          "their own first, then each pair profiled with TEARDOWN_CUPTI=0 as well (issue 44)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="profile with gpudoctor.session() around the script in its own process (issue 43), not the "
+                    "CLI; the hook cost (the same code either way) is not measured again")
     ap.add_argument("gpudoctor_args", nargs="*", help="options for gpudoctor profile (after --)")
     args = ap.parse_args()
     if args.gpu:
@@ -532,11 +535,8 @@ def main() -> None:
         wb, cb = _run([sys.executable, str(SCRIPT), *script_args, "--step-times", bare_times], work)
         before = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
         launched = time.time()
-        wp, cp = _run(
-            [sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir, *args.gpudoctor_args,
-             str(SCRIPT), "--", *script_args, "--step-times", prof_times],
-            work,
-        )
+        wp, cp = _run(_profiled(args.in_process, out_dir, args.gpudoctor_args, [*script_args, "--step-times", prof_times]),
+                      work)
         exited = time.time()
         (new,) = set(os.listdir(out_dir)) - before
         skip = _excluded(Path(out_dir) / new)
@@ -575,9 +575,31 @@ def main() -> None:
         )
     )
     print(f"overhead: their sum over the bare run's wall time: {1 + own:.3f} ({_verdict(1 + own, TARGET_WHOLE)})")
-    hook_costs_ab(work, args.ab_runs, args.ab_steps, shapes)
-    hook_costs(work, args.hook_pairs, args.hook_steps, shapes)
+    if not args.in_process:
+        hook_costs_ab(work, args.ab_runs, args.ab_steps, shapes)
+        hook_costs(work, args.hook_pairs, args.hook_steps, shapes)
     print(f"overhead: runs kept in {work}")
+
+
+# the script under gpudoctor.session() in its own process: the session starts after Python and gpudoctor's
+# import, torch is imported by the session (a bare run imports it too), the report is not made (as --no-report)
+IN_PROCESS = """
+import runpy, sys
+import gpudoctor
+out, script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+with gpudoctor.session(out=out, diagnose=False):
+    runpy.run_path(script, run_name="__main__")
+"""
+
+
+def _profiled(in_process: bool, out_dir: str, gpudoctor_args: list[str], script_args: list[str]) -> list[str]:
+    if in_process:
+        if gpudoctor_args:
+            sys.exit("overhead: --in-process takes no gpudoctor profile options")
+        return [sys.executable, "-c", IN_PROCESS, out_dir, str(SCRIPT), *script_args]
+    return [sys.executable, "-m", "gpudoctor", "profile", "--no-report", "--out", out_dir, *gpudoctor_args,
+            str(SCRIPT), "--", *script_args]
 
 
 if __name__ == "__main__":

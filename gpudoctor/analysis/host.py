@@ -51,7 +51,8 @@ def cpu_summary(view: TraceView, windows: Windows | None = None, top: int = TOP_
     w_total = windows.total_ns
     dl = _in_windows(view, windows, view.is_dataloader)
     ops = _in_windows(view, windows, view.is_cpu_op)
-    opt = _in_windows(view, windows, view.is_optimizer_step)
+    ws, we = iv.union(windows.starts, windows.ends)
+    opt = iv.intersect(*view.optimizer_intervals, ws, we)  # less a closure's forward and backward
     has_stacks = bool(view.is_python.any())
     python_ns = 0
     if has_stacks:

@@ -119,7 +119,7 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
     opt_idx = np.flatnonzero(view.is_optimizer_step)
     opt_per_step = None
     if len(opt_idx):
-        o_s, o_e = iv.union(view.h_ts[opt_idx], view.h_end[opt_idx])
+        o_s, o_e = view.optimizer_intervals  # a closure's forward and backward kernels are the model's
         lts = view.h_ts[launch[paired]]
         inside = iv.Coverage(o_s, o_e).covered(lts, lts + 1) > 0
         calls = len({(int(view.h_name[i]), int(view.h_ts[i])) for i in opt_idx.tolist()})

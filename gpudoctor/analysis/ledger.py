@@ -16,7 +16,7 @@ markers the span of GPU activity, or the whole trace when there is none):
   ``dataloader`` → ``data_loading``, ``sync`` → ``sync_wait``, ``launch_bound`` and
   ``short`` → ``launch_overhead``, ``other`` → ``other_cpu``, ``dependency`` →
   ``dependency_wait``; a launch-bound, short or other gap that the host spent at least
-  half inside ``Optimizer.step`` is ``optimizer``.
+  half inside ``Optimizer.step`` (less its closure: ``TraceView.optimizer_intervals``) is ``optimizer``.
 - **CPU-only trace**: exposed host-side communication, then ``DataLoader.__next__``, then
   ``Optimizer.step`` (each where no earlier part is); the rest of each window is split in the
   proportions the dispatching thread measured there (``dispatch.window_parts``): per-op
@@ -137,9 +137,9 @@ def _device_sets(view: TraceView, device: int) -> dict[Component, tuple[np.ndarr
     fp32[kidx], matmul[kidx], conv_op[kidx] = _eligible_kernels(view, kidx)
     conv = compute & view.is_kernel & (view.dev_is(names.conv_kernel) | conv_op)
     opt = np.zeros(len(on), bool)
-    oi = np.flatnonzero(view.is_optimizer_step)
-    if len(oi) and len(kidx):
-        cov = iv.Coverage(*iv.union(view.h_ts[oi], view.h_end[oi]))
+    o_s, o_e = view.optimizer_intervals  # a closure's forward and backward are the model's (view.closure_intervals)
+    if len(o_s) and len(kidx):
+        cov = iv.Coverage(o_s, o_e)
         launch = view.dev_launch[kidx]
         known = launch >= 0
         lts = view.h_ts[np.maximum(launch, 0)]
@@ -210,7 +210,7 @@ class HostSets:
         parts = [
             iv.union(view.h_ts[dl], view.h_end[dl]),
             iv.union(view.h_ts[blk], view.h_end[blk]),
-            iv.union(view.h_ts[opt], view.h_end[opt]),
+            view.optimizer_intervals,
             iv.union(np.concatenate([view.h_ts[rt], view.h_ts[short]]),
                      np.concatenate([view.h_end[rt], view.h_end[short]])),
         ]
@@ -316,11 +316,11 @@ def cpu_parts(view: TraceView, windows: Windows) -> list[dict[Component, int]]:
     """The ledger of each window of a trace without GPU activity."""
     w_s, w_e = windows.starts, windows.ends
     exposed = host_exposed(view, *host_collectives(view, windows))
-    dl, opt = view.is_dataloader, view.is_optimizer_step
+    dl = view.is_dataloader
     sets = [
         (C.COMM_EXPOSED, exposed),
         (C.DATA_LOADING, iv.union(view.h_ts[dl], view.h_end[dl])),
-        (C.OPTIMIZER, iv.union(view.h_ts[opt], view.h_end[opt])),
+        (C.OPTIMIZER, view.optimizer_intervals),
     ]
     taken, remaining = _take_in_order(sets, w_s, w_e)
     done = iv.subtract(*iv.union(w_s, w_e), *remaining)

@@ -58,6 +58,7 @@ FREE_CALLS = frozenset({"cudaFree", "cudaFreeAsync", "cuMemFree", "cuMemFree_v2"
 _PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: ")
 _BACKWARD = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$|^torch::autograd::AccumulateGrad$")
 _CONV_OP = re.compile(r"^aten::(conv\d?d|convolution|_convolution|conv_transpose\d?d)$")
 _FP32_ELIGIBLE_OP = re.compile(
@@ -196,6 +197,7 @@ class NameClasses:
         self.optimizer_step = matches(names, _OPTIMIZER_STEP)
         self.profiler_step = matches(names, _PROFILER_STEP)
         self.backward = matches(names, _BACKWARD)
+        self.backward_node = matches(names, _BACKWARD_NODE)  # the autograd engine running one node
         self.conv_op = matches(names, _CONV_OP)
         self.fp32_eligible_op = matches(names, _FP32_ELIGIBLE_OP)
         self.conv_family_op = matches(names, _CONV_FAMILY_OP)  # of those, the convolutions (backward ones too)

@@ -17,7 +17,7 @@ import numpy as np
 from gpudoctor.analysis import intervals as iv
 from gpudoctor.analysis.names import NameClasses, profiler_step_number
 from gpudoctor.model.metrics import StepWindow
-from gpudoctor.model.trace import NO_VALUE, DeviceKind, HostKind, Timeline
+from gpudoctor.model.trace import CLOSURE_RANGE, NO_VALUE, DeviceKind, HostKind, Timeline
 
 
 def _np(a: array, dtype) -> np.ndarray:
@@ -138,6 +138,49 @@ class TraceView:
     @cached_property
     def is_optimizer_step(self) -> np.ndarray:
         return (self.is_annotation | self.is_cpu_op) & self.host_is(self.names.optimizer_step)
+
+    @cached_property
+    def closure_intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """The model's work run inside ``Optimizer.step(closure)`` (Lightning's automatic optimization,
+        LBFGS, a closure loop): its forward, loss and backward are the model's, not the optimizer's.
+
+        Where the collector marked the closure (``CLOSURE_RANGE`` ranges inside a step: exact, one per
+        call, LBFGS's several included), those ranges; in a step without them (a trace from elsewhere),
+        from the step's start to the end of the last backward node (``autograd::engine::evaluate_function``,
+        on any thread) that started inside it: what a closure runs before the update. Empty when no step
+        runs backward inside it."""
+        steps = np.flatnonzero(self.is_optimizer_step)
+        if not len(steps):
+            return iv.EMPTY
+        s_s, s_e = iv.union(self.h_ts[steps], self.h_end[steps])
+        ids = [i for i, n in enumerate(self.tl.names) if n == CLOSURE_RANGE]
+        marked = np.flatnonzero(np.isin(self.h_name, ids) & ~self.is_runtime) if ids else np.zeros(0, np.int64)
+        starts, ends = [self.h_ts[marked]], [self.h_end[marked]]
+        # the steps with no marked closure: from the step's start to its last backward node's end
+        has_mark = iv.Coverage(*iv.union(self.h_ts[marked], self.h_end[marked])).covered(s_s, s_e) > 0
+        node = np.flatnonzero(self.is_cpu_op & self.host_is(self.names.backward_node))
+        if len(node) and not has_mark.all():
+            k = np.searchsorted(s_s, self.h_ts[node], side="right") - 1
+            kk = np.maximum(k, 0)
+            inside = (k >= 0) & (self.h_ts[node] < s_e[kk])
+            inside &= ~has_mark[kk]
+            if inside.any():
+                last = np.full(len(s_s), np.iinfo(np.int64).min, np.int64)
+                np.maximum.at(last, kk[inside], self.h_end[node[inside]])
+                got = np.zeros(len(s_s), bool)
+                got[kk[inside]] = True
+                starts.append(s_s[got])
+                ends.append(np.minimum(last[got], s_e[got]))
+        c_s, c_e = iv.union(np.concatenate(starts), np.concatenate(ends))
+        return iv.intersect(c_s, c_e, s_s, s_e)
+
+    @cached_property
+    def optimizer_intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """The optimizer's own time on the host: ``Optimizer.step`` ranges (all threads merged) less the
+        closure they ran (``closure_intervals``)."""
+        opt = self.is_optimizer_step
+        s, e = iv.union(self.h_ts[opt], self.h_end[opt])
+        return iv.subtract(s, e, *self.closure_intervals)
 
     @cached_property
     def is_blocking_call(self) -> np.ndarray:

@@ -173,6 +173,7 @@ class Child:
         self.cprof: Any = None
         self.loader_prof: Any = None  # collect.loaderprof.LoaderProfile: the DataLoader's calls, apart
         self.capture: Any = None
+        self.patcher: Any = None
         self.writer: Any = None
         self.notes: list[str] = []
         self.versions: dict[str, str] = {}
@@ -188,6 +189,7 @@ class Child:
         sch = cfg.get("schedule")
         self.schedule = ProfilerSchedule(**sch) if sch else None
         self.script_started_ns: int | None = None
+        self.in_process = bool(cfg.get("in_process"))  # gpudoctor.session(): the process goes on after the run
         self.settings_write_error = ""  # the last write of settings.json failed: why
         self._crash_file: Any = None  # faulthandler's file (kept open: it writes there at a fatal signal)
 
@@ -272,7 +274,8 @@ class Child:
 
     def setup(self) -> None:
         pause_point("child-setup")
-        self._arm_crash_log()
+        if not self.in_process:  # faulthandler stays the user's in their own process
+            self._arm_crash_log()
         # under torchrun the parent is torchrun's agent (which gpudoctor started), not gpudoctor
         launched = self.cfg.get("launcher") == "torchrun"
         _die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))
@@ -373,7 +376,7 @@ class Child:
         self.tracker.on_first_step = self.timewindow.give_way
         self.capture = SettingsCapture(torch, frames)
         self.loader_prof = LoaderProfile(self.cprof, self.run_dir / layout.rank_tagged(layout.LOADER_PSTATS, self.rank))
-        patcher = Patcher(torch, self.capture, self.tracker, frames, self.loader_prof)
+        patcher = self.patcher = Patcher(torch, self.capture, self.tracker, frames, self.loader_prof)
         for err in patcher.install():
             self.notes.append(err)
         if cfg.get("injections"):  # a --verify trial: over the patches, so they still see every call
@@ -625,6 +628,16 @@ class Child:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         except ValueError:
             pass
+
+    def release(self) -> None:
+        """In-process (``gpudoctor.session()``), once the run is finished: the root module's hooks off
+        (the global search hooks, the root's own; the process's modules go back to their fast path).
+        The patched attributes of torch are put back by ``inprocess.AttributeSnapshot``."""
+        watch = getattr(getattr(self, "patcher", None), "root_watch", None)
+        if watch is not None:
+            watch.gave_up = "the session ended"
+            watch._disarm()
+            watch._unhook()
 
     def _cuda_facts(self) -> None:
         torch = self.torch

@@ -57,6 +57,7 @@ from gpudoctor.collect.steps import (
     StopAfterSteps,
 )
 from gpudoctor.collect.steps.limit import limited_call
+from gpudoctor.model.trace import CLOSURE_RANGE
 
 
 def _recording_prop(inner: Any, note: Callable[[], None]) -> Any:
@@ -105,6 +106,54 @@ def passed_args(sig: inspect.Signature | None, obj: Any, args: tuple[Any, ...], 
         elif kind is not inspect.Parameter.VAR_POSITIONAL:
             names.append(name)
     return tuple(names)
+
+
+def closure_marker(torch: Any, tracker: StepTracker) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """``mark(args, kwargs)``: the arguments of an ``Optimizer.step`` call with its closure (the first
+    positional argument, or ``closure=``: Lightning's automatic optimization, LBFGS) wrapped so that the
+    closure's work is the model's, not the optimizer's:
+
+    - its time is taken off the optimizer's phase (the step's "other" time), and inside it no phase is in
+      progress, so the forward, ``backward()`` and batches it runs are timed as in a loop that calls them
+      outside ``step()``;
+    - while the profiler records, it runs inside a ``CLOSURE_RANGE`` range, which the account reads
+      (``TraceView.closure_intervals``).
+
+    Unchanged for a step without a closure. The closure runs as it was given, once per call (LBFGS calls
+    it several times)."""
+    enabled = torch._C._autograd._profiler_enabled
+    record_function = torch.profiler.record_function
+    acc = tracker.acc
+    get_ident = threading.get_ident
+    monotonic_ns = time.monotonic_ns
+
+    def wrap(closure: Callable[[], Any]) -> Callable[[], Any]:
+        def in_closure(*args: Any, **kwargs: Any) -> Any:  # as the closure is called (an optimizer may pass some)
+            outer = acc[PHASE] if get_ident() == tracker.loop_thread else 0
+            acc[PHASE] = 0 if outer == IN_OPTIMIZER else outer
+            start = monotonic_ns()
+            try:
+                if enabled():
+                    with record_function(CLOSURE_RANGE):
+                        return closure(*args, **kwargs)
+                return closure(*args, **kwargs)
+            finally:
+                if outer == IN_OPTIMIZER:
+                    acc[OPTIMIZER] -= monotonic_ns() - start
+                    acc[PHASE] = outer
+
+        return in_closure
+
+    def mark(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if args and callable(args[0]):
+            return (wrap(args[0]), *args[1:]), kwargs
+        closure = kwargs.get("closure")
+        if callable(closure):
+            return args, {**kwargs, "closure": wrap(closure)}
+        return args, kwargs
+
+    return mark
+
 
 class _RecordingProp:
     """Wraps a data descriptor of torch's module classes: set as before, then note the call site."""
@@ -198,6 +247,7 @@ class Patcher:
         buf_extend = tracker.buf_extend
         zero = (0,) * N_FIGURES
         depth = [0]  # optimizer steps in progress: one inside another (a wrapper's inner optimizer) marks nothing
+        mark_closure = closure_marker(torch, tracker)
 
         def wrap_step(cls: type) -> None:
             step = cls.step
@@ -225,6 +275,8 @@ class Patcher:
                     return step(self, *args, **kwargs)
                 token = tracker.phase_start(OPTIMIZER) if get_ident() == tracker.loop_thread else None
                 depth[0] = 1
+                if args or kwargs:
+                    args, kwargs = mark_closure(args, kwargs)
                 try:
                     out = step(self, *args, **kwargs)
                 finally:
@@ -236,6 +288,8 @@ class Patcher:
             def outer(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if acc[PHASE] or is_compiling() or get_ident() != acc[OPT_THREAD]:
                     return slow(self, args, kwargs)
+                if args or kwargs:  # step(closure): the closure's forward and backward are the model's
+                    args, kwargs = mark_closure(args, kwargs)
                 start = monotonic_ns()  # no phase in progress: the step's time is all the optimizer's
                 acc[PHASE] = IN_OPTIMIZER
                 try:

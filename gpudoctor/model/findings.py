@@ -299,6 +299,11 @@ class RunData(Serde):
     notes: tuple[str, ...] = ()  # what could not be read and why
 
 
+#: How a ``Report`` shows itself in Jupyter and IPython: ``"html"`` and ``"text"`` renderers, registered by the
+#: report layer (``gpudoctor.report.notebook``) when it is imported; this layer renders nothing itself.
+DISPLAY: dict[str, Any] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Report(Serde):
     schema_version: int
@@ -318,3 +323,13 @@ class Report(Serde):
     rules: tuple[RuleInfo, ...] = ()  # the catalogue of the rules that could run (SARIF, HTML)
     rank_summary: RankSummary | None = None  # distributed: imbalance across ranks and the straggler
     account: Account | None = None  # where the step goes and the top actions (None for `check`, or no measurement)
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's rich display: the HTML report's account bar, Top actions and findings (offline)."""
+        render = DISPLAY.get("html")
+        return render(self) if render is not None else None
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's text display: the terminal report, without colour."""
+        render = DISPLAY.get("text")
+        p.text(render(self) if render is not None and not cycle else f"<gpudoctor Report {self.kind} {self.source}>")

@@ -57,6 +57,10 @@ class DeviceKind(IntEnum):
     ANNOTATION = 3  # gpu_user_annotation: a record_function range projected on the GPU
 
 
+#: The range gpudoctor's collector puts around the closure of ``Optimizer.step(closure)`` while the
+#: profiler records (Lightning's automatic optimization, LBFGS): the model's forward and backward,
+#: which the account charges as such, not to the optimizer (``TraceView.closure_intervals``).
+CLOSURE_RANGE = "gpudoctor.closure"
 HOST_FLAG_SEQUENCE = 1  # the op carried an autograd "Sequence number"
 HOST_FLAG_FWD_THREAD = 2  # the op carried "Fwd thread id" (it runs in the backward pass)
 

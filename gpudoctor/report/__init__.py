@@ -77,4 +77,8 @@ def render(report: Report, fmt: str, *, color: bool = False, quiet: bool = False
     raise UsageError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
+from gpudoctor.report import notebook as _notebook  # noqa: E402 - a Report shows itself in Jupyter once imported
+
+_notebook.register()
+
 __all__ = ["FORMATS", "format_from_path", "render"]

@@ -48,7 +48,9 @@ and the optimizer's share of step time: the `gpu_optimizer` and `optimizer`
 parts of the step's ledger (its kernels, and the GPU idle time while the host
 ran `Optimizer.step`; docs/account.md); settings: the optimizer class,
 `foreach`/`fused` and the number of parameter tensors, with the `file:line`
-that built it.
+that built it. A closure that `Optimizer.step(closure)` runs (Lightning's
+automatic optimization, LBFGS) is the model's work: its forward and backward
+kernels and idle time are not the optimizer's and not counted here.
 
 Thresholds
 ----------

@@ -104,3 +104,18 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def median_window_pct(run_dir: Path, component: str) -> float:
+    """The median share of ``component`` (%) over every profiled window of the run's traces: on a shared
+    machine a preempted instant lands in whatever part ran, and a few such windows do not move the median."""
+    import statistics
+
+    from gpudoctor.analysis import analyze_trace
+    from gpudoctor.parse.inputs import load_trace
+
+    shares = [100.0 * b.parts_ns.get(component, 0) / b.dur_ns
+              for path in sorted(run_dir.glob("*.pt.trace.json.gz"))
+              for b in analyze_trace(load_trace(path)).breakdown if b.dur_ns]
+    assert len(shares) >= 5, shares
+    return statistics.median(shares)

@@ -64,7 +64,10 @@ while none is (the usual case, the hooks' inline path) adds its whole time to it
 figure; one that starts inside another (a ``backward()`` inside LBFGS's
 ``step(closure)``, a batch asked for inside the forward: the hooks' slower path,
 :meth:`StepTracker.phase_start` / :meth:`StepTracker.phase_end`) also takes its time
-off the enclosing phase's figure, so each phase keeps only its own. No GPU
+off the enclosing phase's figure, so each phase keeps only its own. The closure of
+``optimizer.step(closure)`` (Lightning, LBFGS) is the model's work: its whole time is taken off the
+optimizer's figure and no phase is in progress inside it (``patches.closure_marker``), so its forward and
+backward are timed as in a loop that calls them outside ``step()``. No GPU
 synchronization is added: on CUDA the GPU time of each step comes from one CUDA
 event per boundary (``CudaStepTimer``), read back when complete; the events come from a
 small pool (an event read is recorded again), not one new ``torch.cuda.Event`` per step.

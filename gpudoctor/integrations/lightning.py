@@ -1,0 +1,51 @@
+"""``GpuDoctorCallback`` for Lightning's ``Trainer``: the training diagnosed in the trainer's process.
+
+    from gpudoctor.integrations.lightning import GpuDoctorCallback
+    L.Trainer(callbacks=[GpuDoctorCallback(out="gpudoctor-runs")]).fit(model, loader)
+
+From ``on_train_start`` to ``on_train_end`` (or ``on_exception``) a ``gpudoctor.session()`` runs; a step ends
+where ``trainer.global_step`` moves (one optimizer step, after its ``accumulate_grad_batches`` micro-batches);
+the trainer's train DataLoader is read with the user's collator (or dataset) as the place its findings name. At
+the end the run directory and its report are written and a summary goes to Lightning's logger. ``lightning`` is
+imported only with this module.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from gpudoctor.integrations._trainer import TrainerRun
+
+
+class GpuDoctorCallback(Callback):
+    def __init__(self, out: str | Path = "gpudoctor-runs", steps: int | None = None, name: str | None = None) -> None:
+        self.run = TrainerRun(out, steps, name or "lightning", logging.getLogger("lightning.pytorch"))
+        self._global_step = 0
+
+    @property
+    def session(self) -> Any:
+        """The ``gpudoctor.Session`` (its ``report`` and ``run_dir`` once training ended)."""
+        return self.run.session
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        loaders = trainer.train_dataloader
+        loaders = list(loaders.values()) if isinstance(loaders, dict) else \
+            list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+        self._global_step = trainer.global_step
+        self.run.begin(loaders)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step != self._global_step:  # an optimizer step ran in this batch
+            self._global_step = trainer.global_step
+            if self.run.step():
+                trainer.should_stop = True
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.run.end()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.run.end(exception)

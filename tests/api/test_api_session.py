@@ -1,0 +1,186 @@
+"""The Python API (issue 43, item 1): ``gpudoctor.session()`` around training code in the current process,
+``gpudoctor.analyze`` / ``gpudoctor.load``, and the stable ``__all__``.
+
+The sessions run in a fresh interpreter each (``python -c``): a session patches torch in its process and puts
+it back at the end, which one of the tests checks; the test process stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gpudoctor
+from gpudoctor import api
+from gpudoctor.errors import GpudoctorError
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_scripts"
+
+# the stable API: changing it is a decision (docs/in-process.md says what each name does), not an accident
+API = ["Session", "analyze", "load", "session"]
+
+
+def test_the_public_api_is_what_it_was():
+    assert gpudoctor.__all__ == [*API[:1], "__version__", *API[1:]]
+    assert api.__all__ == API
+    for name in API:
+        assert getattr(gpudoctor, name) is getattr(api, name)
+    doc = (ROOT / "docs" / "in-process.md").read_text(encoding="utf-8")
+    for name in ("gpudoctor.session(", "gpudoctor.analyze(", "gpudoctor.load(", "s.step()", "s.report"):
+        assert name in doc, name
+    with pytest.raises(AttributeError):
+        gpudoctor.profile  # noqa: B018 - not part of the API
+
+
+def test_bad_input_is_a_one_line_error(tmp_path):
+    for bad in (0, -3, 2.5, True, "40"):
+        with pytest.raises(GpudoctorError, match="steps="):
+            gpudoctor.session(steps=bad)  # type: ignore[arg-type]
+    s = gpudoctor.session(out=tmp_path)
+    with pytest.raises(GpudoctorError, match="has not run"):
+        s.report  # noqa: B018
+    with pytest.raises(GpudoctorError, match="outside the session"):
+        s.step()
+    with pytest.raises(GpudoctorError, match="not running"):
+        s.stop()
+    with pytest.raises(GpudoctorError, match="not a gpudoctor run directory"):
+        gpudoctor.load(tmp_path)
+    with pytest.raises(GpudoctorError, match="no such file"):
+        gpudoctor.analyze(tmp_path / "nothing.json")
+
+
+def _env() -> dict[str, str]:
+    e = os.environ.copy()
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def _python(code: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_step_marks_the_steps_and_torch_is_put_back(tmp_path):
+    """A loop gpudoctor cannot see (parameters updated by hand, no backward marker wanted) marks its steps with
+    s.step(); after the block every patched attribute of torch is the one it was."""
+    proc = _python("""
+        import cProfile, json, torch, gpudoctor
+        w = torch.zeros(64, 64, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)  # (torch wraps SGD.step for its profiler at the first SGD)
+        before = (torch.optim.SGD.step, torch.optim.Optimizer.__init__, torch.autograd.backward,
+                  torch.utils.data.DataLoader.__iter__, torch.compile, cProfile.Profile.enable)
+        with gpudoctor.session(out="runs", name="marked") as s:
+            for _ in range(25):
+                loss = (w @ torch.randn(64, 64)).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                s.step()
+        after = (torch.optim.SGD.step, torch.optim.Optimizer.__init__, torch.autograd.backward,
+                 torch.utils.data.DataLoader.__iter__, torch.compile, cProfile.Profile.enable)
+        print(json.dumps({"restored": [a is b for a, b in zip(before, after)], "run_dir": str(s.run_dir),
+                          "kind": s.report.kind}))
+    """, tmp_path)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(out["restored"]), out
+    run_dir = tmp_path / out["run_dir"]
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "completed" and m["steps_seen"] == 25, (m["status"], m["steps_seen"])
+    assert "Session.step() ends each step" in m["step_source_reason"]
+    assert (run_dir / "steps.jsonl").is_file() and (run_dir / "samples.jsonl").is_file()
+    assert list(run_dir.glob("*.pt.trace.json.gz"))  # the window schedule ran
+    assert out["kind"] == "profile"
+
+
+def _codes(report: dict) -> set[str]:
+    # GD205 says the machine is busy (other processes): a fact of the moment, not of the script
+    return {f["code"] for f in report["findings"] if f["severity"] in ("error", "warning") and f["code"] != "GD205"}
+
+
+def _comparable(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k not in ("kind", "created_at", "source")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sample", ["starved_dataloader", "cpu_preprocessing_in_loop"])
+def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
+    """For a sample script, a session() around its main() finds the planted findings `gpudoctor profile` finds,
+    and `gpudoctor.analyze` of the session's run directory is the session's report."""
+    proc = _python(f"""
+        import json, sys
+        sys.path.insert(0, {str(SAMPLES)!r})
+        import gpudoctor, {sample}
+        with gpudoctor.session(out="session-runs", steps=40) as s:
+            {sample}.main([])
+        again = gpudoctor.analyze(s.run_dir)
+        print(json.dumps({{"report": s.report.to_dict(), "again": again.to_dict(),
+                           "loaded": gpudoctor.load(s.run_dir).to_dict()}}))
+    """, tmp_path)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert _comparable(out["report"]) == _comparable(out["again"]) == _comparable(out["loaded"])
+    cli = subprocess.run([sys.executable, "-m", "gpudoctor", "profile", "--steps", "40", "--out", "profile-runs",
+                          str(SAMPLES / f"{sample}.py")], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    (run,) = (tmp_path / "profile-runs").iterdir()
+    profiled = json.loads((run / "report.json").read_text())
+    assert _codes(out["report"]) == _codes(profiled), (_codes(out["report"]), _codes(profiled))
+    # the same instruments: the DataLoader read with its call site, the steps found by the same marker
+    session_dir = tmp_path / out["report"]["source"]
+
+    def loaders(run_dir: Path) -> list[tuple[str, int, int]]:
+        settings = json.loads((run_dir / "settings.json").read_text())
+        return [(Path(d["call_site"]["file"]).name, d["call_site"]["line"], d["num_workers"])
+                for d in settings["dataloaders"]]
+
+    assert loaders(session_dir) == loaders(run) and loaders(run)
+    for run_dir in (session_dir, run):
+        m = json.loads((run_dir / "manifest.json").read_text())
+        assert (m["step_source"], m["steps_seen"], m["status"]) == ("optimizer", 40, "stopped"), run_dir
+
+
+@pytest.mark.slow
+def test_the_decorator_form_and_a_block_that_raises(tmp_path):
+    """Each call of a decorated function is a run; an exception in the block ends the run as failed, its run
+    directory written, and reaches the caller unchanged."""
+    proc = _python("""
+        import json, torch, gpudoctor
+
+        s = gpudoctor.session(out="runs", name="deco")
+
+        @s
+        def train(n):
+            net = torch.nn.Linear(8, 2)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for i in range(n):
+                net(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                if i == 11 and n > 12:
+                    raise ValueError("planted")
+            return n
+
+        first = train(12), s.manifest.status.value, s.manifest.steps_seen
+        try:
+            train(20)
+        except ValueError as err:
+            raised = str(err)
+        print(json.dumps({"first": first, "raised": raised, "second": [s.manifest.status.value,
+                          s.manifest.status_detail]}))
+    """, tmp_path)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["first"] == [12, "completed", 12]
+    assert out["raised"] == "planted"
+    assert out["second"][0] == "failed" and "ValueError: planted" in out["second"][1]
+    assert len(list((tmp_path / "runs").iterdir())) == 2

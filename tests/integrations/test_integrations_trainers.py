@@ -1,0 +1,136 @@
+"""Trainer callbacks (issue 43, item 2): ``GpuDoctorCallback`` for the Hugging Face ``Trainer`` and for Lightning,
+on real packages (the `test` extra installs both; each test skips, saying so, without them), tiny random models
+on the CPU: 40 optimizer steps with gradient accumulation 4 are 40 steps of 4 micro-batches; a collator that
+sleeps per batch with no workers is named as the DataLoader finding's place; with workers, no DataLoader finding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS, ACCUMULATION = 40, 4
+
+COMMON = """
+import json, sys, time
+import torch
+
+def slow_collate(rows):  # the planted cost: 10 ms per batch, in the training process without workers
+    time.sleep(0.01)
+    return {"x": torch.stack([r["x"] for r in rows]), "labels": torch.stack([r["labels"] for r in rows])}
+
+workers = int(sys.argv[1])
+data = [{"x": torch.randn(8), "labels": torch.tensor(i % 2)} for i in range(4096)]
+"""
+
+HF = COMMON + f"""
+from transformers import Trainer, TrainingArguments
+from gpudoctor.integrations.transformers import GpuDoctorCallback
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        return {{"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}}
+
+if __name__ == "__main__":
+    cb = GpuDoctorCallback(out="runs")
+    args = TrainingArguments(output_dir="hf-out", max_steps={STEPS}, per_device_train_batch_size=4,
+                             gradient_accumulation_steps={ACCUMULATION}, use_cpu=True, report_to=[],
+                             save_strategy="no", logging_strategy="no", dataloader_num_workers=workers,
+                             disable_tqdm=True)
+    Trainer(model=Tiny(), args=args, train_dataset=data, data_collator=slow_collate, callbacks=[cb]).train()
+    print(json.dumps({{"run_dir": str(cb.session.run_dir), "report": cb.session.report.to_dict()}}))
+"""
+
+LIGHTNING = COMMON + f"""
+import lightning as L
+from torch.utils.data import DataLoader
+from gpudoctor.integrations.lightning import GpuDoctorCallback
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.cross_entropy(self.net(batch["x"]), batch["labels"])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+if __name__ == "__main__":
+    cb = GpuDoctorCallback(out="runs")
+    loader = DataLoader(data, batch_size=4, collate_fn=slow_collate, num_workers=workers,
+                        persistent_workers=workers > 0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps={STEPS}, accumulate_grad_batches={ACCUMULATION},
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[cb])
+    trainer.fit(Tiny(), loader)
+    print(json.dumps({{"run_dir": str(cb.session.run_dir), "report": cb.session.report.to_dict()}}))
+"""
+
+CASES = {"hf-trainer": ("transformers+accelerate", HF), "lightning": ("lightning", LIGHTNING)}
+
+
+def _train(tmp_path: Path, case: str, workers: int) -> tuple[Path, dict]:
+    packages, source = CASES[case]
+    for package in packages.split("+"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"{package} is not installed (`pip install -e .[test]` installs it)")
+    (tmp_path / "train.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    env = os.environ.copy()
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.run([sys.executable, "train.py", str(workers)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "gpudoctor:" in proc.stderr  # the summary, through the trainer's logger
+    return tmp_path / out["run_dir"], out["report"]
+
+
+def _collate_line(tmp_path: Path) -> int:
+    lines = (tmp_path / "train.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith("def slow_collate"))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_callback_records_the_trainer_s_steps_and_names_the_collator(tmp_path, case):
+    run_dir, report = _train(tmp_path, case, workers=0)
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["steps_seen"] == STEPS and m["status"] == "completed", (m["steps_seen"], m["status"])
+    assert "Session.step() ends each step" in m["step_source_reason"]
+    assert f"gradient accumulation: {ACCUMULATION} micro-batches" in m["step_source_reason"]
+    rows = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert len(rows) == STEPS and all(r["micro_batches"] == ACCUMULATION for r in rows), [r["micro_batches"] for r in rows]
+    settings = json.loads((run_dir / "settings.json").read_text())
+    (loader,) = settings["dataloaders"]
+    site = loader["call_site"]
+    assert loader["num_workers"] == 0 and Path(site["file"]).name == "train.py"
+    assert site["line"] == _collate_line(tmp_path) and site["function"] == "slow_collate"
+    codes = {f["code"]: f for f in report["findings"]}
+    if "GD205" not in codes:  # a busy machine: GD201 then says the loading lacks cores others hold (GD205)
+        gd201 = codes["GD201"]
+        assert gd201["severity"] in ("warning", "error") and f"train.py:{site['line']}" in (gd201["location"] or "")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_with_workers_there_is_no_dataloader_finding(tmp_path, case):
+    run_dir, report = _train(tmp_path, case, workers=2)
+    assert not {f["code"] for f in report["findings"]} & {"GD201", "GD202", "GD203"}, report["findings"]
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["steps_seen"] == STEPS
