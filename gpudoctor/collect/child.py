@@ -358,10 +358,11 @@ class Child:
         # Python's one profiler slot: the script's own profiler wins, gpudoctor's instruments give way (profslot)
         from gpudoctor.collect import profslot  # noqa: PLC0415
 
-        for part in (self.cprof, self.driver, self.timewindow):
+        for part in (self.cprof, self.loader_prof, self.driver, self.timewindow):
             if part is not None:
                 profslot.on_script_profiler(part.yield_to_script)
-        profslot.watch_script()
+        tracker = self.tracker
+        profslot.watch_script(lambda: tracker.index if tracker.in_step else None)
 
     def _inject(self, torch: Any, frames: FrameClassifier, raw: list[dict[str, Any]]) -> None:
         from gpudoctor.collect.inject import Injector  # noqa: PLC0415
@@ -737,6 +738,8 @@ class Child:
                 detail += f"; the DataLoader's own calls apart in {lp.path.name}"
             elif lp is not None and lp.error:
                 detail += f"; {lp.error}"
+            if lp is not None and lp.gave_way:
+                detail += f"; the DataLoader's cProfile {lp.gave_way}"
             out.append(Collected("cprofile", True, detail=detail))
         elif c.gave_way:
             out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
@@ -744,6 +747,9 @@ class Child:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
         else:
             out.append(Collected("cprofile", False, f"the run ended after {steps} steps, before the cProfile window (step {c.start_step})"))
+        slot = self._slot_events()
+        if slot is not None:
+            out.append(slot)
         # settings
         if self.capture is None:
             out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
@@ -758,6 +764,24 @@ class Child:
         if torch is None:
             out = [Collected(c.name, False, "torch could not be imported") for c in out]
         return out
+
+    @staticmethod
+    def _slot_events() -> Collected | None:
+        """When the script took Python's profiler slot from gpudoctor's instruments, and which gave way."""
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        if not profslot.events:
+            return None
+        told = []
+        for e in profslot.events[:10]:
+            at = f"step {e['step']} ({e['at_s']:g} s)" if e.get("step") is not None else f"{e['at_s']:g} s"
+            told.append(f"at {at}: {e['what']}; {' and '.join(e['gave_way'])} gave way")
+        more = len(profslot.events) - len(told)
+        n = len(profslot.events)
+        detail = (f"the script took {profslot.SLOT} {n} time{'s' if n != 1 else ''} while gpudoctor held it "
+                  f"(Python runs one profiler at a time; the script's wins): {'; '.join(told)}"
+                  + (f"; {more} more" if more > 0 else ""))
+        return Collected("profiler slot", True, detail=detail)
 
     def _tracking_stopped(self) -> str:
         """Why step tracking stopped, from which step the figures are missing, and whether ``--steps`` held."""

@@ -155,7 +155,7 @@ class TimeWindow:
             self.traced = bool(self.driver.start_time_window())
         if self.cprofile_on:
             prof = profslot.OwnProfile()
-            why = profslot.enable_own(prof)
+            why = profslot.enable_own(prof, "the time window's cProfile")
             if why:  # another profiler holds Python's profiler slot (the script's own): it gives way
                 self.cprofile_note = f"did not run: {why}"
             else:
