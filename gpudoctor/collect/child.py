@@ -175,6 +175,7 @@ class Child:
         self.capture: Any = None
         self.writer: Any = None
         self.notes: list[str] = []
+        self.swallowed = ""  # --steps was caught by the script, which stepped on: how many steps it ran, and why
         self.versions: dict[str, str] = {}
         self.state: dict[str, Any] = {
             "pid": os.getpid(),
@@ -522,13 +523,19 @@ class Child:
         self.script_started_ns = time.monotonic_ns()
         if self.timewindow is not None:
             self.timewindow.arm(self.script_started_ns)
+        if self.tracker is not None and self.tracker.max_steps is not None:
+            from gpudoctor.collect.steps.limit import stopper  # noqa: PLC0415
+            from gpudoctor.collect.timewindow import free_signal  # noqa: PLC0415
+
+            stopper.arm(free_signal())  # --steps reached on another thread stops the main one
+        stop_steps: int | None = None
         try:
             if self.cfg.get("module"):
                 runpy.run_module(self.cfg["module"], run_name="__main__", alter_sys=True)
             else:
                 self._exec_script()
         except StopAfterSteps as stop:
-            status, detail = RunStatus.STOPPED, f"stopped after {stop.steps} steps"
+            status, detail, stop_steps = RunStatus.STOPPED, f"stopped after {stop.steps} steps", stop.steps
         except SystemExit as ex:
             code = exit_code_of(ex.code)
             detail = f"the script called sys.exit({ex.code!r})" if ex.code not in (None, 0) else ""
@@ -547,10 +554,37 @@ class Child:
             self.state["exception"] = info.to_dict()
             where = f" at {info.call_site}" if info.call_site else ""
             detail = f"{info.type}: {info.message.splitlines()[0] if info.message else ''}{where}".strip()
-        if status == RunStatus.COMPLETED and self.tracker is not None and self.tracker.stop_requested:
-            status, detail, code = RunStatus.STOPPED, f"stopped after {self.tracker.steps_seen} steps", 0
+        status, detail = self._stop_account(status, detail, stop_steps)
         self.finish(status, detail, code, sig)
         return code
+
+    def _stop_account(self, status: RunStatus, detail: str, stop_steps: int | None) -> tuple[RunStatus, str]:
+        """``--steps N``: "stopped after N steps" only where the script stopped there. The stop is a SystemExit
+        raised at the boundary (``steps.limit``): a script that catches it and steps on meets it again at each
+        later boundary; when it still runs, the run says how many steps it ran and that ``--steps`` could
+        not stop it (:attr:`swallowed`)."""
+        from gpudoctor.collect.steps.limit import stopper  # noqa: PLC0415
+
+        stopper.disarm()
+        tr = self.tracker
+        if tr is None or tr.max_steps is None or not (stopper.raised or tr.stop_requested):
+            return status, detail
+        n = tr.max_steps
+        ran = max(tr.limit.done if tr.limit is not None else tr.steps_seen, n if stop_steps is not None else 0)
+        if ran <= n:  # it stopped there: the stop ended the loop (caught or not, by the script's last lines)
+            if status == RunStatus.COMPLETED:
+                return RunStatus.STOPPED, f"stopped after {ran} steps"
+            return status, detail
+        caught = max(stopper.raised - (stop_steps is not None), 1)
+        unsent = f"; {stopper.unsent}" if stopper.unsent else ""
+        why = (f"it caught gpudoctor's stop {caught} time{'s' if caught != 1 else ''} (a SystemExit, raised at each "
+               f"step boundary from step {n} on: a bare except:, except BaseException, contextlib.suppress(BaseException) "
+               "or a finally: that continues catches it)")
+        if stop_steps is not None:
+            self.swallowed = f"--steps {n} stopped the script only after {ran} steps: {why}{unsent}"
+            return status, f"stopped after {ran} steps (--steps {n}: {why})"
+        self.swallowed = f"--steps {n} could not stop the script, which ran {ran} steps: {why}{unsent}"
+        return status, "; ".join(d for d in (detail, self.swallowed) if d)
 
     # ------------------------------------------------------------------ the end
 
@@ -646,6 +680,8 @@ class Child:
             _, why, _ = tracker.describe()
             w = self.writer
             lost = [self._tracking_stopped()] if tracker.error else []
+            if self.swallowed and not tracker.error:
+                lost.append(f"{self.swallowed}; steps {steps} and later were not recorded")
             if w is not None and w.error:
                 lost.append(f"{w.path.name}: {w.error}; {w.lines_written:,} of {steps:,} step records written")
             kept = not (w is not None and w.error) or w.lines_written > 0
