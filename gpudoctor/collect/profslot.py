@@ -27,14 +27,24 @@ The rules, so that no instrument takes another down and step tracking never stop
    and guarded: where it is held, gpudoctor's instrument gives way for that window (the cProfile
    window does not start or stops, the probe is skipped, the window records no stacks) and the
    manifest's ``collected`` entry says which and why (:func:`held_by`).
-2. The script's own profiler wins. gpudoctor watches ``cProfile.Profile.enable`` (:func:`watch_script`;
-   gpudoctor's own profilers are :class:`OwnProfile`, which bypass the watch): when the script
-   enables one, every instrument of gpudoctor's that holds the slot gives way first (its data so far
-   are kept), so that the script's ``enable()`` neither raises (3.12+) nor is cleared later (3.11-).
-   The script's torch.profiler with stacks does the same up to 3.11 (from 3.12 it records beside a
-   cProfile). A profiler the script sets by other means (``sys.setprofile`` up to 3.11) is seen when
-   gpudoctor's cProfile is next paused (:func:`displaced`): that one is then stopped without
-   ``disable()``, which would clear the script's.
+2. The script's own profiler wins, from any thread, at any point of the run. gpudoctor watches
+   ``cProfile.Profile.enable`` (:func:`watch_script`; gpudoctor's own profilers are :class:`OwnProfile`,
+   which bypass the watch), and, only while one of its instruments holds the slot (:func:`hold`, from
+   :func:`enable_own` to :func:`disable_own`, and torch.profiler's tracer while a window records stacks),
+   the functions by which anything takes it: from 3.12 ``sys.monitoring.use_tool_id`` and
+   ``register_callback`` for tool 2 (``cProfile`` and ``_lsprof.Profiler().enable()`` call them through
+   the module, as line profilers and coverage-like tools do), up to 3.11 ``sys.setprofile`` on the thread
+   that holds it. When the script takes the slot, every instrument of gpudoctor's that holds it gives
+   way first (its data so far are kept: the cProfile window, the DataLoader's own cProfile, the probe,
+   the window's stacks, the time window), so that the script's call neither raises (3.12+) nor is
+   cleared later (3.11-); :data:`events` says when, how and who gave way (the manifest's ``profiler
+   slot`` entry). gpudoctor's own calls pass the watch (:class:`own_calls`), and the module's functions
+   are its own again as soon as gpudoctor lets go. The script's torch.profiler with stacks does the same
+   up to 3.11 (from 3.12 it records beside a cProfile). A profiler set from C up to 3.11
+   (``_lsprof.Profiler().enable()``, which no Python function carries) is seen when gpudoctor's cProfile
+   is next paused (:func:`displaced`): that one is then stopped without ``disable()``, which would
+   clear the script's. ``threading.setprofile`` sets the profile function of threads started later,
+   which hold nothing of gpudoctor's.
 
 Not gpudoctor's to fix, measured on 3.12 and 3.13 with or without gpudoctor: a torch.profiler window
 that starts or stops inside a frame makes a running cProfile miss that frame's return (one call
@@ -290,8 +300,10 @@ def watch_script(step_of: Callable[[], int | None] | None = None) -> None:
 
 
 def forget() -> None:
-    """No instrument gives way any more (a forked child, the end of the run), and nothing is watched."""
+    """No instrument gives way any more (a forked child, the end of the run), nothing is watched, and no
+    event is kept (a forked child's are its parent's)."""
     with _lock:
+        events.clear()
         _yielders.clear()
         _holds.clear()
         _unwatch()
