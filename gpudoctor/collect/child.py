@@ -569,22 +569,11 @@ class Child:
         tr = self.tracker
         if tr is None or tr.max_steps is None or not (stopper.raised or tr.stop_requested):
             return status, detail
-        n = tr.max_steps
-        ran = max(tr.limit.done if tr.limit is not None else tr.steps_seen, n if stop_steps is not None else 0)
-        if ran <= n:  # it stopped there: the stop ended the loop (caught or not, by the script's last lines)
-            if status == RunStatus.COMPLETED:
-                return RunStatus.STOPPED, f"stopped after {ran} steps"
-            return status, detail
-        caught = max(stopper.raised - (stop_steps is not None), 1)
-        unsent = f"; {stopper.unsent}" if stopper.unsent else ""
-        why = (f"it caught gpudoctor's stop {caught} time{'s' if caught != 1 else ''} (a SystemExit, raised at each "
-               f"step boundary from step {n} on: a bare except:, except BaseException, contextlib.suppress(BaseException) "
-               "or a finally: that continues catches it)")
-        if stop_steps is not None:
-            self.swallowed = f"--steps {n} stopped the script only after {ran} steps: {why}{unsent}"
-            return status, f"stopped after {ran} steps (--steps {n}: {why})"
-        self.swallowed = f"--steps {n} could not stop the script, which ran {ran} steps: {why}{unsent}"
-        return status, "; ".join(d for d in (detail, self.swallowed) if d)
+        ran = max(tr.limit.done if tr.limit is not None else tr.steps_seen, tr.max_steps if stop_steps is not None else 0)
+        told, self.swallowed = stopper.account(tr.max_steps, ran, stop_steps)
+        if not self.swallowed:  # it stopped there: the stop ended the loop (caught or not, by the script's last lines)
+            return (RunStatus.STOPPED, told) if status == RunStatus.COMPLETED else (status, detail)
+        return status, told if stop_steps is not None else "; ".join(d for d in (detail, told) if d)
 
     # ------------------------------------------------------------------ the end
 
@@ -783,9 +772,10 @@ class Child:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
         else:
             out.append(Collected("cprofile", False, f"the run ended after {steps} steps, before the cProfile window (step {c.start_step})"))
-        slot = self._slot_events()
-        if slot is not None:
-            out.append(slot)
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        if profslot.events:  # the script took Python's profiler slot from gpudoctor's instruments
+            out.append(Collected("profiler slot", True, detail=profslot.told()))
         # settings
         if self.capture is None:
             out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
@@ -801,24 +791,6 @@ class Child:
             out = [Collected(c.name, False, "torch could not be imported") for c in out]
         return out
 
-    @staticmethod
-    def _slot_events() -> Collected | None:
-        """When the script took Python's profiler slot from gpudoctor's instruments, and which gave way."""
-        from gpudoctor.collect import profslot  # noqa: PLC0415
-
-        if not profslot.events:
-            return None
-        told = []
-        for e in profslot.events[:10]:
-            at = f"step {e['step']} ({e['at_s']:g} s)" if e.get("step") is not None else f"{e['at_s']:g} s"
-            told.append(f"at {at}: {e['what']}; {' and '.join(e['gave_way'])} gave way")
-        more = len(profslot.events) - len(told)
-        n = len(profslot.events)
-        detail = (f"the script took {profslot.SLOT} {n} time{'s' if n != 1 else ''} while gpudoctor held it "
-                  f"(Python runs one profiler at a time; the script's wins): {'; '.join(told)}"
-                  + (f"; {more} more" if more > 0 else ""))
-        return Collected("profiler slot", True, detail=detail)
-
     def _tracking_stopped(self) -> str:
         """Why step tracking stopped, from which step the figures are missing, and whether ``--steps`` held."""
         tr = self.tracker
@@ -826,7 +798,9 @@ class Child:
         if tr.failed_at is not None:
             text += f"; steps {tr.failed_at} and later were not recorded"
         lim = tr.limit
-        if lim is not None and lim.done >= lim.max_steps:
+        if self.swallowed:
+            text += f"; {self.swallowed}"
+        elif lim is not None and lim.done >= lim.max_steps:
             text += f"; --steps {lim.max_steps} still stopped the script after {lim.done} steps"
         elif lim is not None:
             text += f"; the script ran {lim.done} steps"

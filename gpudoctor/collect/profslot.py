@@ -276,6 +276,18 @@ def script_takes_slot(what: str) -> None:
                            "gave_way": sorted(set(held))})
 
 
+def told() -> str:
+    """:data:`events` in words (the manifest's ``profiler slot`` entry)."""
+    parts = []
+    for e in events[:10]:
+        at = f"step {e['step']} ({e['at_s']:g} s)" if e.get("step") is not None else f"{e['at_s']:g} s"
+        parts.append(f"at {at}: {e['what']}; {' and '.join(e['gave_way'])} gave way")
+    n = len(events)
+    more = f"; {n - len(parts)} more" if n > len(parts) else ""
+    return (f"the script took {SLOT} {n} time{'s' if n != 1 else ''} while gpudoctor held it (Python runs one "
+            f"profiler at a time; the script's wins): {'; '.join(parts)}{more}")
+
+
 def watch_script(step_of: Callable[[], int | None] | None = None) -> None:
     """Watch ``cProfile.Profile.enable`` (``cProfile.run``, ``with cProfile.Profile()`` and
     ``Profile().enable()`` all call it) for the run's process; ``step_of``: the step in progress (None

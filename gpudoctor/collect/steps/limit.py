@@ -88,6 +88,24 @@ class MainStop:
             self.unsent = f"the main thread could not be signalled ({err})"
 
 
+    def account(self, max_steps: int, ran: int, stop_steps: int | None) -> tuple[str, str]:
+        """What ``--steps max_steps`` did, once the script ended after ``ran`` steps (``stop_steps``: the count of
+        the stop that ended it, None when none did): the status's words, and, where the script caught the stop
+        and stepped on, that in words ("" where it stopped at ``max_steps``)."""
+        n = max_steps
+        if ran <= n:
+            return f"stopped after {ran} steps", ""
+        caught = max(self.raised - (stop_steps is not None), 1)
+        why = (f"it caught gpudoctor's stop {caught} time{'s' if caught != 1 else ''} (a SystemExit, raised at each "
+               f"step boundary from step {n} on: a bare except:, except BaseException, contextlib.suppress(BaseException) "
+               "or a finally: that continues catches it)")
+        unsent = f"; {self.unsent}" if self.unsent else ""
+        if stop_steps is not None:
+            return f"stopped after {ran} steps (--steps {n}: {why})", f"--steps {n} stopped the script only after {ran} steps: {why}{unsent}"
+        swallowed = f"--steps {n} could not stop the script, which ran {ran} steps: {why}{unsent}"
+        return swallowed, swallowed
+
+
 stopper = MainStop()  # the run's (one script, one main thread)
 
 
