@@ -106,14 +106,12 @@ def enable_own(prof: cProfile.Profile, name: str = "gpudoctor's cProfile", **kwa
         who = holder()
         if who:
             return held_by(who)
-        hold(prof, name)  # before the enable: a thread that takes the slot meanwhile meets the watch
         try:
-            with own_calls():
-                _ENABLE(prof, **kwargs)
+            _ENABLE(prof, **kwargs)  # (before the watch: its calls to sys.monitoring are gpudoctor's)
         except Exception as err:  # taken between the look and the enable (another thread)
-            release(prof)
             who = holder()
             return held_by(who) if who else f"cProfile could not start: {type(err).__name__}: {err}"
+        hold(prof, name)
     return ""
 
 
@@ -134,14 +132,12 @@ def shares_slot_with(owner_thread: int | None) -> bool:
 def disable_own(prof: cProfile.Profile) -> bool:
     """Disable one of gpudoctor's enabled profilers, unless another replaced it (then it is left
     alone, see :func:`displaced`); True when it was displaced."""
-    try:
+    with _lock:  # (not inside another thread's give-way)
+        release(prof)  # (before the disable: its calls to sys.monitoring are gpudoctor's)
         if displaced(prof):
             return True
-        with own_calls():
-            prof.disable()
+        prof.disable()
         return False
-    finally:
-        release(prof)
 
 
 # instruments of gpudoctor's that give way when the script takes the slot: each is called with the reason
@@ -152,6 +148,7 @@ _holds: dict[int, tuple[Any, int, str, Callable[[], bool] | None]] = {}
 _lock = threading.RLock()  # one give-way at a time, and no enable of gpudoctor's inside one
 _local = threading.local()  # .own: gpudoctor's own calls in progress on this thread (they pass the watch)
 _saved: dict[str, Any] = {}  # the functions watched now, as they were: restored when gpudoctor lets go
+_watchers: dict[tuple[str, int], Any] = {}  # their watches, made once (the window takes the slot at every step)
 # what the watch saw: the script took the slot while gpudoctor held it (seconds into the run, what, who gave way)
 events: list[dict[str, Any]] = []
 _t0 = [time.monotonic()]  # (the script's start)
@@ -203,14 +200,13 @@ def _holding(thread: int) -> bool:
 
 
 def _watch() -> None:
-    if NEW_SLOT:
-        mon = sys.monitoring
-        for name in ("use_tool_id", "register_callback"):
-            _saved[name] = orig = getattr(mon, name)
-            setattr(mon, name, _watcher(name, orig))
-    else:
-        _saved["setprofile"] = orig = sys.setprofile
-        sys.setprofile = _watcher("setprofile", orig)
+    target: Any = sys.monitoring if NEW_SLOT else sys
+    for name in ("use_tool_id", "register_callback") if NEW_SLOT else ("setprofile",):
+        _saved[name] = orig = getattr(target, name)
+        watcher = _watchers.get((name, id(orig)))
+        if watcher is None or watcher.__wrapped__ is not orig:
+            watcher = _watchers[(name, id(orig))] = _watcher(name, orig)
+        setattr(target, name, watcher)
 
 
 def _unwatch() -> None:
@@ -246,6 +242,7 @@ def _watcher(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
         return orig(*args, **kwargs)
 
     call._gpudoctor_watch = True  # type: ignore[attr-defined]
+    call.__wrapped__ = orig  # type: ignore[attr-defined]
     call.__doc__ = orig.__doc__
     call.__name__ = call.__qualname__ = name
     return call
