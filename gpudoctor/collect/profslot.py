@@ -38,7 +38,7 @@ The rules, so that no instrument takes another down and step tracking never stop
    way first (its data so far are kept: the cProfile window, the DataLoader's own cProfile, the probe,
    the window's stacks, the time window), so that the script's call neither raises (3.12+) nor is
    cleared later (3.11-); :data:`events` says when, how and who gave way (the manifest's ``profiler
-   slot`` entry). gpudoctor's own calls pass the watch (:class:`own_calls`), and the module's functions
+   slot`` entry). gpudoctor's own calls pass the watch (:func:`own_calls_add`), and the module's functions
    are its own again as soon as gpudoctor lets go. The script's torch.profiler with stacks does the same
    up to 3.11 (from 3.12 it records beside a cProfile). A profiler set from C up to 3.11
    (``_lsprof.Profiler().enable()``, which no Python function carries) is seen when gpudoctor's cProfile
@@ -143,7 +143,7 @@ def disable_own(prof: cProfile.Profile) -> bool:
 # instruments of gpudoctor's that give way when the script takes the slot: each is called with the reason
 _yielders: list[Callable[[str], None]] = []
 # gpudoctor's instruments holding the slot now: id -> (the instrument, the thread it holds it on, its name in
-# words, whether it still holds it: None, always). The functions by which a script takes the slot are watched while this is not empty
+# words, whether it still holds it: None, always). While it is not empty, the ways a script takes the slot are watched
 _holds: dict[int, tuple[Any, int, str, Callable[[], bool] | None]] = {}
 _lock = threading.RLock()  # one give-way at a time, and no enable of gpudoctor's inside one
 _local = threading.local()  # .own: gpudoctor's own calls in progress on this thread (they pass the watch)
@@ -156,24 +156,15 @@ _step_of: list[Callable[[], int | None]] = []
 
 
 def own_calls_add(n: int) -> None:
-    """``n`` more (or fewer) of gpudoctor's own calls in progress on this thread (see :class:`own_calls`)."""
+    """``n`` more (or fewer) of gpudoctor's own calls in progress on this thread: calls that reach
+    ``sys.monitoring`` while the watch is on (torch.profiler's Python tracer as gpudoctor starts and stops a
+    window) pass it. (gpudoctor's cProfiles are enabled before the watch goes on and disabled after it is off.)"""
     _local.own = getattr(_local, "own", 0) + n
 
 
-class own_calls:  # noqa: N801 (a context manager named for what it marks)
-    """gpudoctor's own calls that reach ``sys.monitoring`` (its cProfile's enable and disable, torch.profiler's
-    Python tracer as gpudoctor starts and stops a window) pass the watch of :func:`hold`."""
-
-    def __enter__(self) -> None:
-        _local.own = getattr(_local, "own", 0) + 1
-
-    def __exit__(self, *exc: object) -> None:
-        _local.own -= 1
-
-
 def hold(what: Any, name: str = "gpudoctor's cProfile", still: Callable[[], bool] | None = None) -> None:
-    """One of gpudoctor's instruments (``what``, ``name`` in words) holds the slot (``still``: whether it holds it now, asked
-    when the script takes it; torch.profiler's tracer holds tool 2 only while a window records). While any
+    """One of gpudoctor's instruments (``what``, ``name`` in words) holds the slot (``still``: whether it holds
+    it now, asked when the script takes it; torch.profiler's tracer holds tool 2 only while a window records). While any
     does, the script's ways of taking the slot are watched: on 3.12+ ``sys.monitoring.use_tool_id`` and
     ``register_callback`` for tool 2 (``cProfile`` and ``_lsprof`` call them too), up to 3.11
     ``sys.setprofile`` on the thread that holds it. Each is the module's own function again once gpudoctor

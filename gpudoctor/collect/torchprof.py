@@ -273,7 +273,7 @@ class ProfilerDriver:
     @property
     def _own_depth(self) -> int:
         """Calls of gpudoctor's into torch.profiler in progress: the hooks let them be, and so does the watch
-        of Python's profiler slot (``profslot.own_calls``: the tracer's calls to ``sys.monitoring``)."""
+        of Python's profiler slot (``profslot.own_calls_add``: the tracer's calls to ``sys.monitoring``)."""
         return self._own_n
 
     @_own_depth.setter
