@@ -76,7 +76,7 @@ class MainStop:
         """Stop the script after ``steps`` steps: raise here on the main thread, else send it there (and return)."""
         self.raised += 1
         if threading.get_ident() == self._main:
-            raise StopAfterSteps(steps)
+            raise StopAfterSteps(steps) from None  # (not chained to an error of gpudoctor's being handled)
         sig = self._sig
         if sig is None:
             self.unsent = self.unsent or "the main thread could not be signalled"
