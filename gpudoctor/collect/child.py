@@ -176,6 +176,7 @@ class Child:
         self.patcher: Any = None
         self.writer: Any = None
         self.notes: list[str] = []
+        self.swallowed = ""  # --steps was caught by the script, which stepped on: how many steps it ran, and why
         self.versions: dict[str, str] = {}
         self.cupti: Any = None  # collect.cupti.Decision: TEARDOWN_CUPTI as gpudoctor left it, and why
         self.cupti_guard: Any = None  # collect.cupti.GraphGuard (CUDA before 12.6)
@@ -386,10 +387,11 @@ class Child:
         # Python's one profiler slot: the script's own profiler wins, gpudoctor's instruments give way (profslot)
         from gpudoctor.collect import profslot  # noqa: PLC0415
 
-        for part in (self.cprof, self.driver, self.timewindow):
+        for part in (self.cprof, self.loader_prof, self.driver, self.timewindow):
             if part is not None:
                 profslot.on_script_profiler(part.yield_to_script)
-        profslot.watch_script()
+        tracker = self.tracker
+        profslot.watch_script(lambda: tracker.index if tracker.in_step else None)
 
     def _inject(self, torch: Any, frames: FrameClassifier, raw: list[dict[str, Any]]) -> None:
         from gpudoctor.collect.inject import Injector  # noqa: PLC0415
@@ -549,13 +551,19 @@ class Child:
         self.script_started_ns = time.monotonic_ns()
         if self.timewindow is not None:
             self.timewindow.arm(self.script_started_ns)
+        if self.tracker is not None and self.tracker.max_steps is not None:
+            from gpudoctor.collect.steps.limit import stopper  # noqa: PLC0415
+            from gpudoctor.collect.timewindow import free_signal  # noqa: PLC0415
+
+            stopper.arm(free_signal())  # --steps reached on another thread stops the main one
+        stop_steps: int | None = None
         try:
             if self.cfg.get("module"):
                 runpy.run_module(self.cfg["module"], run_name="__main__", alter_sys=True)
             else:
                 self._exec_script()
         except StopAfterSteps as stop:
-            status, detail = RunStatus.STOPPED, f"stopped after {stop.steps} steps"
+            status, detail, stop_steps = RunStatus.STOPPED, f"stopped after {stop.steps} steps", stop.steps
         except SystemExit as ex:
             code = exit_code_of(ex.code)
             detail = f"the script called sys.exit({ex.code!r})" if ex.code not in (None, 0) else ""
@@ -574,10 +582,26 @@ class Child:
             self.state["exception"] = info.to_dict()
             where = f" at {info.call_site}" if info.call_site else ""
             detail = f"{info.type}: {info.message.splitlines()[0] if info.message else ''}{where}".strip()
-        if status == RunStatus.COMPLETED and self.tracker is not None and self.tracker.stop_requested:
-            status, detail, code = RunStatus.STOPPED, f"stopped after {self.tracker.steps_seen} steps", 0
+        status, detail = self._stop_account(status, detail, stop_steps)
         self.finish(status, detail, code, sig)
         return code
+
+    def _stop_account(self, status: RunStatus, detail: str, stop_steps: int | None) -> tuple[RunStatus, str]:
+        """``--steps N``: "stopped after N steps" only where the script stopped there. The stop is a SystemExit
+        raised at the boundary (``steps.limit``): a script that catches it and steps on meets it again at each
+        later boundary; when it still runs, the run says how many steps it ran and that ``--steps`` could
+        not stop it (:attr:`swallowed`)."""
+        from gpudoctor.collect.steps.limit import stopper  # noqa: PLC0415
+
+        stopper.disarm()
+        tr = self.tracker
+        if tr is None or tr.max_steps is None or not (stopper.raised or tr.stop_requested):
+            return status, detail
+        ran = max(tr.limit.done if tr.limit is not None else tr.steps_seen, tr.max_steps if stop_steps is not None else 0)
+        told, self.swallowed = stopper.account(tr.max_steps, ran, stop_steps)
+        if not self.swallowed:  # it stopped there: the stop ended the loop (caught or not, by the script's last lines)
+            return (RunStatus.STOPPED, told) if status == RunStatus.COMPLETED else (status, detail)
+        return status, told if stop_steps is not None else "; ".join(d for d in (detail, told) if d)
 
     # ------------------------------------------------------------------ the end
 
@@ -683,6 +707,8 @@ class Child:
             _, why, _ = tracker.describe()
             w = self.writer
             lost = [self._tracking_stopped()] if tracker.error else []
+            if self.swallowed and not tracker.error:
+                lost.append(f"{self.swallowed}; steps {steps} and later were not recorded")
             if w is not None and w.error:
                 lost.append(f"{w.path.name}: {w.error}; {w.lines_written:,} of {steps:,} step records written")
             kept = not (w is not None and w.error) or w.lines_written > 0
@@ -776,6 +802,8 @@ class Child:
                 detail += f"; the DataLoader's own calls apart in {lp.path.name}"
             elif lp is not None and lp.error:
                 detail += f"; {lp.error}"
+            if lp is not None and lp.gave_way:
+                detail += f"; the DataLoader's cProfile {lp.gave_way}"
             out.append(Collected("cprofile", True, detail=detail))
         elif c.gave_way:
             out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
@@ -783,6 +811,10 @@ class Child:
             out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
         else:
             out.append(Collected("cprofile", False, f"the run ended after {steps} steps, before the cProfile window (step {c.start_step})"))
+        from gpudoctor.collect import profslot  # noqa: PLC0415
+
+        if profslot.events:  # the script took Python's profiler slot from gpudoctor's instruments
+            out.append(Collected("profiler slot", True, detail=profslot.told()))
         # settings
         if self.capture is None:
             out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
@@ -805,7 +837,9 @@ class Child:
         if tr.failed_at is not None:
             text += f"; steps {tr.failed_at} and later were not recorded"
         lim = tr.limit
-        if lim is not None and lim.done >= lim.max_steps:
+        if self.swallowed:
+            text += f"; {self.swallowed}"
+        elif lim is not None and lim.done >= lim.max_steps:
             text += f"; --steps {lim.max_steps} still stopped the script after {lim.done} steps"
         elif lim is not None:
             text += f"; the script ran {lim.done} steps"

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpudoctor.collect import profslot
 from gpudoctor.collect.rundir import os_reason, write_bytes_atomic
+from gpudoctor.collect.steps.cprofile_window import WINDOW
 
 
 class LoaderProfile:
@@ -44,6 +45,7 @@ class LoaderProfile:
         self.dirty = False  # recorded since last written
         self.written = False
         self.error = ""  # why it stopped (its profiler could not start, or its file could not be written)
+        self.gave_way = ""  # it stopped for the script's own profiler: at which step and why (profslot)
         window.on_stop = self.write
 
     def call(self, fn: Callable[[Any], Any], it: Any) -> Any:
@@ -53,7 +55,7 @@ class LoaderProfile:
         # w.on: a step of the window is in progress, its profiler enabled (a batch asked for between two of
         # its steps, as at an epoch's end, runs unprofiled: re-enabling the window's profiler after it would
         # leave it enabled while the window thinks it paused)
-        if (self._inside or self.error or not w.running or not w.on or main is None
+        if (self._inside or self.error or self.gave_way or not w.running or not w.on or main is None
                 or w.thread_id != threading.get_ident()):
             if self.dirty and not w.running:
                 self.write()
@@ -66,10 +68,10 @@ class LoaderProfile:
         assert prof is not None
         if profslot.disable_own(main):  # the script's profiler replaced the window's (up to 3.11): leave both
             return fn(it)
-        why = profslot.enable_own(prof)
+        why = profslot.enable_own(prof, "the DataLoader's cProfile")
         if why:  # another profiler holds the slot (Python's one profiler at a time)
             self.error = f"the DataLoader's cProfile could not start: {why}"
-            profslot.enable_own(main)
+            profslot.enable_own(main, WINDOW)
             return fn(it)
         self._inside = True
         try:
@@ -78,8 +80,17 @@ class LoaderProfile:
             profslot.disable_own(prof)
             self._inside = False
             self.dirty = True
-            if w.running and w.on and w.profiler is main:  # (a StopAfterSteps or an error may have ended the window)
-                profslot.enable_own(main)
+            if w.running and w.on and w.profiler is main:  # (a StopAfterSteps, an error or a give-way ended the window)
+                profslot.enable_own(main, WINDOW)
+
+    def yield_to_script(self, what: str) -> None:
+        """The script starts a profiler of its own (``what``) inside a batch this profile records (a
+        ``collate_fn``'s or a ``Dataset``'s cProfile): it stops, what it recorded is kept (``profslot``)."""
+        prof = self.profiler
+        if not self._inside or prof is None or self.gave_way or not profslot.shares_slot_with(self.window.thread_id):
+            return
+        profslot.disable_own(prof)
+        self.gave_way = f"stopped at step {self.window.at}: {what}"
 
     def write(self) -> None:
         """Write what was recorded (``marshal``, as ``pstats`` reads it); a no-op when nothing new was."""

@@ -39,8 +39,9 @@ DEFAULT_START_S = 5.0
 DEFAULT_END_S = 10.0
 
 
-def _free_signal() -> int | None:
-    """A real-time signal with no handler (gpudoctor's own), None where there is none."""
+def free_signal() -> int | None:
+    """A real-time signal with no handler (gpudoctor's own), None where there is none (also ``--steps``'s
+    stop, sent to the main thread: ``steps.limit.MainStop``)."""
     lo, hi = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
     if lo is None or hi is None or not hasattr(signal, "pthread_kill"):
         return None
@@ -90,7 +91,7 @@ class TimeWindow:
     def arm(self, script_start_ns: int) -> None:
         if self.start_s is None or self.end_s is None:
             return
-        sig = _free_signal()
+        sig = free_signal()
         if sig is None:
             self.reason = "no real-time signal on this platform to open it on the main thread"
             return
@@ -155,7 +156,7 @@ class TimeWindow:
             self.traced = bool(self.driver.start_time_window())
         if self.cprofile_on:
             prof = profslot.OwnProfile()
-            why = profslot.enable_own(prof)
+            why = profslot.enable_own(prof, "the time window's cProfile")
             if why:  # another profiler holds Python's profiler slot (the script's own): it gives way
                 self.cprofile_note = f"did not run: {why}"
             else:

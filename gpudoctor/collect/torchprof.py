@@ -118,6 +118,10 @@ def _made_by_torch_profiler() -> bool:
     return name.endswith("torch/profiler/profiler.py")
 
 
+def _tracer_holds() -> bool:
+    return profslot.holder() == "PyTorch Profiler"
+
+
 class ProfilerDriver:
     def __init__(
         self,
@@ -145,10 +149,11 @@ class ProfilerDriver:
         self.windows_started = 0
         self.detail_windows_recorded = 0
         self.cuda_traced = False
-        self._prof: Any = None
+        self._stacks_on = False  # the window being recorded has stacks
+        self._window_prof: Any = None  # (the property _prof)
         self._window_first_active = 0
         self._annotation: Any = None
-        self._own_depth = 0
+        self._own_n = 0  # (the property _own_depth)
         self._in_user_export = False
         self._quiet_until = 0  # no window before this step: on_step_start returns at once
         self._probe: Any = None  # cProfile counting the Python calls of the last warm-up step
@@ -157,7 +162,6 @@ class ProfilerDriver:
         # the warm-up step of the plain window (no stacks) that records the rest of a window cut short
         self._rest_warm: int | None = None
         self._trace_first = 0  # first recorded step of the window being recorded (names its trace)
-        self._stacks_on = False  # the window being recorded has stacks
         self._bound: dict[str, int] | None = None  # the bound applied to the window being recorded
         self.stack_bounds: list[dict[str, int]] = []  # every window cut short, in order
         self.origin = 0  # step the schedule counts from (a marker that took over starts it again)
@@ -252,6 +256,31 @@ class ProfilerDriver:
 
     # ------------------------------------------------------------------ the schedule
 
+    @property
+    def _prof(self) -> Any:
+        """The window in progress (torch.profiler's ``profile``). From 3.12 its Python tracer takes
+        ``sys.monitoring``'s tool 2 while it records stacks: the slot's watch is on meanwhile (``profslot.hold``)."""
+        return self._window_prof
+
+    @_prof.setter
+    def _prof(self, prof: Any) -> None:
+        self._window_prof = prof
+        if prof is not None and self._stacks_on and profslot.NEW_SLOT:
+            profslot.hold(self, "torch.profiler's Python stacks", _tracer_holds)
+        else:
+            profslot.release(self)
+
+    @property
+    def _own_depth(self) -> int:
+        """Calls of gpudoctor's into torch.profiler in progress: the hooks let them be, and so does the watch
+        of Python's profiler slot (``profslot.own_calls_add``: the tracer's calls to ``sys.monitoring``)."""
+        return self._own_n
+
+    @_own_depth.setter
+    def _own_depth(self, n: int) -> None:
+        profslot.own_calls_add(n - self._own_n)
+        self._own_n = n
+
     def _phase(self, step: int) -> str:
         return sched.phase(step - self.origin, self.schedule) if step >= self.origin else sched.NONE
 
@@ -342,7 +371,7 @@ class ProfilerDriver:
         window of Python-heavy steps records fewer of them with stacks. Skipped, and said, when
         another profiler (the script's own) holds Python's profiler slot (``profslot``)."""
         probe = profslot.OwnProfile()
-        why = profslot.enable_own(probe, subcalls=False, builtins=True)
+        why = profslot.enable_own(probe, "the Python-call probe of torch.profiler's window", subcalls=False, builtins=True)
         if why:
             self.slot_notes.append(f"the Python-call budget was not applied to the window from step {step + 1}: {why}")
             return

@@ -319,3 +319,101 @@ def test_a_script_profiler_on_another_thread_takes_the_slot_only_from_3_12(tmp_p
         window.pause_for_bookkeeping()
         window.stop()
         assert sys.getprofile() is None
+
+
+# --------------------------------------------------------------------------- the watch while gpudoctor holds the slot (issue 41)
+
+
+def _watched() -> dict[str, object]:
+    if NEW_SLOT:
+        return {n: getattr(sys.monitoring, n) for n in ("use_tool_id", "register_callback")}
+    return {"setprofile": sys.setprofile}
+
+
+def test_the_watch_is_on_only_while_gpudoctor_holds_the_slot_and_its_own_calls_pass_it():
+    """The module's own functions are in place while gpudoctor holds nothing, wrapped while one of its
+    profilers is enabled, and the same objects again once it is disabled; gpudoctor's own enable and disable
+    (which call them, from 3.12) are no script taking the slot."""
+    calls = []
+    profslot.on_script_profiler(calls.append)
+    before = _watched()
+    own = profslot.OwnProfile()
+    assert profslot.enable_own(own, "the test's profiler") == ""
+    try:
+        assert all(getattr(f, "_gpudoctor_watch", False) for f in _watched().values())
+    finally:
+        profslot.disable_own(own)
+    assert _watched() == before and calls == [] and profslot.events == []
+
+
+@pytest.mark.skipif(not NEW_SLOT, reason="sys.monitoring is 3.12's")
+@pytest.mark.parametrize("how", ["use_tool_id", "register_callback", "lsprof"])
+def test_anything_that_takes_tool_2_makes_gpudoctors_profiler_give_way(how):
+    """use_tool_id(2, …), register_callback(2, …) and a direct _lsprof.Profiler().enable() (no cProfile.enable)
+    while gpudoctor's profiler holds tool 2: it gives way first, the script's call succeeds ("tool 2 is already
+    in use" before), and the event says how and who gave way."""
+    import _lsprof
+
+    own = profslot.OwnProfile()
+    profslot.on_script_profiler(lambda what: profslot.disable_own(own))
+    profslot.events.clear()
+    assert profslot.enable_own(own, "the test's profiler") == ""
+    mon = sys.monitoring
+    if how == "lsprof":
+        theirs = _lsprof.Profiler()
+        theirs.enable()
+        work()
+        theirs.disable()
+        assert sum(e.callcount for e in theirs.getstats()) > 0
+    else:
+        if how == "register_callback":
+            mon.register_callback(2, mon.events.PY_START, None)
+        mon.use_tool_id(2, "x")
+        assert profslot.holder() == "x"
+        mon.free_tool_id(2)
+    assert [e["gave_way"] for e in profslot.events] == [["the test's profiler"]]
+    what = {"use_tool_id": "the script took sys.monitoring's tool 2 for 'x' (use_tool_id)",
+            "register_callback": "the script registered a callback for sys.monitoring's tool 2 (register_callback)",
+            "lsprof": "the script took sys.monitoring's tool 2 for 'cProfile' (use_tool_id)"}[how]
+    assert profslot.events[0]["what"] == what
+    assert not getattr(mon.use_tool_id, "_gpudoctor_watch", False)  # gpudoctor let go: the module's own again
+    profslot.events.clear()
+
+
+# --------------------------------------------------------------------------- --steps stops the main thread only
+
+
+def test_a_stop_reached_on_another_thread_is_raised_on_the_main_thread():
+    """MainStop: on the main thread the stop raises there; from another thread it raises nothing in that thread
+    and interrupts the main thread (blocked in join), where StopAfterSteps arrives with the count."""
+    import signal
+
+    from gpudoctor.collect.steps.limit import MainStop
+    from gpudoctor.collect.timewindow import free_signal
+
+    sig = free_signal()
+    if sig is None:
+        pytest.skip("no real-time signal on this platform")
+    stop = MainStop()
+    stop.arm(sig)
+    errors: list[BaseException] = []
+    try:
+        with pytest.raises(StopAfterSteps):
+            stop.stop(3)
+
+        def step() -> None:
+            try:
+                stop.stop(5)
+            except BaseException as err:  # noqa: BLE001 - what the thread would print
+                errors.append(err)
+            threading.Event().wait(5)  # the main thread is interrupted in join, not after it
+
+        t = threading.Thread(target=step, daemon=True)
+        with pytest.raises(StopAfterSteps) as got:  # (in start() or join(): wherever the main thread waits)
+            t.start()
+            t.join()
+        assert got.value.steps == 5 and t.is_alive()
+    finally:
+        stop.disarm()
+    assert errors == [] and stop.raised == 2 and stop.unsent == ""
+    assert signal.getsignal(sig) in (signal.SIG_DFL, None)

@@ -167,3 +167,100 @@ def test_an_epochs_end_inside_the_cprofile_window_leaves_the_slot_free(tmp_path)
     m = manifest(only_run_dir(tmp_path / "runs"))
     cp = collected(m, "cprofile")
     assert cp["ok"] and "gave way" not in cp["detail"] and "held by" not in cp.get("reason", ""), cp
+
+
+# how the script takes the slot (slot_takers.py --how), what the run says it did, and which of gpudoctor's gave way
+_TAKERS = {
+    "collate": ("the script started its own cProfile", "the DataLoader's cProfile"),
+    "getitem": ("the script started its own cProfile", "the DataLoader's cProfile"),
+    "lsprof": ("the script took sys.monitoring's tool 2 for 'cProfile' (use_tool_id)", "gpudoctor's cProfile window"),
+    "use_tool_id": ("the script took sys.monitoring's tool 2 for 'x' (use_tool_id)", "gpudoctor's cProfile window"),
+    "register_callback": ("the script registered a callback for sys.monitoring's tool 2 (register_callback)",
+                          "gpudoctor's cProfile window"),
+    "thread-lsprof": ("the script took sys.monitoring's tool 2 for 'cProfile' (use_tool_id) on thread",
+                      "gpudoctor's cProfile window"),
+    "thread-use_tool_id": ("the script took sys.monitoring's tool 2 for 'x' (use_tool_id) on thread",
+                           "gpudoctor's cProfile window"),
+    "setprofile": ("the script called sys.setprofile", "gpudoctor's cProfile window"),
+}
+# from 3.12 the slot is sys.monitoring's tool 2; up to 3.11 the thread's profile function, which a profiler on
+# another thread, or _lsprof's C enable() (seen afterwards, see the cProfile window's test), takes nothing from
+_HOWS = (["collate", "getitem", "lsprof", "use_tool_id", "register_callback", "thread-lsprof", "thread-use_tool_id"]
+         if NEW_SLOT else ["collate", "getitem", "setprofile"])
+
+
+@pytest.mark.parametrize("how", _HOWS)
+def test_every_profiler_gpudoctor_holds_gives_way_to_the_scripts(tmp_path, how):
+    """Issue 41: the script takes Python's profiler slot in its iterations 17..19, inside gpudoctor's cProfile window
+    (from 16), in each way tools do, from the loop's thread or another: each taking gets the slot (on 3.12 a
+    cProfile in a collate_fn raised "Another profiling tool is already active", the DataLoader's own profile
+    holding the slot; use_tool_id(2, …) raised "tool 2 is already in use"), the run goes on to 40 steps, and the
+    manifest says at which step the script took the slot, how, and which of gpudoctor's instruments gave way."""
+    copy_script("slot_takers.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "--steps", "40", "slot_takers.py", "--", "--how", how,
+                       "--report", "seen.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "already" not in proc.stderr, proc.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["iterations"] == 40 and len(seen["calls"]) == 3 and min(seen["calls"]) > 0, seen
+    run_dir = only_run_dir(tmp_path / "runs")
+    m = manifest(run_dir)
+    assert m["status_detail"] == "stopped after 40 steps" and [r["index"] for r in steps(run_dir)] == list(range(40))
+    what, gave = _TAKERS[how]
+    slot = collected(m, "profiler slot")
+    assert slot["ok"] and "1 time while gpudoctor held it" in slot["detail"], slot
+    assert "at step 17 (" in slot["detail"] and f"): {what}" in slot["detail"] and f"; {gave} gave way" in slot["detail"]
+    cp = collected(m, "cprofile")
+    assert cp["ok"] and cp["detail"].startswith("steps 16..16 (1 step)"), cp
+    if gave == "the DataLoader's cProfile":
+        assert f"the DataLoader's cProfile stopped at step 17: {what}" in cp["detail"]
+        assert (run_dir / "loader.pstats").is_file()
+    else:
+        assert f"stopped at step 17: {what}" in cp["detail"]
+
+
+def _swallowed(tmp_path, how: str, iters: int):  # noqa: ANN202
+    copy_script("swallowed_stop.py", tmp_path)
+    proc = run_profile("--no-report", "--out", "runs", "--steps", "5", "swallowed_stop.py", "--", "--how", how,
+                       "--iters", str(iters), "--report", "seen.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "StopAfterSteps" not in proc.stderr, proc.stderr
+    m = manifest(only_run_dir(tmp_path / "runs"))
+    return proc, m, json.loads((tmp_path / "seen.json").read_text())
+
+
+@pytest.mark.parametrize("how", ["bare", "suppress", "finally"])
+def test_a_loop_that_swallows_the_stop_is_not_said_to_have_stopped(tmp_path, how):
+    """Issue 41: --steps 5 on a loop whose bare except:, contextlib.suppress(BaseException) or finally: continue
+    swallows the stop. The script runs its 60 steps (gpudoctor's stop, raised again at each later boundary, cannot
+    end it), and the run says so: completed, not "stopped after 5 steps", how many steps ran, that --steps could
+    not stop the script and why, as a warning that the step figures are partial (the first 5 are recorded)."""
+    proc, m, seen = _swallowed(tmp_path, how, 60)
+    assert seen["iterations"] == 60
+    assert m["status"] == "completed" and "stopped after" not in m["status_detail"]
+    assert m["status_detail"].startswith("--steps 5 could not stop the script, which ran 60 steps: it caught "
+                                         "gpudoctor's stop 56 times (a SystemExit"), m["status_detail"]
+    assert "a bare except:, except BaseException, contextlib.suppress(BaseException)" in m["status_detail"]
+    assert m["steps_seen"] == 5
+    st = collected(m, "steps")
+    assert st["ok"] and st["partial"] and st["reason"].endswith("; steps 5 and later were not recorded"), st
+    assert "gpudoctor: warning: the step figures are partial: --steps 5 could not stop the script" in proc.stderr
+
+
+def test_a_loop_that_catches_the_stop_once_stops_at_the_next_boundary_and_says_when(tmp_path):
+    """A retry that catches the first SystemExit of a step: the stop comes again at the next boundary, which
+    ends the loop; the run says it stopped after 6 steps, not 5, and why."""
+    proc, m, seen = _swallowed(tmp_path, "once", 60)
+    assert seen["iterations"] == 6
+    assert m["status"] == "stopped" and m["status_detail"].startswith(
+        "stopped after 6 steps (--steps 5: it caught gpudoctor's stop 1 time (a SystemExit"), m["status_detail"]
+
+
+def test_a_stop_reached_on_a_steps_thread_stops_the_loop_without_a_traceback(tmp_path):
+    """Each step on a short-lived thread: the 5th step's boundary is reached on its thread. gpudoctor's stop is not
+    raised there (it printed "Exception in thread … StopAfterSteps" and the loop went on to step 200 while the run
+    said "stopped after 5 steps"): the main thread, where the loop runs, is stopped instead."""
+    proc, m, seen = _swallowed(tmp_path, "thread", 200)
+    assert "Exception in thread" not in proc.stderr
+    assert seen["iterations"] == 5
+    assert m["status"] == "stopped" and m["status_detail"] == "stopped after 5 steps" and m["steps_seen"] == 5

@@ -12,6 +12,8 @@ from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.profslot import OwnProfile, disable_own, enable_own, shares_slot_with
 from gpudoctor.collect.rundir import os_reason, write_bytes_atomic
 
+WINDOW = "gpudoctor's cProfile window"  # its name where it gave way (profslot)
+
 
 class CprofileWindow:
     """cProfile over a window of steps (see :mod:`gpudoctor.collect.schedule`).
@@ -85,7 +87,7 @@ class CprofileWindow:
         if not self.running or self.profiler is None:
             return False
         self.at = index
-        why = enable_own(self.profiler)
+        why = enable_own(self.profiler, WINDOW)
         if why:
             self._give_way(why)
             return False

@@ -8,10 +8,18 @@ torch, tell it of each call of the marker that was in force (an optimizer step o
 that marked the steps, a ``backward()``, a call of the root module, a batch asked for). It keeps
 one count and one comparison, nothing of the tracker's state, so that nothing that broke the
 tracker can break it.
+
+The same count goes on once the stop was raised (``StepTracker._stop``): a loop that swallows it (a bare
+``except:``, ``contextlib.suppress(BaseException)``, a ``finally:`` that continues) is stopped again at each
+later boundary, and the run says how many steps the script ran after all (``child``). The stop is raised
+only on the main thread, where the script runs (:class:`MainStop`): a boundary reached on another thread (each
+step on a short-lived thread) signals the main thread, whose handler raises it there, so that no thread of
+the script's prints gpudoctor's traceback and the script's loop, not one of its threads, stops.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +31,82 @@ class StopAfterSteps(SystemExit):
     def __init__(self, steps: int) -> None:
         super().__init__(0)
         self.steps = steps
+
+
+class MainStop:
+    """Raises :class:`StopAfterSteps` on the main thread, from whichever thread the boundary was reached on."""
+
+    def __init__(self) -> None:
+        self.raised = 0  # stops raised into the script (or sent to its main thread)
+        self.unsent = ""  # why a stop reached on another thread could not be sent to the main thread
+        self._sig: int | None = None
+        self._old: Any = None
+        self._main = threading.main_thread().ident
+        self._pending = 0
+
+    def arm(self, sig: int | None) -> None:
+        """On the main thread, before the script runs: ``sig`` (a real-time signal no one handles) carries a
+        stop reached on another thread to the main thread."""
+        self._main = threading.get_ident()
+        if sig is None:
+            self.unsent = "no real-time signal on this platform to stop the main thread with"
+            return
+        try:
+            self._old = signal.signal(sig, self._on_signal)
+            signal.siginterrupt(sig, False)  # SA_RESTART: a system call it interrupts resumes
+        except (OSError, ValueError, RuntimeError) as err:
+            self.unsent = f"its signal could not be installed ({err})"
+            return
+        self._sig = sig
+
+    def disarm(self) -> None:
+        sig, self._sig = self._sig, None
+        if sig is not None:
+            try:
+                signal.signal(sig, self._old if self._old is not None else signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                pass
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._pending:
+            steps, self._pending = self._pending, 0
+            raise StopAfterSteps(steps)
+
+    def stop(self, steps: int) -> None:
+        """Stop the script after ``steps`` steps: raise here on the main thread, else send it there (and return)."""
+        self.raised += 1
+        if threading.get_ident() == self._main:
+            raise StopAfterSteps(steps) from None  # (not chained to an error of gpudoctor's being handled)
+        sig = self._sig
+        if sig is None:
+            self.unsent = self.unsent or "the main thread could not be signalled"
+            return
+        self._pending = steps
+        try:
+            signal.pthread_kill(self._main, sig)
+        except (OSError, ValueError, RuntimeError) as err:
+            self.unsent = f"the main thread could not be signalled ({err})"
+
+
+    def account(self, max_steps: int, ran: int, stop_steps: int | None) -> tuple[str, str]:
+        """What ``--steps max_steps`` did, once the script ended after ``ran`` steps (``stop_steps``: the count of
+        the stop that ended it, None when none did): the status's words, and, where the script caught the stop
+        and stepped on, that in words ("" where it stopped at ``max_steps``)."""
+        n = max_steps
+        if ran <= n:
+            return f"stopped after {ran} steps", ""
+        caught = max(self.raised - (stop_steps is not None), 1)
+        why = (f"it caught gpudoctor's stop {caught} time{'s' if caught != 1 else ''} (a SystemExit, raised at each "
+               f"step boundary from step {n} on: a bare except:, except BaseException, contextlib.suppress(BaseException) "
+               "or a finally: that continues catches it)")
+        unsent = f"; {self.unsent}" if self.unsent else ""
+        if stop_steps is not None:
+            return f"stopped after {ran} steps (--steps {n}: {why})", f"--steps {n} stopped the script only after {ran} steps: {why}{unsent}"
+        swallowed = f"--steps {n} could not stop the script, which ran {ran} steps: {why}{unsent}"
+        return swallowed, swallowed
+
+
+stopper = MainStop()  # the run's (one script, one main thread)
 
 
 class StepLimit:
@@ -55,7 +139,7 @@ class StepLimit:
             return
         self.done += 1
         if self.done >= self.max_steps:
-            raise StopAfterSteps(self.done)
+            stopper.stop(self.done)
 
     def batch_asked(self) -> None:
         """``dataloader``: a batch is asked for; it ends the step of the batch before it."""

@@ -60,7 +60,7 @@ from gpudoctor.collect.steps.fields import (
     WAIT,
     _Snapshot,
 )
-from gpudoctor.collect.steps.limit import StepLimit, StopAfterSteps
+from gpudoctor.collect.steps.limit import StepLimit, StopAfterSteps, stopper
 from gpudoctor.collect.steps.rows import _Block, encode_rows
 from gpudoctor.model import ProfilerSchedule
 
@@ -427,18 +427,35 @@ class StepTracker:
                     pass
         if self.max_steps is None:
             return
-        marker = self.source if self.source != "none" else self.cand
-        if marker is None:
+        self.limit = self._limit(done, step_open)
+        if self.limit is None:
             self.error += f"; --steps {self.max_steps} could not be kept: no marker of the steps was established yet"
             return
+        if done >= self.max_steps:
+            self.stop_requested = True
+
+    def _limit(self, done: int, step_open: bool, any_thread: bool = False) -> StepLimit | None:
+        """--steps on a path of its own (:class:`StepLimit`), ``done`` steps completed; None without a marker.
+        ``any_thread``: a marker with a key (an optimizer, a root module) counts on every thread."""
+        marker = self.source if self.source != "none" else self.cand
+        if marker is None or self.max_steps is None:
+            return None
         key = None
         if marker == "optimizer":
             key = self.acc[MARKER] or None
         elif marker == "module":
             key = self.root_key if self.source == "module" else self.cand_key
-        self.limit = StepLimit(self.max_steps, marker, key, done, self.loop_thread, step_open)
-        if done >= self.max_steps:
-            self.stop_requested = True
+        thread = None if any_thread and key is not None else self.loop_thread
+        return StepLimit(self.max_steps, marker, key, done, thread, step_open)
+
+    def _stop(self, steps: int) -> None:
+        """``--steps``: stop the script after ``steps`` steps (on the main thread: see :class:`MainStop`). Step
+        tracking ends here; the limit counts on, so that a script that swallows the stop meets it again at
+        each later boundary, and the run says how many steps it ran."""
+        self.active = False
+        if self.limit is None:
+            self.limit = self._limit(steps, False, any_thread=True)
+        stopper.stop(steps)
 
     def _stop_count(self) -> int:
         """The steps run when ``--steps`` stops the script (the limit's count once tracking stopped)."""
@@ -476,7 +493,7 @@ class StepTracker:
             except Exception as err:
                 self._fail(err, index + 1, True)
                 if self.stop_requested:
-                    raise StopAfterSteps(self._stop_count()) from None
+                    self._stop(self._stop_count())
                 return
         try:
             self._close(end_ns)
@@ -494,8 +511,7 @@ class StepTracker:
         except Exception as err:
             self._fail(err, index + 1, reopen)
         if self.stop_requested:
-            self.active = False
-            raise StopAfterSteps(self._stop_count())
+            self._stop(self._stop_count())
 
     def fast_close(self, end_ns: int) -> bool:
         """Close the step in progress at ``end_ns`` and open the next one, when nothing but its row is
@@ -572,8 +588,7 @@ class StepTracker:
 
     def _stop_if_requested(self) -> None:
         if self.stop_requested:
-            self.active = False
-            raise StopAfterSteps(self.index)
+            self._stop(self.index)
 
     def _end_marked(self, end_ns: int) -> None:
         """The marker's call returned at ``end_ns``: the step in progress ends there."""
