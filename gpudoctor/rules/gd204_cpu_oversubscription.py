@@ -148,6 +148,7 @@ from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import (
+    HOST_PARTS,
     Demand,
     cpu_readings,
     dataloader_call,
@@ -254,10 +255,8 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     claims: list[tuple[Component, int | None]] = [(Component.DATA_LOADING, None)]
     if compute_stake > 0:
         # the training process's own time, outside the data wait: every host part but communication
-        parts = (Component.CPU_COMPUTE, Component.FORWARD, Component.BACKWARD, Component.OPTIMIZER,
-                 Component.LAUNCH_OVERHEAD, Component.OTHER_CPU, Component.UNEXPLAINED)
         share = compute_stake / compute
-        claims += [(c, int(ledger.ns(c) * share)) for c in parts if ledger.ns(c) > 0]
+        claims += [(c, int(ledger.ns(c) * share)) for c in HOST_PARTS if ledger.ns(c) > 0]
     at_stake = wait + compute_stake
     if pools and wait > 0:
         # threads of a worker's own pool spin at OpenMP barriers while its other threads wait for a core:

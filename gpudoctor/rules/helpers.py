@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudoctor.model.findings import Finding, Fix, Location, Metric, SettingRef
-from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
+from gpudoctor.model.metrics import Component, DispatchStats, TraceMetrics, WindowKind
 from gpudoctor.model.run import (
     DataLoaderSetting,
     FlagSetting,
@@ -486,6 +486,12 @@ def worker_use(ctx: RuleContext) -> WorkerUse | None:
         main_rss_bytes=int(statistics.median(main_rss)) if main_rss else None,
         ticks=len(rows),
     )
+
+
+#: The training process's own time on a run without a GPU, outside its data wait: every host part of a
+#: ledger but communication. GD201 and GD204 claim a share of them where their fix shortens the compute.
+HOST_PARTS = (Component.CPU_COMPUTE, Component.FORWARD, Component.BACKWARD, Component.OPTIMIZER,
+              Component.LAUNCH_OVERHEAD, Component.OTHER_CPU, Component.UNEXPLAINED)
 
 
 def loader_step_ns(
