@@ -55,8 +55,14 @@ loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
 ```
 
 **How many workers.** A worker delivers one batch per *load* (the wall
-time of loading one batch); the loop takes one every *compute* (the step less
-its wait) plus the *hand-over* of a batch from a worker. Enough workers to hide
+time of loading one batch); the loop takes one every *compute* plus the
+*hand-over* of a batch from a worker. The compute is the loop's **warm**
+compute, what its step takes when its data is ready: the
+`warm_compute_quantile_pct` quantile of the steps' time outside their wait
+(`analysis.load.step_compute`), not their mean. While a loop waits, the CPU
+goes cold (clocks, caches, the intra-op thread pool), and the step that follows
+a wait runs slower than the same work once workers hide the wait
+(docs/account.md, "Calibration"). Enough workers to hide
 the load: ceil(load ÷ (compute + hand-over)) + `dataloader_spare_workers_count`.
 
 - A **waiting** load (storage, network, a `sleep`: its CPU time at most
@@ -65,7 +71,10 @@ the load: ceil(load ÷ (compute + hand-over)) + `dataloader_spare_workers_count`
   `dataloader_reserved_cores`) run usable ÷ (its CPU share) such workers. One
   worker delivers one batch per load, whatever the cores: a 20 ms wait per
   batch against 13 ms of compute needs 3 workers, on 2 cores too.
-- A **computing** load keeps a core busy: at most the usable cores. When they
+- A **computing** load keeps a core busy: at most the usable cores, of the
+  cores other processes left free (the machine's cores less what everything
+  else used over the steps, host samples); the finding says how busy the
+  machine was. When they
   cannot hide it, the finding says so, and names the loading code's hot
   functions from the cProfile of the fetch (with `num_workers=0`; workers are
   not profiled): make each batch cheaper (cache decoded data, move
@@ -90,11 +99,14 @@ fewer than 5 ran bare):
 
     step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
                      (training_cpu + hand-over + load_cpu) ÷ cores)
-    expected   = (step_now − step_after) ÷ wait, clipped to [0, 1]
+    at_stake   = wait + (mean compute − least compute)     (no GPU; else wait)
+    expected   = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
-where w is the workers recommended (for a computing load, at most the usable
+where compute is the warm compute, step_now the mean step (the mean compute and
+the wait), w the workers recommended (for a computing load, at most the usable
 cores), load_cpu the loading's CPU time per batch and training_cpu the training
-process's own (getrusage); the last two terms say the workers' CPU cannot run
+process's own (getrusage, scaled by warm ÷ mean compute: its own work shrinks
+with its compute); the last two terms say the workers' CPU cannot run
 faster than the cores left to them, nor all the CPU faster than every core.
 A pipeline runs at the rate of its slowest stage: the hand-over is the
 training process's work (its stage), not the workers'. A win per batch under
@@ -111,8 +123,13 @@ part) the fix is expected to win. The finding's figures and the model's means
 are of the account's steps (the unprofiled ones where there are enough,
 docs/account.md); on a run without a GPU so is the share at stake, a share of
 their sums, as `--verify` measures a run (time per step): the expected speed-up
-is then step_now ÷ step_after, and the bound (the whole wait) one that a trial
-run without the wait cannot beat. On a GPU run the share at stake is the GPU's
+is then step_now ÷ step_after, and the bound one that a trial run cannot beat:
+the whole wait and the compute beyond the least any step took (the claim takes
+that share of the ledger's host parts too), since a loop that stops waiting runs
+its compute warm (issue 42: a bound of the wait alone, 78.3%, that `--verify`
+beat with 86.2%). Where the median step's compute is `cold_compute_ratio` times
+the warm one or more, the evidence gives both ("the step's own work takes
+1.30 ms when its data is ready, 11.3 ms after a wait"). On a GPU run the share at stake is the GPU's
 idle time while the loop waited, in the account's window. Sources: workers run `__getitem__` and
 `collate_fn` in parallel processes, each with `prefetch_factor` batches in
 flight (PyTorch data docs); the hand-over (unpickling a batch, mapping its
@@ -133,10 +150,14 @@ or the trace's DataLoader share; the DataLoader's settings (`num_workers`,
 the cores available (`settings.cpu_count`). With workers, the run-queue figures
 of the process tree (see GD204): when the workers are short of CPU rather than
 of numbers, the rule leaves the case to GD204, since more workers would only
-deepen the oversubscription. Likewise on a busy machine (GD205's case, from the
-host samples: the training process waited for a core at least
+deepen the oversubscription. On a busy machine (GD205's case, from the host
+samples: the training process waited for a core at least
 `cpu_contention_wait_pct` of the time while other processes used at least
-`cpu_contention_others_pct` of a core): the loading lacks cores others hold.
+`cpu_contention_others_pct` of a core) the finding stands, beside GD205, and
+says so: a waiting load needs no cores, so its workers are sized as on a quiet
+machine (and the training process's run-queue wait, the others' doing, is not
+counted as the loading's demand); a computing one is sized to the free cores,
+and only where its workers already use them all is the case left to GD205.
 
 **How it tells a waiting load from a computing one**: the loading's CPU time
 against its wall time, measured three ways.
@@ -184,6 +205,10 @@ Thresholds
 - `dataloader_max_workers_count` (16): the most workers recommended.
 - `dataloader_worker_memory_share_pct` (50): the share of the machine's memory
   the workers may hold together.
+- `warm_compute_quantile_pct` (10): the quantile of the steps' time outside
+  their wait taken as the loop's warm compute.
+- `cold_compute_ratio` (2): median over warm compute from which the evidence
+  gives both.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
