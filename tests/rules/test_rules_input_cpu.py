@@ -540,3 +540,15 @@ def test_gd201_a_loop_whose_compute_does_not_go_cold_keeps_the_wait_as_its_bound
     (f,) = judge("GD201", _cpu_run(steps=_cold_steps(warm_ms=40.0, cold_ms=40.0, wait_ms=60.0))).findings
     assert f.gain.share_pct == pytest.approx(60.0, abs=0.1)
     assert not any("when its data is ready" in n for n in f.evidence.notes)
+
+
+def test_gd204_a_waiting_loop_models_its_warm_compute_and_bounds_with_the_least():
+    """Issue 42 for GD204: where the loop waits for its starved workers, its compute after the fix is the warm
+    one (p10 of the steps' time outside the wait), and the share at stake reaches down to the least any showed."""
+    base = _oversub(8, 6, (500.0, 300.0), (60.0, 40.0))
+    (plain,) = judge("GD204", base).findings
+    (cold,) = judge("GD204", dataclasses.replace(base, steps=_cold_steps())).findings
+    assert "warm compute 1.30 ms" in cold.gain.expected_note and "warm" not in plain.gain.expected_note
+    now = 30.0 + 0.8 * 11.3 + 0.2 * 1.3
+    assert cold.gain.share_pct == pytest.approx(100.0 * (now - 1.3) / now, abs=0.5)
+    assert cold.gain.expected_speedup <= cold.gain.speedup_bound
