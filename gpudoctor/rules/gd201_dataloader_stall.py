@@ -108,7 +108,9 @@ where compute is the warm compute, step_now the mean step (the mean compute and
 the wait), w the workers recommended (for a computing load, at most the usable
 cores), load_cpu the loading's CPU time per batch and training_cpu the training
 process's own (getrusage, scaled by warm ÷ mean compute: its own work shrinks
-with its compute); the last two terms say the workers' CPU cannot run
+with its compute), and cores in the last term the free ones (the machine's
+less what other processes used, at least one; the workers' CPU, even a waiting
+load's, runs there too); the last two terms say the workers' CPU cannot run
 faster than the cores left to them, nor all the CPU faster than every core.
 A pipeline runs at the rate of its slowest stage: the hand-over is the
 training process's work (its stage), not the workers'. A win per batch under
@@ -523,7 +525,9 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     cpu = load.cpu_ns if load.kind != UNMEASURED else load.load_ns
     running = n if load.kind == WAITING or usable is None else min(n, usable)
     after = loader_step_ns(compute_ns=compute_ns, load_ns=load.load_ns, load_cpu_ns=cpu, workers=running,
-                           usable_cores=usable, cores=cores, main_cpu_ns=main_cpu_ns, handover_ns=handover)
+                           usable_cores=usable, main_cpu_ns=main_cpu_ns, handover_ns=handover,
+                           # all the CPU, the workers' too (even a waiting load's), runs on the cores others leave
+                           cores=max(1.0, min(cores, free_cores)) if cores and free_cores is not None else cores)
     now = (compute_ns if now_compute_ns is None else now_compute_ns) + wait_ns
     stake = wait_ns if stake_ns is None else stake_ns
     # a win per batch under the hand-over is within what the model can tell (its smallest term; a wait under it
@@ -535,7 +539,9 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     if cpu is not None and usable:
         terms.append(f"load CPU {fmt_ns(cpu)} ÷ {usable} usable core(s)")
         if main_cpu_ns is not None and cores:
-            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cores} cores")
+            cpu_cores = max(1.0, min(cores, free_cores)) if free_cores is not None else cores
+            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cpu_cores:.3g}"
+                         f"{' free' if cpu_cores < cores else ''} cores")
     model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
              f"against {fmt_ns(now)} now{f' ({basis})' if basis else ''}: {fmt_pct(100.0 * fraction)} of the "
              + (f"{fmt_ns(wait_ns)} wait won" if stake == wait_ns else

@@ -500,8 +500,8 @@ def loader_step_ns(
     load_ns: float,
     load_cpu_ns: float | None,
     workers: int,
-    usable_cores: int | None,
-    cores: int | None,
+    usable_cores: float | None,
+    cores: float | None,
     main_cpu_ns: float | None,
     handover_ns: float,
 ) -> float:
