@@ -802,6 +802,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         Metric("expected_step_ns", int(plan.step_after_ns), "ns", "per batch, by the model"),
     ]
     if comp is not None:
+        metrics.append(Metric("compute_warm_ns", int(comp.warm_ns), "ns",
+                              f"per batch: p{comp.quantile_pct:g} of the steps' time outside the data wait"))
         metrics.append(Metric("compute_median_ns", int(comp.cold_ns), "ns", "per batch, outside the data wait"))
         metrics.append(Metric("compute_least_ns", int(comp.least_ns), "ns", "per batch: the bound's floor"))
     if free is not None:
