@@ -8,6 +8,8 @@ the same in both; only its sizing (and with it the expected gain and the severit
 computing load on cores others hold can gain little) and GD205 (the machine's load) may differ; where GD205
 fires, GD201's message says how busy the machine was. A pair that misses is run
 once more, and fails only when it misses again: one stall on a shared 2-core machine is not a wrong rule.
+A pair whose run without the hog was itself busy (GD205 fired there: other processes held the cores) has no
+quiet side and is not judged; when both pairs are such, the test is skipped and says so.
 """
 
 from __future__ import annotations
@@ -115,8 +117,19 @@ def test_a_hog_keeps_cores_busy_until_stopped():
 @pytest.mark.timeout(8 * RUN_TIMEOUT_S)
 @pytest.mark.parametrize(("name", "script", "args", "expected"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_the_planted_finding_holds_beside_a_cpu_hog(name, script, args, expected, tmp_path):
-    first = _misses(expected, *_pair(script, args, tmp_path / "1"))
-    if not first:
-        return
-    second = _misses(expected, *_pair(script, args, tmp_path / "2"))
-    assert not second, f"{name}: {'; '.join(second)} (and in the first pair: {'; '.join(first)})"
+    busy_anyway = []
+    first: list[str] | None = None
+    for attempt in ("1", "2"):
+        quiet, busy = _pair(script, args, tmp_path / attempt)
+        if "GD205" in quiet:  # other processes held the cores without the hog: no quiet side to compare with
+            busy_anyway.append(quiet["GD205"][2]["message"])
+            continue
+        misses = _misses(expected, quiet, busy)
+        if not misses:
+            return
+        if first is not None:
+            pytest.fail(f"{name}: {'; '.join(misses)} (and in the first pair: {'; '.join(first)})")
+        first = misses
+    if first is not None:
+        pytest.fail(f"{name}: {'; '.join(first)} (the other pair's run without the hog was busy)")
+    pytest.skip(f"{name}: the machine was busy without the hog too (GD205: {busy_anyway[-1]}): not judged")
