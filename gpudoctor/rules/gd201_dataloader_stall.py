@@ -130,8 +130,7 @@ their sums, as `--verify` measures a run (time per step): the expected speed-up
 is then step_now ÷ step_after, and the bound one that a trial run cannot beat:
 the whole wait and the compute beyond the least any step took (the claim takes
 that share of the ledger's host parts too), since a loop that stops waiting runs
-its compute warm (issue 42: a bound of the wait alone, 78.3%, that `--verify`
-beat with 86.2%). Where the median step's compute is `cold_compute_ratio` times
+its compute warm (docs/account.md, "Calibration"). Where the median step's compute is `cold_compute_ratio` times
 the warm one or more, the evidence gives both ("the step's own work takes
 1.30 ms when its data is ready, 11.3 ms after a wait"). On a GPU run the share at stake is the GPU's
 idle time while the loop waited, in the account's window. Sources: workers run `__getitem__` and
