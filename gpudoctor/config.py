@@ -156,6 +156,17 @@ class Thresholds:
     # one, or for the training process when none ran): the rest is left to the training process, the
     # page cache and other work. gpudoctor's choice.
     dataloader_worker_memory_share_pct: float = 50.0
+    # The quantile of the steps' time outside their data wait (per batch) that models take as the loop's
+    # compute once its data is ready (analysis.load.step_compute): the CPU goes cold while a loop waits, so
+    # the mean over steps that waited overstates what the work needs when workers hide the wait (issue 42:
+    # a 2-layer MLP's step, bimodal: p10 1.30 ms, median 11.33 ms, 0.39 ms back to back). The tenth
+    # percentile: the warm steps of such a run, and on a loop that never waits within its noise of the
+    # median. Calibrated on the loops of docs/account.md, "Calibration".
+    warm_compute_quantile_pct: float = 10.0
+    # The median step's compute over the warm figure above which the evidence gives both ("1.3 ms when its
+    # data is ready, 11.3 ms after a wait"): twice, beyond the step-to-step scatter of a quiet run's
+    # compute (tuned_baseline on 2 cores: p10 to median within 1.3x). gpudoctor's choice.
+    cold_compute_ratio: float = 2.0
 
     # ---- GD202 worker-restart
     # A worker start-up stall is "visible" when the first step of an epoch waits for data this many

@@ -49,8 +49,10 @@ statistic `--verify` measures this rule's fix on). With `L` the steps of a whole
 epoch (the most any epoch but the last had), `step` the mean steady step that
 ran without an instrument, `stall` the median excess of the first step of
 epochs 2, 3, … over the median step (its extra wait, and its own work slowed by
-the new workers' start-up on the same cores), and `floor` the median step less
-its wait (the step's own work):
+the new workers' start-up on the same cores), and `floor` the least step less
+its wait any of those steps showed (the step's own work, at its quickest: a
+bound takes the least the run showed, since a loop that stops waiting runs its
+compute warm; `analysis.load.step_compute`):
 
     epoch    = L × step + stall
     bound    = (epoch − L × floor) ÷ epoch          (share of an epoch's time)
@@ -117,6 +119,7 @@ from __future__ import annotations
 
 import statistics
 
+from gpudoctor.analysis.load import step_compute
 from gpudoctor.model.findings import (
     Confidence,
     Evidence,
@@ -208,7 +211,10 @@ def check(ctx: RuleContext) -> RuleResult:
     # an epoch's time per step now, its start included (what --verify measures this fix on), and the least a
     # step can take with the fix: its own work, without any wait (the median step less its wait)
     epoch_ns = epoch_steps * step_mean + stall_ns
-    floor_ns = median_int(max(0, st.wall_ns - st.data_wait_ns) for st in bare) or 0
+    # the least step's own work any of them showed: a bound takes the least the run showed (issue 42: the
+    # compute of a loop that stops waiting runs warm, faster than its median)
+    comp = step_compute(bare)
+    floor_ns = int(comp.least_ns) if comp is not None else 0
     share = 100.0 * excess_med / epoch_ns if epoch_ns > 0 else 0.0  # the sentence's: the extra wait's share
     bound = 100.0 * max(0.0, epoch_ns - epoch_steps * floor_ns) / epoch_ns if epoch_ns > 0 else 0.0
     if step_med == 0 or excess_med < t.worker_startup_stall_steps * step_med:
@@ -233,7 +239,7 @@ def check(ctx: RuleContext) -> RuleResult:
         Metric("startup_stall_share_pct", round(share, 2), "%",
                f"of an epoch: {epoch_steps} steps of {fmt_ns(step_mean)} and the stall"),
         Metric("startup_cost_ns", stall_ns, "ns", "the first step's excess over the median step: wait and work"),
-        Metric("step_floor_ns", floor_ns, "ns", "the median step less its wait: what a step keeps with the fix"),
+        Metric("step_floor_ns", floor_ns, "ns", "the least step less its wait: what a step keeps with the fix"),
         Metric("epoch_steps", epoch_steps, "count"),
         Metric("step_median_ns", step_med, "ns"),
         Metric("iterations_started", dl.iterations_started, "count"),

@@ -58,6 +58,12 @@ the ledger, in the proportion the model shortens them).
 The model:
 
     compute_after = compute × cores_got ÷ cores_after        (no GPU; else compute)
+
+where a loop that waits for data takes its warm compute (the
+`warm_compute_quantile_pct` quantile of the steps' time outside the wait, as
+GD201's model: once the workers keep up it runs warm), and the share at stake
+its compute beyond the least a step showed where that is less (a bound takes
+the least the run showed).
     step_after    = max(compute_after + hand-over, load_cpu ÷ workers_after,
                         load_cpu ÷ cores_left_to_workers)
     expected      = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
@@ -101,6 +107,8 @@ Thresholds
 - `oversubscription_ratio` (1.5): runnable threads / cores above which it
   fires.
 - `dataloader_handover_ms` (1): the hand-over of a batch in the model.
+- `warm_compute_quantile_pct` (10): the quantile of the steps' compute the
+  model takes where the loop waits for data.
 - `error_share_pct`, `warning_share_pct`: severity from the share of step
   time at stake, or (no per-step records) from the share of the threads'
   demand the cores cannot serve, (demand − cores) / demand.
@@ -134,6 +142,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from gpudoctor.analysis.load import step_compute
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     Confidence,
@@ -148,6 +157,7 @@ from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.helpers import (
+    HOST_PARTS,
     Demand,
     cpu_readings,
     dataloader_call,
@@ -218,6 +228,10 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     step = fig.step.step_ns / micro
     wait = (fig.step.data_wait_ns or 0) / micro
     compute = max(1.0, step - wait)
+    # a loop that waits for data: its compute, once the workers keep up, runs warm (a low quantile of the steps'
+    # time outside the wait, analysis.load.step_compute); the bound takes the least any step showed
+    comp = step_compute(steps, micro, ctx.thresholds.warm_compute_quantile_pct) if wait > 0 else None
+    warm = min(compute, max(1.0, comp.warm_ns)) if comp is not None else compute
     handover = ctx.thresholds.dataloader_handover_ms * 1e6
     # the workers after one thread each want about the CPU they get now (their threads spun or waited)
     worker_need = min(d.workers_cpu, float(workers_after)) if pools else d.workers
@@ -232,7 +246,7 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     cpu_run = not ctx.has_gpu()
     # on a run without a GPU the step's compute is the training process's CPU work: it runs on the cores it
     # gets, so it shortens as they grow; on a GPU run the compute is left as it is
-    compute_after = compute * min(1.0, main_got / main_after) if cpu_run else compute
+    compute_after = warm * min(1.0, main_got / main_after) if cpu_run else warm
     terms = [f"compute {fmt_ns(compute_after)}"]
     after = compute_after
     if wait > 0:
@@ -245,7 +259,7 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
                  f"load CPU {fmt_ns(load_cpu)} ÷ {max(1, workers_after)} worker(s)",
                  f"÷ {usable} core(s) left to them"]
     after = min(after, step)
-    compute_stake = compute - compute_after
+    compute_stake = compute - (min(compute_after, comp.least_ns) if comp is not None and cpu_run else compute_after)
     if pools and wait > 0:
         # spinning pools stretch the training's compute in ways its run-queue figures do not show (the planted
         # sample: 250 ms of compute per step beside them, 40-60 ms with the fix, no run-queue wait measured),
@@ -255,10 +269,8 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     claims: list[tuple[Component, int | None]] = [(Component.DATA_LOADING, None)]
     if compute_stake > 0:
         # the training process's own time, outside the data wait: every host part but communication
-        parts = (Component.CPU_COMPUTE, Component.FORWARD, Component.BACKWARD, Component.OPTIMIZER,
-                 Component.LAUNCH_OVERHEAD, Component.OTHER_CPU, Component.UNEXPLAINED)
         share = compute_stake / compute
-        claims += [(c, int(ledger.ns(c) * share)) for c in parts if ledger.ns(c) > 0]
+        claims += [(c, int(ledger.ns(c) * share)) for c in HOST_PARTS if ledger.ns(c) > 0]
     at_stake = wait + compute_stake
     if pools and wait > 0:
         # threads of a worker's own pool spin at OpenMP barriers while its other threads wait for a core:
@@ -270,7 +282,8 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
         return Stake(tuple(claims), at_stake, step, step, None, model)
     fraction = max(0.0, min(1.0, (step - after) / at_stake)) if at_stake > 0 else 0.0
     model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)} against {fmt_ns(step)} now "
-             f"(compute {fmt_ns(compute)} × {main_got:.2f} cores now ÷ {main_after:.2f} after"
+             f"({'warm ' if warm < compute else ''}compute {fmt_ns(warm)} × {main_got:.2f} cores now ÷ "
+             f"{main_after:.2f} after"
              + ("" if cpu_run else ", not shortened: a GPU run") + f"): {fmt_pct(100.0 * fraction)} of the "
              f"{fmt_ns(at_stake)} at stake won")
     return Stake(tuple(claims), at_stake, step, after, fraction, model)

@@ -74,6 +74,11 @@ is theirs (GD204's case) and this rule stands aside. Runs recorded before the
 machine's load was sampled show the waiting without the other processes'
 CPU. A container limited by a CPU quota (cgroup `cpu.max`) is throttled
 rather than queued: that shows as less CPU, not as run-queue wait.
+The machine's load adds this finding; it removes none of the script's: a loop
+that waits for data is still GD201's (a waiting load needs no cores, and its
+message names the machine's load), sized to the cores the others leave where
+the loading computes; only where those workers already run does GD201 leave
+the case here.
 
 References
 ----------

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import figures
 from gpudoctor.model.findings import Finding, Fix, Location, Metric, SettingRef
-from gpudoctor.model.metrics import DispatchStats, TraceMetrics, WindowKind
+from gpudoctor.model.metrics import Component, DispatchStats, TraceMetrics, WindowKind
 from gpudoctor.model.run import (
     DataLoaderSetting,
     FlagSetting,
@@ -475,14 +475,20 @@ def worker_use(ctx: RuleContext) -> WorkerUse | None:
     )
 
 
+#: The training process's own time on a run without a GPU, outside its data wait: every host part of a
+#: ledger but communication. GD201 and GD204 claim a share of them where their fix shortens the compute.
+HOST_PARTS = (Component.CPU_COMPUTE, Component.FORWARD, Component.BACKWARD, Component.OPTIMIZER,
+              Component.LAUNCH_OVERHEAD, Component.OTHER_CPU, Component.UNEXPLAINED)
+
+
 def loader_step_ns(
     *,
     compute_ns: float,
     load_ns: float,
     load_cpu_ns: float | None,
     workers: int,
-    usable_cores: int | None,
-    cores: int | None,
+    usable_cores: float | None,
+    cores: float | None,
     main_cpu_ns: float | None,
     handover_ns: float,
 ) -> float:

@@ -506,3 +506,49 @@ def test_gd201_leaves_the_workers_pipeline_filling_to_gd202():
     lasting = [dataclasses.replace(s, data_wait_ns=int((6.0 if s.index % 2 else 1.4) * MS)) for s in late]
     assert judge("GD201", _cpu_run(settings=settings(device_type="cpu", dataloaders=(d,)),
                                    steps=(*early, *lasting))).verdict == Verdict.FIRED
+
+
+def _cold_steps(warm_ms: float = 1.3, cold_ms: float = 11.3, wait_ms: float = 30.0, n: int = 40):
+    """Issue 42's loop: a 30 ms wait per batch, the step's own work 1.3 ms on a fifth of the steps and 11.3 ms
+    on the rest (its CPU went cold while it waited)."""
+    out, t = [], 0
+    for i in range(n):
+        wall = (warm_ms if i % 5 == 2 else cold_ms) + wait_ms
+        out.append(dataclasses.replace(steps(1, wall, wait_ms)[0], index=i, start_ns=t))
+        t += int(wall * MS)
+    return tuple(out)
+
+
+def test_gd201_models_the_warm_compute_and_bounds_with_the_least():
+    """The model takes the warm compute (p10 of the steps' time outside the wait), the evidence says both
+    figures, and the bound (the wait and the compute beyond the least any step took) is at least the model's:
+    workers that hide the wait let the compute run warm, so the fix wins more than the wait."""
+    (f,) = judge("GD201", _cpu_run(steps=_cold_steps())).findings
+    metric = {m.name: m.value for m in f.evidence.metrics}
+    assert metric["compute_per_step_ns"] == pytest.approx(1.3 * MS, rel=0.01)
+    assert metric["compute_median_ns"] == pytest.approx(11.3 * MS, rel=0.01)
+    assert any("1.30 ms when its data is ready" in n and "11.30 ms after a wait" in n for n in f.evidence.notes)
+    now = 30.0 + 0.8 * 11.3 + 0.2 * 1.3
+    assert f.gain.share_pct > 100.0 * 30.0 / now + 10  # the wait alone: 76.1%
+    # the step after the fix: at most now ÷ (least compute); expected within it
+    assert 1.0 < f.gain.expected_speedup <= f.gain.speedup_bound
+    assert f.gain.speedup_bound >= now / 1.3 * 0.99
+    assert "warm compute" in f.fix.instruction
+
+
+def test_gd201_a_loop_whose_compute_does_not_go_cold_keeps_the_wait_as_its_bound():
+    (f,) = judge("GD201", _cpu_run(steps=_cold_steps(warm_ms=40.0, cold_ms=40.0, wait_ms=60.0))).findings
+    assert f.gain.share_pct == pytest.approx(60.0, abs=0.1)
+    assert not any("when its data is ready" in n for n in f.evidence.notes)
+
+
+def test_gd204_a_waiting_loop_models_its_warm_compute_and_bounds_with_the_least():
+    """Issue 42 for GD204: where the loop waits for its starved workers, its compute after the fix is the warm
+    one (p10 of the steps' time outside the wait), and the share at stake reaches down to the least any showed."""
+    base = _oversub(8, 6, (500.0, 300.0), (60.0, 40.0))
+    (plain,) = judge("GD204", base).findings
+    (cold,) = judge("GD204", dataclasses.replace(base, steps=_cold_steps())).findings
+    assert "warm compute 1.30 ms" in cold.gain.expected_note and "warm" not in plain.gain.expected_note
+    now = 30.0 + 0.8 * 11.3 + 0.2 * 1.3
+    assert cold.gain.share_pct == pytest.approx(100.0 * (now - 1.3) / now, abs=0.5)
+    assert cold.gain.expected_speedup <= cold.gain.speedup_bound

@@ -82,7 +82,7 @@ def test_gd201_judges_an_optimizer_step_of_micro_batches():
     assert metrics["micro_batches_per_step"] == 4 and metrics["data_wait_per_batch_ns"] == 12 * MS
     # per batch: 12 ms load against 13 ms compute (+1 ms hand-over): one worker keeps up (and a load whose CPU
     # was not measured is capped at the 2 cores less one anyway)
-    assert "12.00 ms per batch ÷ (13.00 ms compute + 1.00 ms hand-over) → 1" in f.fix.instruction
+    assert "12.00 ms per batch ÷ (13.00 ms warm compute + 1.00 ms hand-over) → 1" in f.fix.instruction
     assert metrics["suggested_num_workers"] == 1
 
 
