@@ -73,8 +73,8 @@ def dropped_events_note(dropped: dict[str, int]) -> str:
 def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside | None = None) -> TraceMetrics:
     """Every metric of one trace. ``run`` adds what the trace lacks (devices, rank,
     ``empty_cache`` calls) when the trace comes from a run directory. ``beside``: where the
-    host-side passes (CPU summary, dispatch, syncs) and the transfer and kernel tables, about
-    half of the work, may run while this process computes the rest; the metrics are the same
+    host-side passes (CPU summary, dispatch, syncs), the transfer and kernel tables and the
+    roofline, about half of the work, may run while this process computes the rest; the metrics are the same
     wherever they run."""
     view = TraceView(timeline)
     info = timeline.info
@@ -84,12 +84,14 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     # account read these windows, the host-side passes the ProfilerStep ranges
     timelines = step_timelines(view, windows, view.primary_device, host)
     acct = timelines.account if timelines is not None else windows
+    devices = _devices(timeline, run)
     side: list[Callable[[], Any]] = [
         lambda: cpu_summary(view, windows),
         lambda: dispatch_stats(view, windows),
         lambda: sync_summary(view, windows),
         lambda: transfer_stats(view, acct),
         lambda: kernel_stats(view, acct, launch_windows=windows),
+        lambda: roofline(view, acct, devices),
     ]
     side_results = beside(side) if beside is not None else None
     notes: list[str] = []
@@ -108,7 +110,6 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
                 win_list.append(u.hta_window)
     win_list.append(Window(WindowKind.TRACE, windows.trace_start, windows.trace_end, "first to last event of the trace"))
     facts = op_facts(view, windows)
-    devices = _devices(timeline, run)
     rank = info.rank
     world = info.world_size
     if run is not None and run.manifest is not None:
@@ -144,7 +145,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
     memory = memory_stats(view, devices, run, windows)
     comm = comm_stats(view, acct)
     compiled = compiled_stats(view, windows, device_windows=acct)
-    cpu, dispatch, syncs, transfers, kernels = side_results() if side_results is not None else [f() for f in side]
+    cpu, dispatch, syncs, transfers, kernels, roof = side_results() if side_results is not None else [f() for f in side]
     for u in utilization:
         if u.hta_window is not None and windows.from_steps:
             notes.append(f"device {u.device}: {u.hta_window.description}")
@@ -188,7 +189,7 @@ def analyze_trace(timeline: Timeline, run: RunData | None = None, beside: Beside
         comm=comm,
         backend=info.backend,
         dataloader_iter=dataloader_iter_kind(view),
-        roofline=roofline(view, acct, devices),
+        roofline=roof,
         compiled=compiled,
         timelines=timelines.summary if timelines is not None else None,
         notes=tuple(notes),

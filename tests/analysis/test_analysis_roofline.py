@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from gpudoctor.analysis import analyze_trace
 from gpudoctor.analysis.peaks import ARCH_REFERENCE, GPU_PEAKS, match_device, peak_tflops
 from gpudoctor.analysis.roofline import (
     CHAIN_MIN_KERNELS,
+    _unique_rows,
     causal_pairs,
     estimate,
     op_class,
@@ -307,3 +309,16 @@ def test_the_roofline_round_trips_through_json():
     m = analyze_trace(_timeline(kernel="cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4"))
     back = TraceMetrics.from_dict(json.loads(json.dumps(m.to_dict())))
     assert back.roofline == m.roofline and back.roofline.rows[0].dtype == "tf32"
+
+
+@pytest.mark.parametrize(("rows", "high"), [(5000, 40), (3000, 2**20), (200, 2**31 - 1), (1, 3)])
+def test_unique_rows_is_numpy_row_unique(rows, high):
+    # ids >= -1 (none); packed where they fit in 62 bits, the row-wise unique beyond (2**31 - 1 in 4 columns)
+    rng = np.random.default_rng(rows)
+    keys = rng.integers(-1, high, size=(rows, 4)).astype(np.int32)
+    keys[::3] = keys[0]  # repeated rows, as ops of one name and shape repeat
+    want, want_inv = np.unique(keys, axis=0, return_inverse=True)
+    got, got_inv = _unique_rows(keys)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got_inv, want_inv.reshape(-1))
+    assert np.array_equal(got[got_inv], keys)
