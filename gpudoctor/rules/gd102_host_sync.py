@@ -94,7 +94,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, trace_label
-from gpudoctor.rules.helpers import parse_frame
+from gpudoctor.rules.profiles import parse_frame
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (

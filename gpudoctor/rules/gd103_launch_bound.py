@@ -90,7 +90,9 @@ from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRa
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
 from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call, device_limited, too_few_steps
+from gpudoctor.rules.dataloader import dataloader_call
+from gpudoctor.rules.device import device_limited
+from gpudoctor.rules.profiles import too_few_steps
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
 

@@ -88,7 +88,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import device_limited, memory_peak
+from gpudoctor.rules.device import device_limited, memory_peak
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 from gpudoctor.rules.static_api.text import at

@@ -15,9 +15,9 @@ by design, at no cost).
 
 Why it matters
 --------------
-A kernel's time scales with its clock: a GPU held 15% below its clock runs
-compute-bound kernels about 15% slower, and the script does not show why. Thermal slowdown points at cooling; a power cap at
-a power limit set below the board's default or a shared power budget; hardware
+A GPU held 15% below its clock runs compute-bound kernels about 15% slower, and
+the script does not show why. Thermal slowdown points at cooling; a power cap at
+a limit set below the board's default or a shared power budget; hardware
 slowdown at the power supply or a power-brake signal. On a shared or cloud
 machine these are the operator's to fix: step times on a throttled GPU mislead.
 
@@ -88,7 +88,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.run import GpuSample
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct
-from gpudoctor.rules.helpers import steps_span
+from gpudoctor.rules.device import steps_span
 from gpudoctor.rules.registry import Need, Rule
 
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
@@ -138,7 +138,7 @@ class DeviceThrottle:
 
 
 def _in_steps(ctx: RuleContext, samples: tuple[GpuSample, ...]) -> tuple[tuple[GpuSample, ...], str]:
-    """The samples taken while the steps ran: on the device's timeline too (``helpers.steps_span``: a
+    """The samples taken while the steps ran: on the device's timeline too (``device.steps_span``: a
     GPU-bound loop's device runs its steps after the host has enqueued them)."""
     span = steps_span(ctx, ctx.steps())
     if span is not None:

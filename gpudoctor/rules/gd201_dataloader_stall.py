@@ -119,25 +119,27 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
-from gpudoctor.rules.helpers import (
-    HOST_PARTS,
-    CpuReading,
-    LoaderProfile,
-    cpu_readings,
+from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.dataloader import (
     dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
     dataset_changed,
-    device_limited,
-    entry_name,
+    no_dataloader_reason,
+)
+from gpudoctor.rules.device import device_limited
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.load_model import (
+    HOST_PARTS,
+    CpuReading,
+    LoaderProfile,
+    cpu_readings,
     loader_profile,
     loader_step_ns,
-    no_dataloader_reason,
-    runnable_demand,
     worker_use,
 )
+from gpudoctor.rules.profiles import entry_name
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     Fact,

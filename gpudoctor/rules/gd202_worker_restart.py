@@ -103,16 +103,16 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
-from gpudoctor.rules.helpers import (
+from gpudoctor.rules.dataloader import (
     dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
     dataset_changed,
     no_dataloader_reason,
-    worker_use,
 )
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.load_model import worker_use
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,

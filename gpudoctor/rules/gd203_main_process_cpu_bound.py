@@ -87,7 +87,8 @@ import statistics
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause, LedgerBasis
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
-from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, too_few_steps, user_functions
+from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.profiles import pstats_total_s, too_few_steps, user_functions
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 

@@ -101,17 +101,14 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import (
-    HOST_PARTS,
-    Demand,
-    cpu_readings,
+from gpudoctor.rules.cpu_demand import Demand, runnable_demand
+from gpudoctor.rules.dataloader import (
     dataloader_call,
     dataloader_injections,
     dataloader_of,
-    loader_step_ns,
     no_dataloader_reason,
-    runnable_demand,
 )
+from gpudoctor.rules.load_model import HOST_PARTS, cpu_readings, loader_step_ns
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,

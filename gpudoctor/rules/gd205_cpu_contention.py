@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext, RuleResult
-from gpudoctor.rules.helpers import runnable_demand
+from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = "python train.py &            # both on the same cores\npython preprocess_next_shard.py\n"
