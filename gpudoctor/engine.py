@@ -73,9 +73,9 @@ from gpudoctor.rules.context import (
     RuleResult,
     trace_label,
 )
+from gpudoctor.rules.device import gpu_samples_in_steps, memory_peak
 from gpudoctor.rules.distributed import figures as rank_figures_of
 from gpudoctor.rules.gd405_below_roofline import roofline_summary
-from gpudoctor.rules.helpers import gpu_samples_in_steps, memory_peak
 from gpudoctor.rules.registry import Rule, all_rules
 
 KINDS = ("profile", "analyze")

@@ -10,14 +10,12 @@ host was doing meanwhile (waiting for the DataLoader, blocked in a
 synchronization, busy launching, inside the optimizer, other host work, or
 queued work waiting on a dependency): these are the host-side parts of the
 step's ledger (docs/account.md), the same numbers the cause findings claim.
-Where the account is scaled to the unprofiled step (the profiler's weight
-above `profiler_weight_max_ratio`: docs/account.md, "The accounting window"),
-so are its figures, and the message says so, with the windows' time as
-recorded.
+Where the account is scaled to the unprofiled step (docs/account.md, "The
+accounting window"), so are its figures, and the message says so.
 
 GD101 is the headline, not a competitor of its causes: it claims no share of
-the step itself (each cause finding gains its own part), it ranks after every
-cause finding, and its message names the findings that were granted its causes.
+the step itself, ranks after every cause finding, and names the findings that
+were granted its causes.
 
 Why it matters
 --------------
@@ -58,9 +56,8 @@ for i, (x, y) in enumerate(loader):
 Evidence used
 -------------
 Trace: GPU busy and idle per device, the idle gaps with their causes, the step
-windows (`TraceMetrics.utilization`), and the ledger of the step
-(`TraceMetrics.ledger`) whose host-side parts split the idle time. The window
-of every percentage is named in the evidence (`steps` or `span`).
+windows (`TraceMetrics.utilization`), and the step's ledger (`TraceMetrics.ledger`)
+whose host-side parts split the idle time; each percentage names its window.
 
 Thresholds
 ----------

@@ -2,19 +2,16 @@
 
 What it detects
 ---------------
-Time the training process spends blocked waiting for the GPU:
-`cudaStreamSynchronize`, `cudaDeviceSynchronize`, synchronous `cudaMemcpy`,
-`aten::item` / `aten::_local_scalar_dense`, `aten::nonzero`, boolean-mask
-indexing. When the trace has Python stacks, the finding names the lines of
-your code that caused them (`.item()`, `.cpu()`, `.tolist()`, `print(tensor)`,
-`float(tensor)`, `if tensor:` …).
+Time the training process spends blocked waiting for the GPU (stream and device
+synchronizations, synchronous copies, `aten::item`, `aten::nonzero`, boolean-mask
+indexing), with the lines of your code that caused them where the trace has
+Python stacks (`.item()`, `.cpu()`, `.tolist()`, `print(tensor)`, `if tensor:` …).
 
 Why it matters
 --------------
-A synchronization drains the GPU's queue: the host waits until every queued
-kernel has finished, then needs time to launch the next ones while the GPU has
-nothing to run. The GPU idle time that follows each sync is what it costs.
-A sync while the GPU is saturated costs little; the rule measures both.
+A sync drains the GPU's queue: the host waits for every queued kernel, then
+launches the next ones while the GPU has nothing to run. The idle time that
+follows is its cost (little while the GPU is saturated).
 
 How to fix
 ----------
@@ -40,45 +37,32 @@ for i, (x, y) in enumerate(loader):
         print(f"mean loss {total.item() / (i + 1):.4f}")
 ```
 
-Reading the value every N steps must not change what the script prints. A value
-that is summed (`total += loss.item()`) or given to a meter
-(`losses.update(loss.item(), n)`, pytorch/examples' AverageMeter) stays on the
-device instead: `total += loss.detach()`, `losses.update(loss.detach(), n)`, and
-the running average still counts every batch. Moved under `if i % 100 == 0:`, a
-statement that records the value (a list, a meter) would count every 100th batch
-only: `gpudoctor check`'s fix says so where its after does that, and says when a
-print only prints less often.
+A value that is summed or given to a meter (`losses.update(loss.item(), n)`)
+stays on the device instead (`losses.update(loss.detach(), n)`), so the average
+still counts every batch; `gpudoctor check`'s fix says when its after records a
+value every N steps only, or prints less often.
 
 Expected gain
 -------------
-Without the syncs the host no longer waits for the queue to drain: it runs
-ahead and launches the next work while the GPU still runs the last. A step then
-takes the longer of the GPU's busy time and the host's own time (today's step
-less the time the host sat blocked in syncs), so the expected gain is today's
-step less that, at most the share at stake:
-`step_after = max(GPU busy, step − blocked)`. When the host's own time exceeds
-the GPU's, removing syncs wins little: the loop is launch- or Python-bound
-(GD103, GD203) and those fixes come first. Source: CUDA's asynchronous
-execution model (PyTorch CUDA semantics, below).
+Without the syncs the host runs ahead and launches the next work while the GPU
+still runs the last: `step_after = max(GPU busy, step − blocked)`, the gain at
+most the share at stake. When the host's own time exceeds the GPU's, the loop is
+launch- or Python-bound (GD103, GD203), whose fixes come first. Source: CUDA's
+asynchronous execution (PyTorch CUDA semantics, below).
 
 Evidence used
 -------------
-Trace: host synchronization events and the Python frame that caused each
+Trace: host synchronization events and the Python frame of each
 (`TraceMetrics.syncs`), and the step's ledger (docs/account.md). The share at
-stake is the GPU idle time in and after syncs: the `sync_wait` part (instants
-the host was still blocked while the GPU had nothing to run) and, of the
-`launch_overhead` and `other_cpu` parts, the instants of the idle gaps a sync
-began (the queue drained; `after_sync_ns`), which GD103 and GD203 own first
-where they fire. The message gives the host time blocked as well. GD102 owns
-`sync_wait`: the sync-related findings GD302, GD303 and GD702 show "included in
-GD102" for what it already claims.
+stake is the GPU idle time in and after syncs: the `sync_wait` part and, of the
+`launch_overhead` and `other_cpu` parts, the idle gaps a sync began
+(`after_sync_ns`), which GD103 and GD203 own first where they fire. GD102 owns
+`sync_wait`: GD302, GD303 and GD702 show "included in GD102" for it.
 
 Thresholds
 ----------
-- `sync_share_pct` (5): fires when the host is blocked in syncs above this
-  share of step time.
-- `error_share_pct`, `warning_share_pct`: severity from the GPU idle time the
-  syncs cause.
+- `sync_share_pct` (5): fires above this share of step time blocked in syncs.
+- `error_share_pct`, `warning_share_pct`: severity from the idle time they cause.
 
 Known limits
 ------------
@@ -110,7 +94,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, trace_label
-from gpudoctor.rules.helpers import parse_frame
+from gpudoctor.rules.profiles import parse_frame
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (

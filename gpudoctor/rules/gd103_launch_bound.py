@@ -5,59 +5,23 @@
 
 What it detects
 ---------------
-On a GPU: the GPU waits between kernels while the host is busy issuing ops.
-The test is the `launch_overhead` part of the step's ledger (docs/account.md),
-the same figure GD101 reports among its causes: the GPU-idle instants at which
-the host was in a runtime call that enqueues work or in an op under 1 ms (its
-dispatch), the launch latency before each kernel, and queued kernel-to-kernel
-gaps under 10 µs. The kernels say why: when most run for less than 10 µs and
-a launch call (`cudaLaunchKernel` and friends) takes about as long as a
-typical kernel (the mean launch call against the median kernel, as Holistic
-Trace Analysis's kernel launch statistics compare them), the step is
-launch-bound; otherwise the host's own per-op work (the op named in the
-finding) is what the GPU waits for: dispatch-bound. Only where the GPU waits:
-when the device limits every profiled step (it runs behind the host and waited
-for it under 5% of each step, docs/account.md "Two timelines"), launches do not
-set the step time, whatever the kernels' sizes, and the rule stays quiet.
-
-On a CPU-only run, the same overhead shows on the host ("dispatch-bound"). In
-a typical step (each op's self time and each gap between ops at its median over
-the profiled steps, so that stalls caused by other load do not count), the ops
-under 10 µs together with the glue between ops (gaps under 1 ms: the Python and
-framework code that issues the next op) take most of the step, and the model
-issues many ops per sample (ops per step over the DataLoader's batch size): the
-fixed cost of each op is shared by too few samples. Without a batch size (a bare
-trace), most op time in ops under 10 µs stands in for the second condition.
+On a GPU, the ledger's `launch_overhead`: the GPU waits while the host issues
+ops; launch-bound where kernels are tiny and launches as long, else dispatch-bound.
+On a CPU, tiny ops and the glue between them take most of a typical step, with
+many ops per sample. Where the device limits every step it stays quiet.
+Details: docs/account.md, "GD103".
 
 Why it matters
 --------------
-Each launch costs the host a few microseconds; a kernel shorter than that
-leaves the GPU idle until the next one arrives. The step time is then set by
-Python and launch overhead, not by the GPU, and a faster GPU does not help.
-On a CPU every op costs a few microseconds of Python, dispatcher and autograd
-bookkeeping whatever its size; with tiny ops that cost is the step, and more
-cores or a faster BLAS change nothing.
+Each launch or op costs the host microseconds of Python and dispatch; with tiny
+kernels or ops that cost sets the step, and a faster GPU or BLAS does not help.
 
 How to fix
 ----------
-Give each kernel (each op) more work or launch fewer of them: a larger batch
-size, `torch.compile` (fuses elementwise kernels and removes the Python between
-ops; `mode="reduce-overhead"` adds CUDA graphs), CUDA graphs directly, a fused
-or foreach optimizer (see GD404). On a CPU: a larger batch (the same ops then
-process more samples for the same overhead) and `torch.compile`; for
-inference, evaluate larger batches with fewer, larger ops.
-
-The advice fits the code. Eager code (most kernel launches outside compiled
-regions and graphs) is told to compile. Compiled code (the settings read at
-run time say `torch.compile`, or most launches happen inside compiled regions:
-`Torch-Compiled Region`, `CompiledFunction`, Inductor's graph calls) is never
-told to compile again: on a GPU it is told to add CUDA graphs
-(`mode="reduce-overhead"`, one launch per compiled graph instead of one per
-kernel) or to raise the batch size; code that already replays graphs is told to
-capture more of the step (fewer graph breaks) or raise the batch size; on a CPU
-the larger batch is the lever. Graph breaks and recompilations are named where
-the run (`Settings.compile`) or the trace (several compiled frames per step)
-shows them.
+Give each op more work or launch fewer: a larger batch, `torch.compile` (fuses
+kernels, removes the Python between ops), CUDA graphs (`mode="reduce-overhead"`),
+a fused optimizer (GD404). Compiled code is never told to compile again, but
+to add CUDA graphs, capture more of the step (graph breaks named), or batch more.
 
 Before:
 
@@ -75,121 +39,44 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 loader = DataLoader(ds, batch_size=64)   # scale the learning rate with the batch
 ```
 
-On a CPU, before:
-
-```python
-loader = DataLoader(ds, batch_size=4)
-model = Net()
-```
-
-After:
-
-```python
-loader = DataLoader(ds, batch_size=256)  # scale the learning rate with the batch
-model = torch.compile(Net())
-```
-
 Expected gain
 -------------
-`torch.compile` fuses runs of pointwise ops into one kernel: gpudoctor's
-conservative model is that it at least halves the ops a launch-bound step
-issues, and with them the launch overhead it claims (half of it expected);
-CUDA graphs (`mode="reduce-overhead"`) replace every launch of a captured
-region by one and would win nearly all of it. The PyTorch 2 paper (Ansel et
-al., ASPLOS 2024) attributes most of TorchInductor's training speed-up to
-fewer, fused kernels. `--verify` cannot try it (it is a code change).
-Factors: `gpudoctor/rules/speedups.py`.
-
-Compiled code on a GPU: CUDA graphs replay each compiled graph with one
-launch, so the launches inside compiled code (counted in the trace) become one
-per graph call and the rest stay: expected = 1 − (launches − launches inside
-compiled code + graph calls) ÷ launches of the claimed overhead. Code that
-already replays graphs has no model (the bound stands). Compiled code on a
-CPU: a batch k× larger pays the per-op overhead once for k× the samples, so
-1 − 1/k of it goes, per sample, for the batch size recommended.
+`torch.compile` at least halves the ops a launch-bound step issues: half the
+claimed overhead (Ansel et al., ASPLOS 2024). Compiled code on a GPU: CUDA graphs
+make each graph call one launch: 1 − (launches − inside compiled + graph calls)
+÷ launches. On a CPU a k× batch: 1 − 1/k per sample. `--verify` cannot try it.
+Factors: `gpudoctor/rules/speedups.py`; the model: docs/account.md, "GD103".
 
 Evidence used
 -------------
-GPU: the ledger's `launch_overhead` part and the op the host was mostly in
-(`TraceMetrics.ledger`), kernel count and duration distribution, share of
-kernels under 10 µs, the launch calls' count and time against the kernels'
-(`TraceMetrics.kernels`). Graph launches (`cudaGraphLaunch`, `hipGraphLaunch`)
-issue their kernels themselves: the queued gaps between those kernels are not
-in `launch_overhead` (docs/account.md).
-
-Compiled or eager (`TraceMetrics.compiled`, `Settings.wrappers`,
-`Settings.compile`): Triton kernels, compiled regions and the launch calls made
-inside them, graph launches and the kernels they issued; torch.compile's
-mode and call site, graph breaks and recompilations.
-
-CPU (`TraceMetrics.dispatch`, from the `cpu_op` events of the thread that runs
-the loop): ops per step (per sample with the DataLoader's batch size), each
-op's self time, the gaps between top-level ops, the typical step they make and
-the measured median step; the DataLoader's `batch_size` and call site.
-
-Both: the steps' phase times (`steps.jsonl`, every step): the host time in the
-model's calls (the root module's forward, `backward()`, `optimizer.step()`)
-against the loop's own work. Per-op overhead lives inside those calls: when they
-are a small share of the step, the step is the loop's Python (GD203), and this
-rule stays quiet.
+The ledger, `TraceMetrics.kernels`, `.compiled`, `.dispatch`; `Settings.compile`;
+the DataLoader's `batch_size`; the steps' phase times (where the model's calls
+are a small share of the step, it is the loop's Python: GD203).
 
 Thresholds
 ----------
-- `launch_gap_min_share_pct` (5): fires when the ledger's launch and dispatch
-  overhead reaches this share of step time.
-- `launch_short_kernel_share_pct` (50): share of kernels (by count) under 10 µs,
-  and `launch_to_kernel_min_ratio` (0.8): mean launch call / median kernel;
-  together they call the step launch-bound rather than dispatch-bound.
-- `dispatch_share_pct` (50): CPU runs: the per-op overhead (short ops and glue)
-  as a share of the typical step.
-- `dispatch_ops_per_sample_count` (100): CPU runs: ops per step per sample of
-  the batch.
-- `dispatch_short_op_time_pct` (50): CPU runs without a batch size: share of op
-  self time in ops under 10 µs (the finding is then inferred).
-- `dispatch_target_share_pct` (25): the batch size the CPU fix suggests would
-  bring the overhead to this share if the rest of the step grew with the batch.
-- `dispatch_disturbed_ratio` (1.5): profiled steps this many times longer than
-  the typical step are called disturbed (other load) in the finding.
-- `model_calls_min_share_pct` (25): with phase times, the model's calls must
-  take at least this share of step time.
-- `error_share_pct`, `warning_share_pct`: severity from the share of step time
-  granted (the `launch_overhead` part; GD104 comes after GD103 on it).
+- `launch_gap_min_share_pct` (5): fires at this launch overhead share of step.
+- `launch_short_kernel_share_pct` (50), `launch_to_kernel_min_ratio` (0.8):
+  kernels under 10 µs, mean launch / median kernel: launch- not dispatch-bound.
+- `dispatch_share_pct` (50): CPU: per-op overhead, share of the typical step.
+- `dispatch_ops_per_sample_count` (100): CPU: ops per step per sample.
+- `dispatch_short_op_time_pct` (50): CPU, no batch size: op time in tiny ops.
+- `dispatch_target_share_pct` (25): the overhead share the suggested batch aims at.
+- `dispatch_disturbed_ratio` (1.5): profiled steps this many typical ones: disturbed.
+- `model_calls_min_share_pct` (25): the model's calls' least share of the step.
+- `error_share_pct`, `warning_share_pct`: severity from `launch_overhead` granted.
 
 Known limits
 ------------
-The 10 µs cut is fixed by the metric. A model that is genuinely small may stay
-launch-bound whatever is done; then CUDA graphs are the remaining lever.
-Compiled code is told apart by what the trace records: a trace without
-`Torch-Compiled Region` / `CompiledFunction` ranges (a profiler that did not
-record them) is judged by the settings alone, and with neither it reads as
-eager. On a CPU, Inductor's generated C++ kernels run inside the compiled
-region without ops of their own: their work counts as the region's self time,
-with the compiled code's per-call overhead. The
-gain is the `launch_overhead` part of the step's ledger (docs/account.md); on a
-CPU run that is the per-op overhead of the measured steps, with the
-`optimizer` part (a larger batch shares the optimizer's step among more
-samples; on a GPU, GD404's fused optimizer owns it), while the firing test
-uses the typical step (robust to other load), so the two figures can differ
-on a disturbed run and the message gives both: stalls of a loaded machine
-land in the measured parts where they happened.
-
-On a CPU the 10 µs and 1 ms cuts are fixed by the metric
-(`gpudoctor.analysis.dispatch`). The overhead share leans low: an op long
-enough to count as work may still be mostly fixed cost (a 16 µs `aten::gelu`
-on 256 values); the profiler's own per-op cost in the first window (shapes,
-stacks) leans the other way. The ops-per-sample threshold is calibrated on the
-sample scripts: a moderately small model can stay under it while a larger
-batch still pays (the evaluation sample, 96 blocks of width 64 at batch 128:
-22 ops per sample, up to 66% overhead, ran 3× faster per sample at batch 1024
-on a 2-core machine). The batch size is that of the DataLoader the loop
-iterates most; a loop that batches without a DataLoader is judged as a bare
-trace. A step that does not repeat the same ops gets its typical step per op
-name, which mixes the calls of one op on small and large inputs.
+The 10 µs and 1 ms cuts are fixed by the metric. A genuinely small model may
+stay launch-bound: CUDA graphs are the remaining lever. A trace without
+compiled-region ranges is judged compiled by the settings alone. On a CPU the
+gain (measured steps) and the firing test (typical step) can differ on a
+disturbed run: the message gives both. Calibration: docs/account.md, "GD103".
 
 References
 ----------
-- Holistic Trace Analysis, CUDA kernel launch statistics:
-  https://hta.readthedocs.io/en/latest/source/features/cuda_kernel_launch_stats.html
+- HTA launch statistics: https://hta.readthedocs.io/en/latest/source/features/cuda_kernel_launch_stats.html
 - `torch.compile`: https://pytorch.org/docs/stable/generated/torch.compile.html
 - CUDA graphs in PyTorch: https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs
 - PyTorch performance tuning guide (CPU): https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
@@ -203,7 +90,9 @@ from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRa
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
 from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
 from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import dataloader_call, device_limited, too_few_steps
+from gpudoctor.rules.dataloader import dataloader_call
+from gpudoctor.rules.device import device_limited
+from gpudoctor.rules.profiles import too_few_steps
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
 

@@ -2,25 +2,20 @@
 
 What it detects
 ---------------
-The peak GPU memory of the run (from the allocator events of the trace or the
-NVML samples) stays below half of the device's memory while the GPU is idle
-for a large share of the step or most kernels are tiny. Only where the GPU
-waits: when the device limits every profiled step (it runs behind the host,
-docs/account.md "Two timelines"), a larger batch fills no wait and the rule
-stays quiet; when it limits some of them, tiny kernels alone do not fire it,
-the GPU-idle share must.
+Peak GPU memory (trace allocator events or NVML) below half the device while
+the GPU idles much of the step or most kernels are tiny. Where the device limits
+every profiled step (docs/account.md, "Two timelines") it stays quiet; where
+it limits some, the GPU-idle share must fire it.
 
 Why it matters
 --------------
-A batch that fills a small part of the GPU gives each kernel little work: the
-per-step fixed costs (launches, Python, optimizer, syncs) weigh more, and the
-GPU waits between kernels. A larger batch amortizes them.
+A small batch gives each kernel little work: the per-step fixed costs
+(launches, Python, optimizer, syncs) weigh more; a larger batch amortizes them.
 
 How to fix
 ----------
-Raise the batch size until memory is better used. Scale the learning rate with
-it (linear scaling) and add a warm-up; where memory runs out first, use
-gradient accumulation to reach the effective batch you want.
+Raise the batch size; scale the learning rate with it (linear scaling, with a
+warm-up); where memory runs out, accumulate gradients.
 
 Before:
 
@@ -36,75 +31,53 @@ loader = DataLoader(ds, batch_size=128, shuffle=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.1 * 128 / 16)  # linear scaling; warm up the LR
 ```
 
-**How much larger.** Memory is modelled as a fixed part (parameters,
-gradients and optimizer state: the optimizers' parameter counts × 4 bytes ×
-(2 + the class's state tensors: 2 for the Adam family, 1 for Adagrad and
-RMSprop, none counted for SGD); 0 when the counts are unknown) plus a part
-that grows linearly with the batch (activations). The batch can grow by
+**How much larger.** Memory = fixed (parameter count × 4 bytes × (2 + state
+tensors: 2 Adam, 1 Adagrad/RMSprop, 0 SGD)) + a part linear in the batch, so
 memory_factor = (`memory_near_limit_pct` × device − fixed) ÷ (peak − fixed).
-The factor recommended is a power of two: the largest within memory_factor,
-and no more than the first that covers the host's issue time with GPU work,
-(busy + launch overhead) ÷ busy per step; at least 2, unless memory_factor is
-under 2 (then 1.5×, or memory_factor itself rounded down to a tenth).
+The factor: the largest power of two within it, at most the first one ≥ (busy
++ overhead) ÷ busy, at least 2 (1.5× or less where memory_factor is under 2).
 
 Expected gain
 -------------
-Per sample, from the step's ledger: the host issues the same ops per step
-whatever the batch (busy + launch overhead, the GPU span a launch-bound step
-takes), while the GPU's work and the rest of the step grow with the batch:
+Per sample: the host issues the same ops whatever the batch; the rest grows:
 
     per_sample_after = max((busy + overhead) ÷ factor, busy) + rest
     expected         = (step − per_sample_after) ÷ overhead, clipped to [0, 1]
 
-where busy is the device-side parts of the ledger, overhead its
-`launch_overhead` part (the finding's time at stake) and rest the other
-host-side parts, per step. Sources: kernel launch overhead is hidden once the
-GPU runs work longer than the host takes to issue it (PyTorch's CUDA Graphs
-post, HTA's kernel launch statistics); activation memory grows linearly with
-the batch (Korthikanti et al.). A larger batch is a per-sample gain: the step
-itself gets longer.
+with busy the ledger's device-side parts, overhead its `launch_overhead` (the
+time at stake), rest the other host parts. Launch overhead hides once GPU work
+outlasts its issue (CUDA Graphs post); activations grow linearly with the batch
+(Korthikanti et al.). A per-sample gain: the step itself gets longer.
 
 Evidence used
 -------------
-Peak memory against the device's total (`TraceMetrics.memory`, NVML
-`mem_used_bytes` samples), GPU idle share (`utilization`), share of kernels
-under 10 µs, the step's ledger (device-side parts, `launch_overhead`), the
-optimizers' classes and parameter counts (settings), and the DataLoader's
-`batch_size` with its call site.
+Peak memory (trace, NVML), GPU idle share, kernels under 10 µs, the ledger, the
+optimizers' parameter counts, and the DataLoader's `batch_size` and call site.
 
 Thresholds
 ----------
 - `batch_memory_share_pct` (50): peak memory below this share of the device.
-- `batch_gpu_idle_share_pct` (20): GPU idle share that counts as under-used
-  (or `launch_short_kernel_share_pct` of kernels under 10 µs).
-- `memory_near_limit_pct` (90): the share of the device the larger batch may
-  fill.
-- `error_share_pct`, `warning_share_pct`: severity from the share of step time
-  granted: the ledger's launch and dispatch overhead (the GPU idle time between
-  kernels a larger batch fills), after GD103, which claims it first
-  (docs/account.md).
+- `batch_gpu_idle_share_pct` (20), `launch_short_kernel_share_pct` (50): GPU
+  idle share, or share of kernels under 10 µs, that counts as under-used.
+- `memory_near_limit_pct` (90): the share of the device the larger batch may fill.
+- `error_share_pct`, `warning_share_pct`: severity from the launch overhead
+  granted after GD103, which claims it first.
 
 Known limits
 ------------
-The batch size is also a modelling choice: a larger batch changes the
-optimization (generalization, learning-rate schedule). The rule says the
-hardware has room; whether the model wants it is yours to decide. Needs memory
-figures: run with NVML available or `--memory`. The fixed memory assumes
-float32 parameters; half-precision parameters make it smaller than counted, and
-NVML's figure includes the CUDA context in the part that is taken to grow, both
-of which keep the factor on the safe side. Kernels that get more efficient
-with more work (small kernels rarely fill the GPU) make the GPU's time grow
-less than linearly: the expected gain is then low.
+The batch size is also a modelling choice (generalization, the LR schedule):
+the rule says the hardware has room. Needs memory figures (NVML or `--memory`).
+Float32 parameters are assumed and NVML counts the CUDA context as growing: both
+keep the factor safe. Kernels that grow more efficient with more work make the
+GPU's time grow less than linearly: the expected gain is then low.
 
 References
 ----------
 - torch-tb-profiler's "low utilization" recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 - Goyal et al., Accurate, Large Minibatch SGD (linear scaling, warm-up): https://arxiv.org/abs/1706.02677
 - NVIDIA, Deep Learning Performance guide: https://docs.nvidia.com/deeplearning/performance/index.html
-- PyTorch, Accelerating PyTorch with CUDA Graphs (launch overhead hidden by long kernels):
-  https://pytorch.org/blog/accelerating-pytorch-with-cuda-graphs/
-- Korthikanti et al., Reducing Activation Recomputation in Large Transformer Models (activation memory
-  linear in the batch): https://arxiv.org/abs/2205.05198
+- Accelerating PyTorch with CUDA Graphs: https://pytorch.org/blog/accelerating-pytorch-with-cuda-graphs/
+- Korthikanti et al., Reducing Activation Recomputation: https://arxiv.org/abs/2205.05198
 """
 
 from __future__ import annotations
@@ -115,7 +88,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import device_limited, memory_peak
+from gpudoctor.rules.device import device_limited, memory_peak
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 from gpudoctor.rules.static_api.text import at

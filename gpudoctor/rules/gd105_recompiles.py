@@ -6,13 +6,11 @@ A frame that `torch.compile` compiled is compiled again in step after step
 after its first compilation: Dynamo's guards (the input shapes, dtypes, Python
 values it specialized on) keep failing, most often because a dimension changes
 every step (variable sequence lengths, a last smaller batch, a changing Python
-number). The compilations are read at run time with the step each happened in
-(`Settings.compile`: Dynamo's compile callbacks and its compilation metrics),
-and the rule fires when one frame recompiles in several different steps, or
-when a frame reaches the recompile limit (Dynamo then gives up on it and runs
-it eagerly for the rest of the run). The first compilation of each frame is
-the run's warm-up and is not judged; neither is the one recompilation torch's
-automatic dynamic shapes make when a dimension first changes.
+number). The rule fires when one frame recompiles in several different steps,
+or reaches the recompile limit (Dynamo then runs it eagerly for the rest of the
+run). The first compilation of each frame is the run's warm-up and is not
+judged; neither is the one recompilation automatic dynamic shapes make when a
+dimension first changes.
 
 Why it matters
 --------------
@@ -20,18 +18,14 @@ Each recompilation stops the step for as long as compiling takes: a second or
 more with the Inductor backend, while the GPU waits. Once a frame reaches the
 recompile limit (8 by default) Dynamo stops compiling it and the model runs
 eagerly from then on, so the run loses what compiling gained without saying
-so in its step times. These steps are left out of the steady account (the
-warm-up and every recompilation are their own part of the run): the cost shows
-here, not in the step's ledger.
+so in its step times. These steps are left out of the steady account: the
+cost shows here, not in the step's ledger.
 
 How to fix
 ----------
-Let the changing dimension be dynamic instead of specializing on each value:
-keep `dynamic=None` (the default: a dimension that changes once is treated as
-dynamic from then on) rather than `dynamic=False`, or mark it before the call
-(`torch._dynamo.mark_dynamic(x, 1)`); or pad the inputs to a few fixed sizes
-(buckets), so that a handful of graphs cover every step. `TORCH_LOGS=recompiles`
-prints each recompilation's reason.
+Let the changing dimension be dynamic: keep `dynamic=None` (the default) rather
+than `dynamic=False`, or mark it (`torch._dynamo.mark_dynamic(x, 1)`); or pad the
+inputs to a few fixed sizes (buckets). `TORCH_LOGS=recompiles` prints each reason.
 
 Before:
 
@@ -56,9 +50,8 @@ The run's compilations (`Settings.compile`, read at run time): each
 compilation's compile id (`"0/3"`: frame 0, its fourth compilation), the step
 it happened in, how long it took, the guard that failed (Dynamo's
 `recompile_reason`), refusals at the recompile limit; the `torch.compile` call
-(`Settings.wrappers`: its `dynamic=` and call site); the steps' wall time
-(`steps.jsonl`). A bare trace records no compilation: the rule needs
-`gpudoctor profile`.
+(`Settings.wrappers`: its `dynamic=` and call site); the steps' wall time.
+A bare trace records no compilation: the rule needs `gpudoctor profile`.
 
 Thresholds
 ----------
@@ -72,13 +65,11 @@ Thresholds
 Known limits
 ------------
 Compile callbacks exist from torch 2.2 on and the recompile reason from 2.6:
-with an older torch the compilations are counted from Dynamo's metrics (it
-keeps the latest 64) without their step or reason. A frame that alternates
-between a few shapes that are all compiled already does not recompile, but
-each call still checks its guards; that cost is not measured here. The time
-of a recompilation is Dynamo's own measure (tracing, AOTAutograd, the
-backend); the backward graph's compilation, at its first use, is counted
-with it.
+with an older torch the compilations are counted from Dynamo's metrics (the
+latest 64) without their step or reason. A frame alternating between shapes
+already compiled does not recompile, but each call still checks its guards;
+that cost is not measured. A recompilation's time is Dynamo's own measure; the
+backward graph's compilation, at its first use, is counted with it.
 
 References
 ----------

@@ -9,30 +9,25 @@ hardware power brake, and other hardware slowdown; and, where the device
 reports its applications clock, an SM clock more than
 `throttle_clock_deficit_pct` below it. The rule fires when such samples are at
 least `throttle_min_share_pct` of the busy samples of a device, and says which
-reason dominates, how far the SM clock fell, how often the power draw sat at
-the enforced limit, and what share of the run that is. Samples of an idle GPU
-are left out: an idle GPU lowers its clocks by design (`gpu_idle`), which costs
-nothing.
+reason dominates, how far the SM clock fell and how often the power draw sat
+at the enforced limit. Samples of an idle GPU are left out (it lowers its clocks
+by design, at no cost).
 
 Why it matters
 --------------
-A kernel's time scales with the clock it runs at: a GPU held 15% below its
-clock runs compute-bound kernels about 15% slower, and no change to the
-training script shows why. Thermal slowdown points at cooling (fans,
-airflow, a hot inlet, a dusty heat sink); a power cap at a power limit set
-below the board's default, or a node that shares its power budget; hardware
-slowdown at the power supply or an external power-brake signal. On a shared
-or cloud machine these are the operator's to fix, and worth knowing before
-tuning the script: step times measured on a throttled GPU mislead.
+A GPU held 15% below its clock runs compute-bound kernels about 15% slower, and
+the script does not show why. Thermal slowdown points at cooling; a power cap at
+a limit set below the board's default or a shared power budget; hardware
+slowdown at the power supply or a power-brake signal. On a shared or cloud
+machine these are the operator's to fix: step times on a throttled GPU mislead.
 
 How to fix
 ----------
-Check the reasons and limits NVML reports (`nvidia-smi -q -d PERFORMANCE`,
-`-d TEMPERATURE`, `-d POWER`). For thermal slowdown, fix the cooling. For a
-power cap, restore the board's default power limit where it was lowered
-(administrator rights needed) or accept the cap; lower-precision math (GD401)
-does more work per joule. For a hardware slowdown, check the power supply
-and cables. Where the applications clocks were lowered, reset them.
+Check what NVML reports (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`).
+Thermal slowdown: fix the cooling. A power cap: restore the board's default
+limit (administrator rights) or accept it; lower precision (GD401) does more
+work per joule. Hardware slowdown: check the power supply. Reset lowered
+applications clocks.
 
 Before:
 
@@ -54,21 +49,17 @@ After:
 
 Evidence used
 -------------
-`samples.jsonl`'s GPU samples (NVML, every `--sample-interval-ms`): utilization,
-SM clock, the applications and maximum SM clocks, power draw and the enforced
-power limit, temperature, the clock event reasons. Samples taken while the
-steps ran (`steps.jsonl`), every sample when the run has no steps.
+`samples.jsonl`'s NVML samples taken while the steps ran (all of them without
+steps): utilization, the SM, applications and maximum clocks, power draw and
+limit, temperature, the clock event reasons.
 
 Thresholds
 ----------
-- `throttle_busy_util_pct` (50): a sample with this GPU utilization or more
-  counts as the GPU at work.
-- `throttle_min_share_pct` (10): share of the busy samples with a throttle
-  reason active or the SM clock slowed that makes the rule fire.
-- `throttle_clock_deficit_pct` (10): the SM clock this far below the
-  applications clock counts as slowed.
-- `power_cap_ratio_pct` (97): power draw at this share of the enforced limit
-  counts as at the cap.
+- `throttle_busy_util_pct` (50): GPU utilization from which a sample is busy.
+- `throttle_min_share_pct` (10): share of busy samples throttled that fires.
+- `throttle_clock_deficit_pct` (10): SM clock this far below the applications
+  clock counts as slowed.
+- `power_cap_ratio_pct` (97): power draw at this share of the limit is at the cap.
 - `error_share_pct`, `warning_share_pct`: severity from the estimated loss: the
   mean clock deficit of the busy samples, times the share of samples that were
   busy (`unquantified_severity` where the clocks are not reported).
@@ -78,11 +69,9 @@ Known limits
 NVML samples every few hundred milliseconds: a short slowdown between samples
 is missed, and one caught in a sample counts for the whole interval. The
 estimated loss assumes kernels bound by the SM clock; memory-bound kernels
-lose less. The software power cap is active on many data-centre GPUs under
-full load (they are built to run at their power limit): it is reported, and it
-costs what the clock deficit says. A device that does not report its
-applications clock is judged by its reasons alone. Needs an NVIDIA GPU and
-NVML; AMD GPUs are not sampled.
+lose less. The software power cap is active on many data-centre GPUs under full
+load: it is reported, and costs what the clock deficit says. A device without an
+applications clock is judged by its reasons alone. Needs an NVIDIA GPU and NVML.
 
 References
 ----------
@@ -99,7 +88,7 @@ from dataclasses import dataclass
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.run import GpuSample
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct
-from gpudoctor.rules.helpers import steps_span
+from gpudoctor.rules.device import steps_span
 from gpudoctor.rules.registry import Need, Rule
 
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
@@ -149,7 +138,7 @@ class DeviceThrottle:
 
 
 def _in_steps(ctx: RuleContext, samples: tuple[GpuSample, ...]) -> tuple[tuple[GpuSample, ...], str]:
-    """The samples taken while the steps ran: on the device's timeline too (``helpers.steps_span``: a
+    """The samples taken while the steps ran: on the device's timeline too (``device.steps_span``: a
     GPU-bound loop's device runs its steps after the host has enqueued them)."""
     span = steps_span(ctx, ctx.steps())
     if span is not None:

@@ -5,41 +5,24 @@
 
 What it detects
 ---------------
-The time each step spends blocked in `DataLoader.__next__` waiting for the
-next batch, as a share of step time: from gpudoctor's per-step records (every
-step of the run), or from the `enumerate(DataLoader)#…__next__` events of a
-trace. The first step of each epoch is left out (worker start-up is GD202), and
-with N workers the steps that receive the first N batches of an epoch whose
-workers start (the first epoch; every epoch without `persistent_workers`): each
-is its own worker's first batch, and waits for that worker to start.
-With gradient accumulation a step is one optimizer step: its wait is that of
-all its micro-batches, judged against the whole step, and the finding gives the
-wait per batch too.
-
-The share it gains is the `data_loading` part of the step's ledger
-(docs/account.md): on a GPU run, the time the GPU sat idle while the loop
-waited for data (a wait while the GPU still ran queued work costs nothing); on
-a CPU run, the wait itself. So on a GPU run the rule judges that part: where
-the GPU limits the loop (it waited for the host under 5% of each profiled
-step, as GD103 and GD104 judge) or idled for data at most the threshold in the
-account's window, the host's waits for batches cost the step nothing it can
-see, and the rule is fine and says so, with the waits of the steps they are of
-(the unprofiled ones: no trace shows whether the GPU idled for those). A bare trace names the DataLoader's iterator:
-`_SingleProcessDataLoaderIter` means the main process loads every batch (set
-`num_workers`), `_MultiProcessingDataLoaderIter` means workers exist and still
-cannot keep up (more workers if cores allow, else a cheaper pipeline).
+The share of step time each step (one optimizer step) waits in
+`DataLoader.__next__`, less each epoch's first step (GD202) and starting
+workers' first batches. At stake: the ledger's `data_loading` part (on a GPU run
+the GPU's idle time while the loop waited; none where the GPU limits the loop).
 
 Why it matters
 --------------
-While the loop waits for data, neither the CPU's compute threads nor the GPU
-do useful work. With `num_workers=0` the main process loads and transforms
-every batch itself, serially with the training step.
+While the loop waits, neither CPU nor GPU works; `num_workers=0` loads serially.
 
 How to fix
 ----------
-Load batches in worker processes, in parallel with the step, as many as the
-*kind* of load calls for; keep them alive across epochs
-(`persistent_workers=True`).
+Load batches in worker processes, as many as the *kind* of load calls for, kept
+alive across epochs. Workers = ceil(load ÷ (warm compute + hand-over)) +
+`dataloader_spare_workers_count`. A **waiting** load (its CPU at most
+`dataloader_waiting_cpu_max_pct` of its wall time) is not capped at the cores; a
+**computing** one at the free cores; where they cannot hide it, the finding names
+the loading's hot functions. At most what memory holds (at that bound: a deeper
+`prefetch_factor`). The model in full: docs/account.md, "GD201".
 
 Before:
 
@@ -54,212 +37,49 @@ loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
                     persistent_workers=True, prefetch_factor=4, pin_memory=True)
 ```
 
-**How many workers.** A worker delivers one batch per *load* (the wall
-time of loading one batch); the loop takes one every *compute* plus the
-*hand-over* of a batch from a worker. The compute is the loop's **warm**
-compute, what its step takes when its data is ready: the
-`warm_compute_quantile_pct` quantile of the steps' time outside their wait
-(`analysis.load.step_compute`), not their mean. While a loop waits, the CPU
-goes cold (clocks, caches, the intra-op thread pool), and the step that follows
-a wait runs slower than the same work once workers hide the wait
-(docs/account.md, "Calibration"). On a busy machine (GD205's case, below) the
-step's work is also slow for want of the cores other processes hold, which
-workers do not give back: the model then takes the mean. Enough workers to hide
-the load: ceil(load ÷ (compute + hand-over)) + `dataloader_spare_workers_count`.
-
-- A **waiting** load (storage, network, a `sleep`: its CPU time at most
-  `dataloader_waiting_cpu_max_pct` of its wall time) spends most of each batch
-  blocked, so it is *not* capped at the cores: the usable cores (the cores less
-  `dataloader_reserved_cores`) run usable ÷ (its CPU share) such workers. One
-  worker delivers one batch per load, whatever the cores: a 20 ms wait per
-  batch against 13 ms of compute needs 3 workers, on 2 cores too.
-- A **computing** load keeps a core busy: at most the usable cores, of the
-  cores other processes left free (the machine's cores less what everything
-  else used over the steps, host samples); the finding says how busy the
-  machine was. When they
-  cannot hide it, the finding says so, and names the loading code's hot
-  functions from the cProfile of the fetch (with `num_workers=0`; workers are
-  not profiled): make each batch cheaper (cache decoded data, move
-  augmentation to the GPU).
-- A load whose CPU was not measured is sized as a computing one.
-
-Either way at most `dataloader_max_workers_count`, and at most what the
-machine's memory holds: each worker is a process with its own copy of the
-dataset object and `prefetch_factor` batches in flight; the workers together
-may hold `dataloader_worker_memory_share_pct` of the machine's memory less the
-training process's, each at the median worker's RSS (the training process's
-RSS when no worker ran). With workers already at that bound, the fix raises
-`prefetch_factor` (a deeper queue absorbs slow batches; it does not raise the
-rate) and says the loading must get cheaper.
-
 Expected gain
 -------------
-The model, per batch, from the run's step time and data wait: means over the
-unprofiled steady steps, no instrument in them or in the step before
-(torch.profiler's and cProfile's windows slow the loading and the step
-unevenly, and `--verify`'s trial runs carry neither; all steady steps when
-fewer than 5 ran bare):
+Per batch, over the unprofiled steady steps (what `--verify` measures):
 
     step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
                      (training_cpu + hand-over + load_cpu) ÷ cores)
-    at_stake   = wait + (mean compute − least compute)     (no GPU; else wait)
     expected   = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
-where compute is the warm compute, step_now the mean step (the mean compute and
-the wait), w the workers recommended (for a computing load, at most the usable
-cores), load_cpu the loading's CPU time per batch and training_cpu the training
-process's own (getrusage, scaled by warm ÷ mean compute: its own work shrinks
-with its compute), and cores in the last term the free ones (the machine's
-less what other processes used, at least one; the workers' CPU, even a waiting
-load's, runs there too); the last two terms say the workers' CPU cannot run
-faster than the cores left to them, nor all the CPU faster than every core.
-A pipeline runs at the rate of its slowest stage: the hand-over is the
-training process's work (its stage), not the workers'. A win per batch under
-the hand-over (`step_now − step_after`) is within what the model can tell, as a
-wait under it is no stall the rule reports, and so is one under two standard
-errors of the mean of the step less its wait on a run without a GPU (what the
-model's terms are known to; the wait's own scatter is the stall, not noise; on a
-GPU run the host's step holds its waits for the device too): the expected gain is then
-none, and the finding at most info (tuned_baseline on 2 cores, its CPU
-saturated: 56.18 against 55.92 ms; on a noisier run 61.68 against 62.79 ms, a
-win of 1.11 ms against 1.9 ms of such noise).
-`expected` is the share of the finding's time at stake (its `data_loading`
-part) the fix is expected to win. The finding's figures and the model's means
-are of the account's steps (the unprofiled ones where there are enough,
-docs/account.md); on a run without a GPU so is the share at stake, a share of
-their sums, as `--verify` measures a run (time per step): the expected speed-up
-is then step_now ÷ step_after, and the bound one that a trial run cannot beat:
-the whole wait and the compute beyond the least any step took (the claim takes
-that share of the ledger's host parts too), since a loop that stops waiting runs
-its compute warm (docs/account.md, "Calibration"). Where the median step's compute is `cold_compute_ratio` times
-the warm one or more, the evidence gives both ("the step's own work takes
-1.30 ms when its data is ready, 11.3 ms after a wait"). On a GPU run the share at stake is the GPU's
-idle time while the loop waited, in the account's window. Sources: workers run `__getitem__` and
-`collate_fn` in parallel processes, each with `prefetch_factor` batches in
-flight (PyTorch data docs); the hand-over (unpickling a batch, mapping its
-shared memory) measured at 1.2-1.4 ms per batch on a 2-core VM
-(`dataloader_handover_ms`). From a bare trace, `_SingleProcessDataLoaderIter`
-gives expected = 1 − hand-over ÷ (wait per step): enough workers and cores are
-assumed (one batch per step), since a trace records neither the cores nor what
-the loading does; `_MultiProcessingDataLoaderIter` gets no expected gain (its
-workers' count and load are unknown), only the bound. Nor does a fix that adds
-no workers (they are already at the bound): a deeper queue and cheaper loading
-are not sized by any model here.
+with compute the warm compute; at stake the wait (without a GPU, plus the mean
+compute beyond the least: the bound). Model and calibration: docs/account.md.
 
 Evidence used
 -------------
-Per-step records (`steps.jsonl`: `wall_ns`, `data_wait_ns`, `micro_batches`),
-or the trace's DataLoader share; the DataLoader's settings (`num_workers`,
-`prefetch_factor`, `persistent_workers`, `pin_memory`) with their `file:line`;
-the cores available (`settings.cpu_count`). With workers, the run-queue figures
-of the process tree (see GD204): when the workers are short of CPU rather than
-of numbers, the rule leaves the case to GD204, since more workers would only
-deepen the oversubscription. On a busy machine (GD205's case, from the host
-samples: the training process waited for a core at least
-`cpu_contention_wait_pct` of the time while other processes used at least
-`cpu_contention_others_pct` of a core) the finding stands, beside GD205, and
-says so: a waiting load needs no cores, so its workers are sized as on a quiet
-machine (and the training process's run-queue wait, the others' doing, is not
-counted as the loading's demand); a computing one is sized to the free cores,
-and only where its workers already use them all is the case left to GD205.
-
-**How it tells a waiting load from a computing one**: the loading's CPU time
-against its wall time, measured three ways.
-
-- `num_workers=0`, cProfile (`loader.pstats`: the DataLoader's own calls,
-  profiled apart from the rest of the step, so none of the model's code is in
-  it; docs/run-directory.md): the time inside the DataLoader's fetch
-  (`torch.utils.data._utils.fetch`: the dataset's `__getitem__` and the
-  `collate_fn`; `PstatsEntry.loader_tottime_s`), and of it the self time of
-  calls that wait (`time.sleep`, `select`/`poll`, socket and file reads, lock
-  and queue waits): CPU share ≈ 1 − waiting ÷ fetch.
-- `num_workers=0`, getrusage (`user_cpu_ns` + `sys_cpu_ns` of each step,
-  readings covering `cpu_steps` steps; those of uninstrumented steps when
-  there are enough, since torch.profiler's export and cProfile add CPU of
-  their own; medians over the readings): the training process loads its own
-  batches, so their CPU is inside its CPU time; less the model's calls on a
-  run without a GPU (`forward_ns`, `backward_ns`, `optimizer_ns`: torch's CPU
-  ops keep at least one core busy, except while the process waits for a
-  core), what is left over the wait bounds the loading's CPU share from above. A loading held off its core by other
-  threads wants the core meanwhile: the training process's run-queue wait
-  (schedstat, in the samples) is added to the bound. The smaller of the two
-  estimates is used, for the share as for the CPU per batch.
-- With workers, psutil samples of the worker processes while the steps ran
-  (`samples.jsonl`: `cpu_pct`, and `runq_wait_pct` where Linux schedstat
-  gives it): the cores the workers used (CPU per batch = their cores × the
-  time per batch) and the share of each worker's time it wanted a core
-  (running or waiting for one).
-
-The machine's memory comes from `samples.jsonl`'s first line
-(`system_memory_bytes`), the processes' RSS from its samples.
+Per-step records or the trace; the DataLoader's settings and `file:line`; cores
+and memory; the loading's CPU against its wall time (cProfile, getrusage, psutil).
+Workers short of CPU are GD204's; on a busy machine it stands beside GD205.
 
 Thresholds
 ----------
 - `dataloader_wait_share_pct` (5): fires above this share of step time.
-- `dataloader_reserved_cores` (1): cores left to the training process when
-  deriving `num_workers`.
-- `dataloader_spare_workers_count` (1): workers added for load-time jitter.
-- `dataloader_handover_ms` (1): what receiving one batch from a worker
-  costs the loop; a mean wait per batch under it is not a stall workers can
-  win back (the rule says so and stays silent). The model adds it to the step.
-- `dataloader_win_noise_se_count` (2): standard errors of the mean step less
-  its wait (a run without a GPU) that the modelled win per batch must exceed.
-- `dataloader_waiting_cpu_max_pct` (50): a load whose CPU time is at most this
-  share of its wall time waits; above it, it computes.
-- `dataloader_max_workers_count` (16): the most workers recommended.
-- `dataloader_worker_memory_share_pct` (50): the share of the machine's memory
-  the workers may hold together.
-- `warm_compute_quantile_pct` (10): the quantile of the steps' time outside
-  their wait taken as the loop's warm compute.
-- `cold_compute_ratio` (2): median over warm compute from which the evidence
-  gives both.
-- `error_share_pct`, `warning_share_pct`: the severity scale.
+- `dataloader_reserved_cores` (1), `dataloader_spare_workers_count` (1).
+- `dataloader_handover_ms` (1): receiving one batch; a mean wait under it is no stall.
+- `dataloader_win_noise_se_count` (2): standard errors the modelled win must exceed.
+- `dataloader_waiting_cpu_max_pct` (50): at most this CPU share, a load waits.
+- `dataloader_max_workers_count` (16), `dataloader_worker_memory_share_pct` (50):
+  the most workers, and the share of the machine's memory they may hold.
+- `warm_compute_quantile_pct` (10), `cold_compute_ratio` (2); `error_share_pct`,
+  `warning_share_pct`: the warm compute's quantile, cold/warm shown; severity.
 
 Known limits
 ------------
-The model assumes a batch takes as long in a worker as in the training
-process (a worker runs torch with one intra-op thread: a load that used
-several threads there takes longer), and that the cores, the storage and the
-network scale with the workers; disk or network bandwidth may end the scaling
-first. The cProfile sees only the training process: with workers the load's
-kind comes from the workers' CPU in the samples, and its hot functions are not
-known (profile once with `num_workers=0`). A read served from the page cache
-is CPU work under a waiting call's name, which the getrusage bound corrects
-only where the step's CPU shows it; without a GPU the model's calls are
-assumed to keep one core busy. With workers that fall behind, the load per
-batch is inferred as workers × the time per batch. Worker RSS counts pages a
-forked worker shares with the training process, so the memory bound is
-conservative. Even workers that keep up cost the loop the receipt of each
-batch: about 1–3 ms on a small 2-core VM, which on steps under ~40 ms alone
-crosses the 5% threshold. A mean wait per batch under `dataloader_handover_ms`
-(over the figures' steps, or, with workers, over the later half of the run's
-steady steps: the early ones may be the pipeline filling) is therefore not reported: on a fast host, where a hand-over costs a few
-hundred µs, a loader of 0.5–1 ms per batch that workers could still halve goes
-unreported.
-`gpudoctor check --fix` adds `persistent_workers=True` beside the workers only
-where the call does not pass it and no loop over the DataLoader changes its
-dataset in place (`ds.set_epoch(epoch)`: persistent workers keep their first
-copy), and leaves the whole fix to the author (the finding says why) where a step
-loop changes the dataset (no worker would see it) or where a worker started by
-spawn or forkserver could not unpickle what it is sent: a dataset, sampler,
-collate_fn or worker_init_fn that is a lambda, or a class or function defined
-inside a function (or an instance of such a class). A value made elsewhere (passed
-in, returned by a call) is not looked into. A run's finding (`gpudoctor profile`,
-`analyze`, and `--verify`'s trial runs) reads the script's source the same way
-where it is at hand and unchanged since the run: no `persistent_workers=True`
-where the call passes it or a loop changes the dataset in place, and the whole
-fix left to the author where a step loop does.
+A batch is assumed as slow in a worker as in the training process, and cores
+and storage to scale with workers. `check --fix` leaves the fix to the author
+where a loop changes the dataset or a spawned worker could not unpickle it.
 
 References
 ----------
-- PyTorch, single- and multi-process data loading (workers, `prefetch_factor`):
+- PyTorch data loading (workers):
   https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading
-- PyTorch performance tuning guide:
-  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
-- torch-tb-profiler's DataLoader recommendation (5% of step time):
-  https://github.com/pytorch/kineto/tree/main/tb_plugin
-- Python's cProfile (per-caller times, `pstats`): https://docs.python.org/3/library/profile.html
-- getrusage(2) (a process's user and system CPU time): https://man7.org/linux/man-pages/man2/getrusage.2.html
+- PyTorch performance tuning guide: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- torch-tb-profiler (5% of step time): https://github.com/pytorch/kineto/tree/main/tb_plugin
+- cProfile: https://docs.python.org/3/library/profile.html
+- getrusage(2): https://man7.org/linux/man-pages/man2/getrusage.2.html
 """
 
 # Why this file is long: it is one rule's room (DESIGN.md, "Rules"): the runtime check, which
@@ -299,25 +119,27 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
-from gpudoctor.rules.helpers import (
-    HOST_PARTS,
-    CpuReading,
-    LoaderProfile,
-    cpu_readings,
+from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.dataloader import (
     dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
     dataset_changed,
-    device_limited,
-    entry_name,
+    no_dataloader_reason,
+)
+from gpudoctor.rules.device import device_limited
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.load_model import (
+    HOST_PARTS,
+    CpuReading,
+    LoaderProfile,
+    cpu_readings,
     loader_profile,
     loader_step_ns,
-    no_dataloader_reason,
-    runnable_demand,
     worker_use,
 )
+from gpudoctor.rules.profiles import entry_name
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     Fact,

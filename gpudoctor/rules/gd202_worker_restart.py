@@ -2,17 +2,14 @@
 
 What it detects
 ---------------
-A DataLoader with `num_workers > 0` and `persistent_workers=False` iterated
-for several epochs, where the first step of each epoch waits for data much
-longer than the other steps: the workers are being forked, re-import their
-state and refill the prefetch queue before the first batch arrives.
+A DataLoader with workers and `persistent_workers=False`, iterated for several
+epochs, whose first step of each epoch waits much longer than the others: the
+workers start again and refill the queue before the first batch arrives.
 
 Why it matters
 --------------
-Without persistent workers, every `iter(loader)` shuts the worker processes
-down and starts new ones. With a Dataset that is expensive to construct or
-copy into a worker, and with short epochs (validation loops, small datasets),
-this start-up stall repeats every epoch.
+Without persistent workers, every `iter(loader)` stops the workers and starts
+new ones: with a costly Dataset and short epochs the stall repeats every epoch.
 
 How to fix
 ----------
@@ -34,85 +31,53 @@ for epoch in range(epochs):
     for x, y in loader: ...
 ```
 
-DataLoader raises on `persistent_workers=True` with `num_workers=0`. Where the
-count is computed (dcgan's `num_workers=int(opt.workers)`, which `--workers 0`
-may make 0), `gpudoctor check --fix` writes `persistent_workers=int(opt.workers)
-> 0`, so that every count the script accepts still works; it leaves the call as
-it is when the count comes from code it would not evaluate twice (a function
-call of the script's own) or from `**kwargs`.
+DataLoader raises on `persistent_workers=True` with `num_workers=0`: where the
+count is computed (`num_workers=int(opt.workers)`), `gpudoctor check --fix`
+writes `persistent_workers=int(opt.workers) > 0`; it leaves a count from a call
+of the script's own or from `**kwargs` alone.
 
 Expected gain
 -------------
-The stall is paid once an epoch, so its gain is a share of an epoch's time: of
-the time per step averaged over an epoch, its first step included (the
-statistic `--verify` measures this rule's fix on). With `L` the steps of a whole
-epoch (the most any epoch but the last had), `step` the mean steady step that
-ran without an instrument, `stall` the median excess of the first step of
-epochs 2, 3, … over the median step (its extra wait, and its own work slowed by
-the new workers' start-up on the same cores), and `floor` the least step less
-its wait any of those steps showed (the step's own work, at its quickest: a
-bound takes the least the run showed, since a loop that stops waiting runs its
-compute warm; `analysis.load.step_compute`):
+The stall is paid once an epoch, so its gain is a share of an epoch's time (the
+statistic `--verify` measures). With `L` the steps of a whole epoch, `step` the
+mean unprofiled steady step, `stall` the median excess of the first step of
+epochs 2, 3, … over the median step, and `floor` the least step less its wait:
 
     epoch    = L × step + stall
     bound    = (epoch − L × floor) ÷ epoch          (share of an epoch's time)
     expected = (stall − first_batch) ÷ epoch        (share of an epoch's time)
     first_batch = workers' CPU per batch + hand-over
 
-The bound is what no fix of the loading can beat: every step keeps its own
-work. (Until issue 37 it was the extra wait's share alone, stall ÷ epoch, and
-`--verify` measured 2.36× [2.14-2.60] against its 1.95×: on 2 cores the first
-step also lost 175 ms of compute to the starting workers.)
-
-Persistent workers still load an epoch's first batch after `iter(loader)`
-resets them (PyTorch's `_MultiProcessingDataLoaderIter._reset` hands out the new
-epoch's first indices then), so that batch's load stays: one batch in one live
-worker, taken as the CPU the workers used per batch (psutil samples: their cores
-× the time per batch; a load that waits on storage takes longer than its CPU,
-and the expected gain is then high by that wait) plus the hand-over
-(`dataloader_handover_ms`). Without the workers' samples there is no expected
-gain, only the bound. The share is outside the steady steps the account of the
-step covers (docs/account.md): the finding claims no part of the ledger and is
-not in the projection.
+Every step keeps its own work (the bound); persistent workers still load each
+epoch's first batch. Without the workers' samples there is only the bound. The
+share is outside the steady steps: no part of the ledger, not in the projection.
+Model and calibration: docs/account.md, "GD202".
 
 Evidence used
 -------------
-Per-step records with their epoch (`steps.jsonl`: `data_wait_ns`, `epoch`),
-the DataLoader's settings (`num_workers`, `persistent_workers`,
-`iterations_started`) with their `file:line`, the workers' CPU (psutil samples).
+Per-step records with their epoch (`steps.jsonl`), the DataLoader's settings
+with their `file:line`, the workers' CPU (psutil samples).
 
 Thresholds
 ----------
-- `worker_startup_stall_steps` (1): the first step of an epoch must wait at
-  least this many median steps longer than the other steps.
-- `error_share_pct`, `warning_share_pct`: severity from the stalls' share of
-  step time.
+- `worker_startup_stall_steps` (1): an epoch's first step waits at least this
+  many median steps longer than the others.
+- `error_share_pct`, `warning_share_pct`: severity from the stalls' share.
 
 Known limits
 ------------
-Needs the run's per-step records with epochs (`gpudoctor profile`); a bare
-trace holds one profiling window and cannot show epochs. Persistent workers
-keep their memory between epochs; a Dataset that changes between epochs must
-do so through shared state or `worker_init_fn`. Work the loop does between
-epochs (an evaluation pass, a checkpoint) falls in the first step's time and is
-counted in the stall: the expected gain is then high by it.
-`gpudoctor check --fix` leaves the fix to the author (the finding says why) where
-the script passes `persistent_workers` itself (`False`, or a flag: its choice,
-never overridden), and where a loop over the DataLoader changes its dataset in
-place (`ds.epoch = epoch`, `ds.set_epoch(epoch)`, `loader.dataset.…`):
-persistent workers would keep their first copy and train on stale data. A change
-made in a function the loop calls is not seen. A run's finding (`gpudoctor
-profile`, `analyze`) does the same, from the DataLoader's recorded arguments and
-from the script's source where it is at hand and unchanged since the run; such a
-fix is not tried by `--verify`. New workers'
-start-up CPU may also slow the steps after the first (on 2 cores the sample's
-median step fell 94.5 → 83.5 ms with the fix): the bound holds it, the expected
-gain does not count it.
+Needs per-step records with epochs (`gpudoctor profile`). A Dataset that changes
+between epochs must do so through shared state or `worker_init_fn`. Work between
+epochs (an evaluation, a checkpoint) counts in the stall.
+`gpudoctor check --fix` (and a run's finding, from the recorded arguments and
+the unchanged source) leaves the fix to the author where the script passes
+`persistent_workers` itself, or a loop changes the dataset in place
+(`ds.set_epoch(epoch)`, `loader.dataset.…`: persistent workers would keep stale
+data); `--verify` does not try it. A change in a function the loop calls is not seen.
 
 References
 ----------
-- `torch.utils.data.DataLoader` (`persistent_workers`):
-  https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
+- `DataLoader` (`persistent_workers`): https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
 """
 
 from __future__ import annotations
@@ -138,16 +103,16 @@ from gpudoctor.rules.context import (
     location_of,
     median_int,
 )
-from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
-from gpudoctor.rules.helpers import (
+from gpudoctor.rules.dataloader import (
     dataloader_fix,
     dataloader_injections,
     dataloader_of,
     dataloader_settings,
     dataset_changed,
     no_dataloader_reason,
-    worker_use,
 )
+from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.load_model import worker_use
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,

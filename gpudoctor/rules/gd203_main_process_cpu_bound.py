@@ -2,24 +2,20 @@
 
 What it detects
 ---------------
-The training process runs at a full core (psutil samples) while the GPU waits
-and the wait is not for the DataLoader: Python work in the training loop
-(preprocessing, augmentation, metric computation, logging) serializes the
-step. On a CPU-only run, the step is bound by one Python thread while torch's
-intra-op threads sit idle: with a trace, most of a typical step runs Python
-between torch ops (gaps of 1 ms or more between them); without one, the
-process stays near one core while its intra-op threads could use more.
+The training process runs at a full core while the GPU waits, not for the
+DataLoader: Python work in the loop (preprocessing, augmentation, metrics,
+logging) serializes the step. On a CPU-only run, one Python thread bounds the
+step while torch's intra-op threads idle (a trace's gaps of 1 ms or more
+between torch ops, or a process near one core).
 
 Why it matters
 --------------
-One core is the ceiling of Python code. Work done in the loop body runs
-serially with the model; the GPU (or the other cores) wait for it.
+One core is Python's ceiling; the loop body's work runs serially with the model.
 
 How to fix
 ----------
-Move per-sample preprocessing into the Dataset, where DataLoader workers run
-it in parallel; move batch-level transforms onto the GPU; compute metrics on
-the device and fetch them every N steps.
+Move per-sample preprocessing into the Dataset (workers run it in parallel),
+batch transforms onto the GPU; keep metrics on the device, fetch every N steps.
 
 Before:
 
@@ -44,69 +40,43 @@ for x, y in loader:
 
 Expected gain
 -------------
-The loop's own work W (the share at stake), moved into the Dataset, runs in
-`w` DataLoader workers (the cores less `dataloader_reserved_cores`) beside
-the rest of the step R: it stays on the critical path only where `W ÷ w`
-exceeds R, so the expected gain is `W − max(0, W ÷ w − R)`. Work that cannot
-move (logging, metrics fetched from the device) stays: the bound is the whole
-`other_cpu` part.
+The loop's own work W, moved into `w` workers (the cores less
+`dataloader_reserved_cores`) beside the rest of the step R, stays on the
+critical path only beyond R: expected `W − max(0, W ÷ w − R)`; the bound is
+the whole `other_cpu` part.
 
 Evidence used
 -------------
-psutil samples of the main process (`cpu_pct`, 100 = one core), the
-DataLoader wait share (per-step records), GPU idle share (trace) or NVML
-utilization; the user functions with the most self time from `profile.pstats`
-when cProfile ran; the steps' phase times (`steps.jsonl`: host time in the
-DataLoader, the root module's forward, `backward()`, `optimizer.step()`; the
-rest is the loop's own work), which tell Python in the loop from a process busy
-inside the model's calls (GD103's per-op overhead) on every step, trace or not. On CPU runs, the threads that wanted a core count, not only
-those that got one: `cpu_pct + runq_wait_pct` (Linux schedstat), so a process
-held at one core by other work on the machine is not taken for one Python
-thread.
+psutil samples (`cpu_pct`; on CPU runs plus `runq_wait_pct`), the DataLoader
+wait, GPU idle share; the user functions with the most self time (cProfile);
+the steps' phase times (the rest is the loop's own work, told from the model's).
 
 Thresholds
 ----------
-- `main_cpu_busy_pct` (90): the main process's median CPU, % of one core
-  (its threads' run-queue wait added where recorded: held back by other load,
-  a busy thread still wants its core).
+- `main_cpu_busy_pct` (90): the main process's median CPU, % of one core.
 - `dataloader_wait_share_pct` (5): above it the wait is GD201's, not this rule's.
 - `cpu_run_python_share_pct` (50): CPU runs with a trace: share of a typical
-  step (`TraceMetrics.dispatch`, see GD103) spent in Python between torch ops.
+  step in Python between torch ops.
 - `cpu_run_thread_use_max_pct` (60): CPU runs without a trace: the process's
-  CPU (with its run-queue wait) as a share of what its intra-op threads could
-  use.
-- `loop_other_share_pct` (25): with phase times, the loop's own work must take
-  this share of step time, over all steady steps or in the median step; below
-  it in both the busy process is inside the model's calls. (The median step
-  counts because a few steps stalled many times over, as a multi-threaded op
-  whose thread waits for a core on a busy machine is, can bury the loop's work
-  in the sum; the share at stake stays the sum's.)
+  CPU as a share of what its intra-op threads could use.
+- `loop_other_share_pct` (25): with phase times, the loop's own work's share of
+  step time, over all steady steps or in the median step (docs/account.md, "GD203").
 - `gpu_idle_share_pct` (20): the GPU waits.
-- `dataloader_reserved_cores` (1): cores left to the training process (the
-  expected gain's workers).
+- `dataloader_reserved_cores` (1): cores left to the training process.
 - `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
 ------------
-Needs psutil samples (`gpudoctor profile`); a bare trace has none. The share
-at stake is the `other_cpu` part of the step's ledger (docs/account.md): on a
-GPU run the GPU idle time while the host did other work than loading, syncing
-or launching; on a CPU run the Python gaps of 1 ms or more between torch ops.
-It is an upper bound of what moving the work can win. Without a trace (only
-NVML samples, or only cProfile on a CPU run) the figure is not a part of the
-step and the finding puts no share on it. On CPU runs the CPU % alone misleads: OpenMP threads spinning
-at the end of each op lift a Python-bound process above one core (the planted
-sample reads 133%), which is why a trace, when there is one, decides. Where
-torch runs one intra-op thread on a machine of several cores (it counts
-physical cores: two vCPUs that are hyperthreads of one core give one thread),
-the CPU % cannot tell Python from op work at all: the trace or the phase times
-decide, and without them the rule says it cannot judge. Only a one-core
-machine leaves nowhere to move the work.
+Needs psutil samples (`gpudoctor profile`). The share at stake, the ledger's
+`other_cpu` part, bounds what moving the work wins; without a trace the
+finding puts no share on it. On CPU runs the CPU % alone misleads
+(spinning OpenMP threads; one intra-op thread on several cores): a trace or the
+phase times decide, else it cannot judge (docs/account.md, "GD203"). A
+one-core machine leaves nowhere to move the work.
 
 References
 ----------
-- PyTorch performance tuning guide:
-  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- PyTorch tuning guide: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
 - PyTorch data loading: https://pytorch.org/docs/stable/data.html
 """
 
@@ -117,7 +87,8 @@ import statistics
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause, LedgerBasis
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
-from gpudoctor.rules.helpers import pstats_total_s, runnable_demand, too_few_steps, user_functions
+from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.profiles import pstats_total_s, too_few_steps, user_functions
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 

@@ -3,24 +3,22 @@
 What it detects
 ---------------
 The training process and its DataLoader workers keep more threads runnable
-than the machine has cores. gpudoctor measures that demand directly: for each
-process, the time its threads ran (psutil CPU %) plus the time they were
-runnable but waited in the kernel's run queue for a core (Linux schedstat),
-summed over the process tree. Each worker that uses torch, NumPy/BLAS or
-OpenCV brings its own thread pool unless told otherwise.
+than the machine has cores: per process, the time its threads ran (psutil) plus
+the time they waited in the run queue for a core (schedstat), summed over the
+process tree. Each worker using torch, BLAS or OpenCV brings its own thread pool.
 
 Why it matters
 --------------
-With more runnable threads than cores, the OS time-slices them: caches are
-thrashed, OpenMP threads spin waiting for each other, and the training
-process's compute threads lose their cores to the workers. Throughput drops
-while CPU usage shows 100%.
+The OS time-slices the threads: caches thrash, OpenMP threads spin, the
+training loses its cores to the workers; throughput drops at 100% CPU.
 
 How to fix
 ----------
-Give each worker one thread and leave the rest to the training process:
-`OMP_NUM_THREADS` before start-up, `torch.set_num_threads` in the worker's
-`worker_init_fn`, and a `num_workers` that fits next to the main process.
+Give each worker one thread (`torch.set_num_threads(1)` in `worker_init_fn`),
+the rest to the training process, and a `num_workers` that fits beside it.
+**The sizes**, from the measured demand: a worker wanting over 1.25 cores gets
+one thread; the training keeps the cores the workers leave; `num_workers` drops
+where the workers alone want more than the cores less one.
 
 Before:
 
@@ -38,101 +36,48 @@ torch.set_num_threads(4)
 loader = DataLoader(ds, batch_size=64, num_workers=3, worker_init_fn=worker_init_fn)
 ```
 
-**The sizes, from the measured demand.** A worker whose threads want more
-than 1.25 cores runs a thread pool of its own: it gets one thread, and is then
-taken to want the CPU it gets now (its other threads spun or waited). The
-training process keeps the cores the workers leave, rounded
-(`torch.set_num_threads`), when its threads want more than that; when the
-workers alone still want more than the cores less one, `num_workers` drops to
-what the cores less one serve at each worker's measured CPU.
-
 Expected gain
 -------------
-Per batch, with means over the steady steps that ran without an instrument
-(all steady steps when fewer than 5 did: docs/account.md, "The accounting
-window"; `--verify`'s trial runs carry none). At stake: the loop's wait for
-the starved workers (the ledger's `data_loading` part, which GD201 leaves to
-this rule when the workers are short of CPU) and, on a run without a GPU, the
-training process's compute stretched by waiting for a core (its host parts of
-the ledger, in the proportion the model shortens them).
-The model:
+Per batch, over the unprofiled steady steps. At stake: the loop's wait for the
+starved workers (`data_loading`, which GD201 leaves here) and, without a GPU,
+the compute stretched by waiting for a core:
 
     compute_after = compute × cores_got ÷ cores_after        (no GPU; else compute)
-
-where a loop that waits for data takes its warm compute (the
-`warm_compute_quantile_pct` quantile of the steps' time outside the wait, as
-GD201's model: once the workers keep up it runs warm), and the share at stake
-its compute beyond the least a step showed where that is less (a bound takes
-the least the run showed).
     step_after    = max(compute_after + hand-over, load_cpu ÷ workers_after,
                         load_cpu ÷ cores_left_to_workers)
     expected      = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
-When the workers run thread pools of their own and the loop waits for them,
-all of the training's compute is at stake with the wait (spinning pools stretch
-it beyond what the run-queue figures see, in every step alike: `--verify`
-measured 9.85× on the planted sample against a bound of 9.10× from those
-figures, and 27.65× on Python 3.12 against 11.78× from the least compute any
-step showed), so the bound is the whole step, and there is no expected gain: OpenMP threads spin at
-barriers while another thread of their region waits for a core, so the
-workers' CPU now is mostly
-spinning and is no measure of the work one thread each will do (the planted
-sample shows 1.83 s of worker CPU per batch, and 0.1 s steps after the fix:
-`--verify` measured 5.6×). The finding keeps its bound and says so;
-`gpudoctor verify` measures it.
-
-cores_got is the cores the training process gets while it computes (its
-getrusage CPU time over the step less its data wait; the samples' CPU % when
-the steps carry no CPU figures), cores_after the threads it keeps (at most
-the cores the workers leave); load_cpu the workers' CPU per batch now (their
-CPU % × the time per batch, spinning included: an upper bound); the rest is
-GD201's worker model (`dataloader_handover_ms`). Sources: a CPU-bound op's
-time scales with the cores it gets (PyTorch CPU threading notes); OpenMP
-threads beyond the cores spin and stall at barriers (PyTorch tuning guide).
+with the warm compute where the loop waits for data (as GD201). Where workers
+run thread pools of their own and the loop waits, their CPU is mostly spinning:
+the bound is the whole step, no expected gain (`gpudoctor verify` measures it).
+Terms, sources and calibration runs: docs/account.md, "GD204".
 
 Evidence used
 -------------
-psutil samples of the training process and its workers during the steps:
-`cpu_pct` and `runq_wait_pct` (time runnable but waiting for a core, from
-`/proc/<pid>/task/<tid>/schedstat`); the median over sample instants of their
-sum is the number of threads that wanted a core. Settings: `cpu_count`,
-`num_threads`, the DataLoaders' `num_workers` and `worker_init_fn`,
-`OMP_NUM_THREADS`. Per-step records (`wall_ns`, `data_wait_ns`, getrusage
-CPU) and the step's ledger put the cost in step time (docs/account.md);
-without per-step records the unserved share of the threads' CPU demand sets
-the severity and the finding claims no part of a ledger.
+psutil samples of the process tree (`cpu_pct` + `runq_wait_pct`); `cpu_count`,
+`num_threads`, `num_workers`, `worker_init_fn`, `OMP_NUM_THREADS`; per-step
+records and the ledger (without them no part of a ledger is claimed).
 
 Thresholds
 ----------
-- `oversubscription_ratio` (1.5): runnable threads / cores above which it
-  fires.
+- `oversubscription_ratio` (1.5): runnable threads / cores above which it fires.
 - `dataloader_handover_ms` (1): the hand-over of a batch in the model.
-- `warm_compute_quantile_pct` (10): the quantile of the steps' compute the
-  model takes where the loop waits for data.
-- `error_share_pct`, `warning_share_pct`: severity from the share of step
-  time at stake, or (no per-step records) from the share of the threads'
-  demand the cores cannot serve, (demand − cores) / demand.
+- `warm_compute_quantile_pct` (10): the warm compute's quantile.
+- `error_share_pct`, `warning_share_pct`: the severity scale.
 
 Known limits
 ------------
-The run-queue wait is read from Linux's schedstat: elsewhere (macOS, Windows)
-or on a run directory without it, the rule says it cannot judge. A CPU %
-alone cannot show more demand than there are cores. Other processes on the
-machine lengthen the wait but not the demand of the training's own threads,
-which is what the rule compares with the cores; they are not counted. The time
-at stake is inferred from the cores the training process gets and would
-get, not measured by running the fix (`--verify` does that); an OpenMP step
-stalled at its barriers can gain more than its cores alone say, a step whose
-compute does not scale with cores less.
+Needs Linux's schedstat (else it cannot judge): a CPU % alone cannot show more
+demand than cores. Other processes lengthen the wait, not the training's demand,
+and are not counted (GD205). The time at stake is inferred from the cores the
+training gets and would get (`--verify` measures it): an OpenMP step stalled at
+barriers can gain more, a step that does not scale with cores less.
 
 References
 ----------
-- PyTorch CPU threading and TorchScript inference (intra-op threads, OMP_NUM_THREADS):
-  https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html
-- PyTorch performance tuning guide, CPU-specific optimizations:
-  https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
-- Linux scheduler statistics (`/proc/<pid>/schedstat`: time on the CPU, time waiting on a run queue):
-  https://docs.kernel.org/scheduler/sched-stats.html
+- PyTorch CPU threading: https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html
+- PyTorch tuning guide, CPU: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+- Linux scheduler statistics: https://docs.kernel.org/scheduler/sched-stats.html
 """
 
 from __future__ import annotations
@@ -156,17 +101,14 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.helpers import (
-    HOST_PARTS,
-    Demand,
-    cpu_readings,
+from gpudoctor.rules.cpu_demand import Demand, runnable_demand
+from gpudoctor.rules.dataloader import (
     dataloader_call,
     dataloader_injections,
     dataloader_of,
-    loader_step_ns,
     no_dataloader_reason,
-    runnable_demand,
 )
+from gpudoctor.rules.load_model import HOST_PARTS, cpu_readings, loader_step_ns
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,

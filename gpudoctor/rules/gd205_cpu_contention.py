@@ -2,31 +2,26 @@
 
 What it detects
 ---------------
-The training process keeps waiting in the kernel's run queue for a core
-while its own threads (the training process and its DataLoader workers) want
-no more cores than the machine has: the cores are taken by other processes —
-another training job, a data-preparation script, a build, a neighbour on a
-shared VM. gpudoctor measures the waiting directly (Linux schedstat: time
-runnable but not running) and, where the run recorded it, what every process
-on the machine used beside the training's own.
+The training process keeps waiting in the run queue for a core while its own
+threads (it and its DataLoader workers) want no more cores than the machine
+has: other processes hold them (another job, a build, a neighbour on a shared
+VM). It measures the waiting (Linux schedstat) and, where recorded, what every
+other process on the machine used.
 
 Why it matters
 --------------
 A thread that waits for a core does nothing: each step takes longer by the
 time its critical thread waited, the GPU idles meanwhile, and the run's
 figures (and `--verify`'s trial runs) measure the other jobs as much as the
-script. On a 2-core machine a single busy process beside a CPU-bound loop
-halved the loop's CPU time and doubled its mean step, while its median step
-hardly moved: the waits come in whole scheduler time slices on a few steps.
+script. The waits come in whole scheduler time slices on a few steps: the mean
+step grows while the median hardly moves (docs/account.md, "GD205").
 
 How to fix
 ----------
-Give the training cores nobody else uses: stop or move the other jobs (`top`
-or `htop` shows them), pin the training and the other work to separate cores
-(`taskset`, cgroup cpusets, `docker run --cpuset-cpus`, a Slurm allocation
-with `--cpus-per-task`), or lower the other work's priority (`nice`). Profile
-again once the machine is quiet: the findings of a run on a busy machine
-describe the machine too.
+Give the training cores nobody else uses: stop or move the other jobs (`top`),
+pin the training and the other work to separate cores (`taskset`, cpusets,
+`docker run --cpuset-cpus`, Slurm's `--cpus-per-task`), or `nice` the other
+work. Profile again once the machine is quiet.
 
 Before:
 
@@ -44,17 +39,14 @@ taskset -c 6-7 nice -n 10 python preprocess_next_shard.py
 
 Evidence used
 -------------
-psutil samples of the training process and its workers during the steps
-(`samples.jsonl`): `cpu_pct` and `runq_wait_pct` (time runnable but waiting
-for a core, from `/proc/<pid>/task/<tid>/schedstat`); the training process's
-mean wait over the steps is the share of the time it lost, and the median
-over sample instants of the process tree's CPU + wait is the cores its own
-threads want. Where the run recorded the machine's load (`"host"` samples:
-every process's CPU, steal), the CPU other processes used beside the
-training's tree and the steal are shown, and the waiting is only put on them
-when they used at least `cpu_contention_others_pct`. The waiting is spread
-over every part of the step, so the finding claims no part of the ledger
-(docs/account.md); the share of the time it waited sets the severity.
+psutil samples of the training process and its workers (`samples.jsonl`):
+`cpu_pct` and `runq_wait_pct` (time runnable but waiting for a core, from
+schedstat); the training process's mean wait is the share of the time it lost,
+the median of the process tree's CPU + wait the cores its own threads want.
+Where the run recorded the machine's load (`"host"` samples), the CPU other
+processes used and the steal are shown, and the waiting is put on them only
+when they used at least `cpu_contention_others_pct`. The waiting is spread over
+every part of the step, so the finding claims no part of the ledger.
 
 Thresholds
 ----------
@@ -74,11 +66,9 @@ is theirs (GD204's case) and this rule stands aside. Runs recorded before the
 machine's load was sampled show the waiting without the other processes'
 CPU. A container limited by a CPU quota (cgroup `cpu.max`) is throttled
 rather than queued: that shows as less CPU, not as run-queue wait.
-The machine's load adds this finding; it removes none of the script's: a loop
-that waits for data is still GD201's (a waiting load needs no cores, and its
-message names the machine's load), sized to the cores the others leave where
-the loading computes; only where those workers already run does GD201 leave
-the case here.
+The machine's load adds this finding and removes none of the script's: a loop
+that waits for data is still GD201's, sized to the free cores where the loading
+computes; only where those workers already run does GD201 leave the case here.
 
 References
 ----------
@@ -94,7 +84,7 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext, RuleResult
-from gpudoctor.rules.helpers import runnable_demand
+from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = "python train.py &            # both on the same cores\npython preprocess_next_shard.py\n"

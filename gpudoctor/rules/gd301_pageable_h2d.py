@@ -90,13 +90,13 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.edits import dataloader_args
-from gpudoctor.rules.helpers import (
+from gpudoctor.rules.dataloader import (
     dataloader_call,
     dataloader_fix,
     dataloader_of,
     pinned_copy_injections,
 )
+from gpudoctor.rules.edits import dataloader_args
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import (
     COPY_LATENCY_NS,

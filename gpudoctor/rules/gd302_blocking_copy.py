@@ -77,8 +77,8 @@ from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.dataloader import dataloader_fix, pinned_copy_injections
 from gpudoctor.rules.edits import non_blocking
-from gpudoctor.rules.helpers import dataloader_fix, pinned_copy_injections
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (

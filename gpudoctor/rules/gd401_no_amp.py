@@ -5,27 +5,22 @@
 
 What it detects
 ---------------
-A GPU of compute capability 7.0 or later (Volta and newer) where
-convolution/matmul/linear/bmm operators with float32 inputs account for a
-large share of GPU kernel time and no half-precision Tensor Core kernels run
-(the recommendation torch-tb-profiler makes on its overview page). The TF32
-Tensor Core kernels that float32 ops run on (cuDNN's `allow_tf32` is on by
-default on Ampere and later) are FP32 work, not mixed precision: with input
-dtypes recorded, they do not count as Tensor Core use.
+A GPU of compute capability 7.0 or later where conv/matmul/linear/bmm ops with
+float32 inputs take a large share of kernel time and no half-precision Tensor
+Core kernels run (torch-tb-profiler's recommendation). TF32 kernels of float32
+ops are FP32 work, not mixed precision, and do not count as Tensor Core use.
 
 Why it matters
 --------------
-Tensor Cores run FP16/BF16 matrix math several times faster than FP32 on the
-regular units, and half-precision activations halve memory traffic and
-footprint. Automatic mixed precision keeps FP32 where it is needed (losses,
-reductions, normalization) and uses Tensor Cores elsewhere.
+Tensor Cores run FP16/BF16 matrix math several times faster than FP32, and
+half-precision activations halve memory traffic. AMP keeps FP32 where needed.
 
 How to fix
 ----------
-Wrap the forward pass and the loss in `torch.autocast`. Use bfloat16 on
-Ampere and later (no loss scaling needed); on Volta and Turing use float16
-with `torch.amp.GradScaler`. Use the `torch.amp` API, not the deprecated
-`torch.cuda.amp` spelling.
+Wrap the forward pass and the loss in `torch.autocast` (`torch.amp`, not the
+deprecated `torch.cuda.amp`): bfloat16 on Ampere and later; on Volta and Turing
+float16 with `scaler = torch.amp.GradScaler("cuda")`, `scaler.scale(loss).backward()`,
+`scaler.step(opt); scaler.update()`.
 
 Before:
 
@@ -46,52 +41,30 @@ for x, y in loader:
     opt.step(); opt.zero_grad()
 ```
 
-After (Volta, Turing):
-
-```python
-scaler = torch.amp.GradScaler("cuda")
-for x, y in loader:
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(opt); scaler.update(); opt.zero_grad()
-```
-
 Expected gain
 -------------
-AMP shortens the claimed kernels, not the step: each kind is sped up by
-half-precision Tensor Cores over the precision it ran in, and the expected
-gain is `conv_time × (1 − 1/s_conv) + matmul_time × (1 − 1/s_matmul)`. Each
-`s` is the datasheet's peak throughput of FP16/BF16 Tensor Cores over the
-precision of today's kernels (FP32, or TF32 where cuDNN's default
-`allow_tf32` or the matmul flags already use it on Ampere and later), at
-most `tensor_core_speedup_max_ratio` (3x): training-sized kernels are partly
-bound by memory and realize a fraction of the peak. On a V100 that is 3x on
-FP32 kernels (peak ratio 8x), so AMP is expected to win two thirds of their
-time; on an A100 whose convolutions already ran in TF32, 2x on those. The
-figures and their sources are in `gpudoctor/rules/speedups.py`. The bound is
-the whole claimed time. On a step that waits on the host, faster kernels may
-not shorten it at all: fix the host-side findings first.
+AMP shortens the claimed kernels: expected `conv_time × (1 − 1/s_conv) +
+matmul_time × (1 − 1/s_matmul)`, each `s` the datasheet's FP16/BF16 Tensor Core
+peak over today's precision (FP32, or TF32 where already on), at most
+`tensor_core_speedup_max_ratio` (partly memory-bound kernels): 3x on a V100's
+FP32 kernels, 2x on an A100's TF32 ones (`gpudoctor/rules/speedups.py`). The
+bound is the whole claimed time; a step that waits on the host may not shorten.
 
 Evidence used
 -------------
-Trace: the device's compute capability, Tensor Core kernel share by kernel
-name, GPU time of Tensor-Core-eligible ops with float32 inputs
-(`TraceMetrics.kernels`; needs recorded shapes); settings: `autocast` and
-`GradScaler` uses with their call sites. The gain is the `gpu_fp32_conv` and
-`gpu_fp32_matmul` parts of the step's ledger (docs/account.md): GPU busy time
-only faster kernels win; GD401 owns them before GD402 and GD403.
+Trace: compute capability, Tensor Core kernel share, GPU time of eligible ops
+with float32 inputs (`TraceMetrics.kernels`); `autocast` and `GradScaler` call
+sites. The gain is the ledger's `gpu_fp32_conv` and `gpu_fp32_matmul` parts,
+which GD401 owns before GD402 and GD403.
 
 Thresholds
 ----------
 - `amp_min_compute_capability` (7.0), `bf16_min_compute_capability` (8.0).
 - `amp_fp32_share_pct` (30): FP32 eligible kernel time, % of kernel time.
-- `amp_tensor_core_max_pct` (1): share of kernel time in Tensor Core kernels of
-  other than float32 ops below which "none run".
-- `tensor_core_speedup_max_ratio` (3): the most a kernel is expected to speed up
-  on Tensor Cores (the expected gain's cap).
-- `error_share_pct`, `warning_share_pct`: severity from the eligible kernels'
-  share of step time (the upper bound of what AMP can win).
+- `amp_tensor_core_max_pct` (1): half-precision Tensor Core kernel time, % of
+  kernel time, below which "none run".
+- `tensor_core_speedup_max_ratio` (3): the expected speed-up's cap per kernel.
+- `error_share_pct`, `warning_share_pct`: severity from the eligible share.
 
 Known limits
 ------------
@@ -105,8 +78,7 @@ lose accuracy in FP16; BF16 or keeping sensitive layers in FP32 fixes most.
 References
 ----------
 - `torch.amp`: https://pytorch.org/docs/stable/amp.html
-- NVIDIA, Training with mixed precision (up to 3x from Tensor Cores):
-  https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html
+- NVIDIA, mixed precision: https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html
 - PyTorch AMP recipe: https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html
 - torch-tb-profiler's AMP recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 """

@@ -93,7 +93,7 @@ from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.edits import assign, at_startup, edit_fix
-from gpudoctor.rules.helpers import find_flag, flag_ref, flag_text
+from gpudoctor.rules.flags import find_flag, flag_ref, flag_text
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import CUDNN_BENCHMARK_FRACTION, autotune_fraction, conv_tf32
 from gpudoctor.rules.static_api import (

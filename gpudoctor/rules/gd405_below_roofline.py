@@ -2,43 +2,29 @@
 
 What it detects
 ---------------
-From the ops' input shapes, the FLOPs and bytes of every matmul, convolution
-and attention op, divided by the GPU time of the kernels each op launched
-(`analysis.roofline`), against the device's peaks (`analysis.peaks`). Two
-findings:
+Each matmul, convolution and attention op's FLOPs and bytes (from its shapes)
+over its kernels' time, against the device's peaks. Two findings:
 
 - **FP32 compute-bound work far below peak**: float32 (or TF32) matmul,
-  convolution and attention ops whose arithmetic intensity puts them on the
-  compute roof of their own precision, running at under a quarter of the
-  GPU's BF16/FP16 Tensor Core peak, on a GPU that has those Tensor Cores.
-  Precision is what caps them: GD401's fix (AMP), or GD402's (TF32) where
-  FP32 must stay. Their share of step time is at most the account's parts
-  they are in (its FP32 matmul and convolution time, each instant counted
-  once): kernels that overlap on several streams (cuDNN's) would count twice
-  in a sum of their durations.
-- **Memory-bound elementwise chains**: runs of three or more ATen elementwise
-  kernels back to back on one stream (add, mul, activations, their
-  backward, copies): each reads and writes device memory in full, where
-  `torch.compile` would fuse the run into one kernel.
+  convolution and attention ops on the compute roof of their precision, under a
+  quarter of the BF16/FP16 Tensor Core peak of a GPU that has one. Precision
+  caps them: GD401's fix (AMP), or GD402's (TF32) where FP32 must stay.
+- **Memory-bound elementwise chains**: three or more ATen elementwise kernels
+  back to back on one stream, each reading and writing memory in full, where
+  `torch.compile` would fuse them into one kernel.
 
 Why it matters
 --------------
-A busy GPU is not a fast one. FP32 matrix math on an A100 cannot pass
-19.5 TFLOP/s, 6% of its 312 TFLOP/s BF16 Tensor Core peak (TF32: half of
-it). An elementwise kernel does one or two operations per element it moves:
-its time is the memory traffic, so three kernels in a row move the same
-tensors three times. Both are GPU-busy time that the idle-time findings
-cannot see: where the device limits the loop (docs/account.md, "Two
-timelines"), they are what sets the step time.
+A busy GPU is not a fast one: FP32 matrix math on an A100 reaches 6% of its
+BF16 peak; three elementwise kernels move the same tensors three times. The idle
+findings cannot see this time; where the device limits the loop, it is the step.
 
 How to fix
 ----------
-FP32 work: run the forward pass and the loss under `torch.autocast` with
-bfloat16 (float16 with `torch.amp.GradScaler` before Ampere), GD401's fix;
-where full FP32 inputs must stay, `torch.set_float32_matmul_precision("high")`
-(TF32, GD402's fix). Elementwise chains: compile the model, so that Inductor
-fuses each run into one kernel; when the model is compiled already, the chains
-run outside it (a graph break, or a loss or post-processing left eager).
+FP32 work: `torch.autocast` with bfloat16 (GD401's fix); where FP32 inputs must
+stay, `torch.set_float32_matmul_precision("high")` (GD402's). Elementwise chains:
+compile the model; when it is compiled already, the chains run outside it (a
+graph break, or a loss or post-processing left eager).
 
 Before:
 
@@ -59,73 +45,38 @@ for x, y in loader:
 
 Expected gain
 -------------
-FP32 work: the flagged kernels speed up by the device's Tensor Core peak over
-the peak of their precision today (BF16/FP16 over FP32 or TF32, the datasheet
-figures of `analysis/peaks.py`), at most `tensor_core_speedup_max_ratio` (3x
-realized, NVIDIA's mixed-precision guide), as GD401's model: the expected gain
-is `time × (1 − 1/s)`. Elementwise chains: fused, a run moves about the bytes
-of its largest member once, so it takes about its longest kernel (the PyTorch 2
-paper's fusion: one kernel per run of pointwise ops): the expected gain is the
-chains' time less the longest kernel of each. The bounds are the whole time
-of the flagged kernels.
-
-The FP32 finding is the headline of that time, not a competitor of its fixes:
-like GD101 for the idle time, it claims no part of the ledger itself. GD401
-(AMP) and GD402 (TF32) claim the same kernels, their fixes are what lowers the
-precision, and the finding names those granted them; its severity is the share
-of step time at stake.
+FP32 work: `time × (1 − 1/s)`, s the Tensor Core peak over today's precision's,
+capped as GD401's model. Elementwise chains: fused, a run takes about its longest
+kernel: the chains' time less the longest kernel of each. The bounds are the
+flagged kernels' whole time. The FP32 finding heads the time GD401 and GD402
+claim and claims none itself (docs/account.md, "GD405").
 
 Evidence used
 -------------
-Trace: input shapes, dtypes and Concrete Inputs of the ops
-(`TraceMetrics.roofline`: achieved TFLOP/s, GB/s and arithmetic intensity per
-op class and precision, the device matched in the peak table), kernel names
-(Tensor Core kernels, ATen elementwise kernels) and streams; settings:
-`torch.compile` use. The FP32 gain claims the `gpu_fp32_matmul` and
-`gpu_fp32_conv` parts of the ledger are what the FP32 finding heads (the
-kernels the ledger could not tie to a float32 op in `gpu_compute` and
-`gpu_conv`); the chains claim their time of `gpu_compute` (docs/account.md).
+Trace: the ops' shapes, dtypes, Concrete Inputs (`TraceMetrics.roofline`),
+kernel names and streams; settings: `torch.compile` use.
 
 Thresholds
 ----------
 - `roofline_fp32_share_pct` (10): compute-bound FP32/TF32 work, % of step time.
-- `roofline_far_below_peak_pct` (25): achieved, % of the BF16/FP16 Tensor
-  Core peak, under which the work is "far below peak".
+- `roofline_far_below_peak_pct` (25): "far below" this % of the Tensor Core peak.
 - `elementwise_chain_share_pct` (10): elementwise chains, % of step time.
 - `tensor_core_speedup_max_ratio` (3): the FP32 gain's cap.
-- `error_share_pct`, `warning_share_pct`: severity from the flagged time's
-  share of step time (an upper bound).
+- `error_share_pct`, `warning_share_pct`: severity from the flagged share.
 
 Known limits
 ------------
-Needs recorded shapes for the FLOPs (the chains need only kernel names).
-Where a run has a window recorded with shapes and one without (`gpudoctor
-profile`'s default: docs/account.md, "The accounting window"), both findings
-are read from the one with shapes, their shares taken of the account's step:
-without shapes, any elementwise kernels in a row count as a chain (on the
-H200, the BF16 probe's autocast casts and their neighbours made 4 chains of
-14 kernels per step in its timings-only window, 15% of step time; with its
-shapes, 1 chain of 4, under 6%).
-FLOPs are model FLOPs from the shapes (a backward attention counts twice its
-forward, not FlashAttention's recomputation); bytes the least traffic, each
-tensor once. A forward convolution needs Concrete Inputs (stride, padding),
-which PyTorch records from 2.x on; einsum, custom and fused ops (vLLM, aiter,
-Triton) are not modelled, and their time shows as unmodelled. Peaks are dense
-datasheet figures at boost clocks: a power- or heat-capped GPU reaches less.
-A device missing from the table gets throughput without a share of peak.
-Elementwise chains are read from kernel names and order and from the sizes of
-their ops' tensors, not from the data flow: two unrelated kernels in a row on
-tensors of one size count as one chain (without recorded shapes, any two).
+Needs recorded shapes for the FLOPs (the chains need only kernel names). FLOPs
+are model FLOPs, bytes the least traffic. Unmodelled ops (einsum, custom, fused)
+show as unmodelled; peaks are datasheet figures at boost clocks; chains are read
+from kernel order and tensor sizes, not data flow (docs/account.md, "GD405").
 
 References
 ----------
-- Williams, Waterman, Patterson, Roofline: an insightful visual performance
-  model (CACM 2009): https://doi.org/10.1145/1498765.1498785
-- NVIDIA, GPU Performance Background / Matrix Multiplication Background:
-  https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html
+- Williams, Waterman, Patterson, Roofline (CACM 2009): https://doi.org/10.1145/1498765.1498785
+- NVIDIA GPU background: https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html
 - PaLM, appendix B (model FLOPs utilization): https://arxiv.org/abs/2204.02311
-- PyTorch 2 (Ansel et al., ASPLOS 2024), TorchInductor's fusion:
-  https://pytorch.org/assets/pytorch2-2.pdf
+- PyTorch 2 (Ansel et al., ASPLOS 2024): https://pytorch.org/assets/pytorch2-2.pdf
 - `torch.autocast`: https://pytorch.org/docs/stable/amp.html
 """
 

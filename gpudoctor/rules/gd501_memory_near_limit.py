@@ -62,7 +62,7 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Fix
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_pct
-from gpudoctor.rules.helpers import memory_peak
+from gpudoctor.rules.device import memory_peak
 from gpudoctor.rules.registry import Need, Rule
 
 _BEFORE = """loss = loss_fn(model(x), y)"""

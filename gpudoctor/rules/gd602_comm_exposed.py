@@ -2,32 +2,24 @@
 
 What it detects
 ---------------
-Time in collectives (gradient all-reduce and the like) during which nothing
-else runs: on a GPU, NCCL/RCCL kernels with no other kernel, memcpy or memset
-beside them on that device; on a CPU (gloo), the process group's collective
-ranges while no operator runs on any other thread and no kernel runs on any
-device. The rule fires when this *exposed* communication is more than
-`comm_exposed_share_pct` (10%) of the profiled step time.
-
-With several ranks, the rule judges the rank with the **least** exposed
-communication: the other ranks' extra exposed time is waiting for a slower rank
-(a straggler, GD603), not communication a better overlap would hide.
+Time in collectives during which nothing else runs: on a GPU, NCCL/RCCL kernels
+with no other kernel, memcpy or memset beside them on that device; on a CPU
+(gloo), the collective ranges while no operator runs on another thread and no
+kernel on any device. With several ranks it judges the rank with the **least**
+exposed communication: the others' extra is waiting for a straggler (GD603).
 
 Why it matters
 --------------
-DistributedDataParallel all-reduces gradients in buckets while the backward
-pass is still running; only what is left when backward ends waits in the open.
-Exposed communication is step time in which the GPU (or the CPU) computes
-nothing: the step cannot get shorter than compute plus that tail.
-torch-tb-profiler recommends action above the same 10%.
+DDP all-reduces gradients in buckets during backward; what is left when
+backward ends waits in the open.
+Exposed communication is step time in which nothing computes: the step cannot
+get shorter than compute plus that tail.
 
 How to fix
 ----------
-Send fewer bytes, less often, or start sooner: gradient accumulation with
-`no_sync()` (all-reduce every N micro-batches), a larger per-GPU batch,
-compressed gradients (a bf16/fp16 DDP communication hook), NCCL instead of
-gloo for CUDA tensors (GD604), and DDP's `gradient_as_bucket_view=True`;
-tune `bucket_cap_mb` so the first buckets are ready early in backward.
+Send fewer bytes, less often, or start sooner: accumulate under `no_sync()`, a
+larger per-GPU batch, a bf16/fp16 DDP communication hook, NCCL for CUDA tensors
+(GD604), `gradient_as_bucket_view=True`, a `bucket_cap_mb` that readies buckets early.
 
 Before:
 
@@ -54,44 +46,38 @@ for i, (x, y) in enumerate(loader):
 
 Expected gain
 -------------
-A bf16/fp16 DDP communication hook halves the bytes all-reduced, and a
-bandwidth-bound all-reduce's time with them: half the exposed communication
-(`torch.distributed.algorithms.ddp_comm_hooks`). Accumulating under
-`no_sync()` over N micro-batches would win more (all but 1/N per sample); the
-expected figure keeps to the fix that changes no training behaviour.
+A bf16/fp16 communication hook halves the bytes, and a bandwidth-bound
+all-reduce's time: half the exposed communication. Accumulating over N
+micro-batches would win more (all but 1/N), but changes the training.
 
 Evidence used
 -------------
 Trace: collective time and its exposed part per ProfilerStep window
-(`TraceMetrics.comm[].per_step`), summed over every trace of a rank; the
-collectives by name. Settings: the DDP wrapper's `bucket_cap_mb`,
-`gradient_as_bucket_view`, `static_graph` and backend, with their `file:line`.
-The share at stake is the exposed communication of the judged rank: the
-`comm_exposed` part of its trace's ledger (docs/account.md).
+(`TraceMetrics.comm[].per_step`) over every trace of a rank; the DDP wrapper's
+`bucket_cap_mb`, `gradient_as_bucket_view`, `static_graph` and backend, with
+their `file:line`. The share at stake is the judged rank's `comm_exposed` part.
 
 Thresholds
 ----------
-- `comm_exposed_share_pct` (10): exposed communication, % of step time, above
-  which the rule fires (torch-tb-profiler's threshold).
+- `comm_exposed_share_pct` (10): fires above this exposed share of step time
+  (torch-tb-profiler's threshold).
 - `error_share_pct`, `warning_share_pct`: severity from that share.
 
 Known limits
 ------------
 Needs a trace with collectives in it (NCCL kernels, or the `gloo:`/`nccl:`
 ranges PyTorch's process groups record); without ProfilerStep markers the
-whole trace is the window. The exposed share is an upper bound of what
-overlap can win: the last bucket's all-reduce can never overlap a backward
-pass that has ended. On a CPU the profiler closes a gloo range on gloo's own
-thread, which can be a little after the training thread resumed. A saturated
-CPU (more ranks than cores) makes every wait longer.
+whole trace is the window. The exposed share bounds what overlap can win: the
+last bucket's all-reduce never overlaps an ended backward. A gloo range closes
+on gloo's thread, a little after the training thread resumed; a saturated CPU
+(more ranks than cores) makes every wait longer.
 
 References
 ----------
 - PyTorch DDP design (bucketing, overlap): https://pytorch.org/docs/stable/notes/ddp.html
 - DDP communication hooks: https://pytorch.org/docs/stable/ddp_comm_hooks.html
 - `DistributedDataParallel.no_sync`: https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
-- torch-tb-profiler's distributed view and recommendation:
-  https://github.com/pytorch/kineto/tree/main/tb_plugin
+- torch-tb-profiler's distributed view: https://github.com/pytorch/kineto/tree/main/tb_plugin
 """
 
 from __future__ import annotations

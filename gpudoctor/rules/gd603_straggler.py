@@ -2,39 +2,30 @@
 
 What it detects
 ---------------
-A rank whose own work per step is consistently above the other ranks'. In
-synchronized training (DDP: a gradient all-reduce every step) every rank's
-step lasts as long as the slowest rank's: the others reach the all-reduce
-first and wait in it. So the rule compares each rank's **work** per profiled
-step, its step time minus its exposed communication (GD602), step by step on
-the ProfilerStep numbers every rank has. It names the slowest rank when the
-others wait for it at least `straggler_delay_share_pct` of the step (its
-median work minus the median of the other ranks'), it is that far behind the
-others' median in at least `straggler_consistency_pct` of the compared steps,
-and its excess stands out of the other ranks' own step-to-step variation.
-
+A rank whose own work per step is consistently above the other ranks'. In DDP
+every rank's step lasts as long as the slowest's: the others wait in the
+all-reduce. So the rule compares each rank's **work** per profiled step (step
+time minus exposed communication, GD602), step by step on the ProfilerStep
+numbers, and names the slowest rank when the others wait for it at least
+`straggler_delay_share_pct` of the step, in at least `straggler_consistency_pct`
+of the steps, and its excess stands out of the others' own variation.
 Without traces with collectives from two or more ranks it compares step wall
-times (steps.jsonl, every step of the run): that finds ranks that are not
-synchronized every step, but cannot see a straggler behind a per-step
-all-reduce, and the rule says so instead of passing the run.
+times (steps.jsonl), which cannot see a straggler behind a per-step all-reduce,
+and says so instead of passing the run.
 
 Why it matters
 --------------
-The job runs at the speed of its slowest rank. Every step, each of the other
-N-1 ranks idles for the straggler's excess: one slow rank costs the whole
-job that share of its time.
+The job runs at its slowest rank's speed: every step, the N-1 others idle for
+the straggler's excess.
 
 How to fix
 ----------
 Find what that rank does that the others do not, and even it out:
 
-- work only one rank does inside the step (logging, metrics, checkpoints,
-  evaluation on rank 0): do it every N steps, or asynchronously;
-- uneven data: shards of different sizes or sequence lengths
-  (`DistributedSampler`, length-bucketed batches, `drop_last=True`);
-- a slower input pipeline on that rank (fewer DataLoader workers, a slower disk);
-- a slower device or host: a throttled GPU (clocks, temperature), another
-  process on the same GPU or CPU cores, a NUMA-remote CPU.
+- work one rank does in the step (logging, evaluation on rank 0): do it rarely;
+- uneven data (`DistributedSampler`, length-bucketed batches, `drop_last=True`);
+- a slower input pipeline, device or host on that rank (fewer workers, a slower
+  disk, a throttled GPU, another process on its cores, a NUMA-remote CPU).
 
 Before:
 
@@ -59,33 +50,27 @@ Evidence used
 Trace: every rank's ProfilerStep windows and the exposed communication inside
 each (`TraceMetrics.comm[].per_step`); run directory: every rank's step
 records (`steps.rank<R>.jsonl`). The per-rank table of the report
-(`Report.ranks`, `Report.rank_summary`) shows the same figures. The
-straggler's excess over the median of the other ranks, as a share of the
-median step time, is what the others wait every step: time in *their*
-ledgers (exposed communication), so the finding claims no part of its own
-(docs/account.md); the share sets its severity.
+(`Report.ranks`) shows the same figures. The straggler's excess over the
+others' median, as a share of the step, is what they wait: time in *their*
+ledgers, so the finding claims no part of its own; the share sets its severity.
 
 Thresholds
 ----------
 - `straggler_delay_share_pct` (5): the others wait for the slowest rank at
   least this share of the step.
-- `straggler_consistency_pct` (80): ... and it is that far behind in at least
-  this share of the compared steps, one by one.
+- `straggler_consistency_pct` (80): ... in at least this share of the steps.
 - `straggler_min_steps` (3): fewer compared steps cannot show a pattern.
-- `straggler_excess_to_jitter_ratio` (3): ... and its excess is at least this
-  many times the other ranks' step-to-step variation (median absolute
-  deviation), so scheduling jitter on a shared host is not called a straggler.
+- `straggler_excess_to_jitter_ratio` (3): ... and its excess is this many times
+  the others' step-to-step variation (median absolute deviation).
 - `error_share_pct`, `warning_share_pct`: severity from the waiting share.
 
 Known limits
 ------------
-Needs a trace of at least two ranks of the same job, with collectives
-(`gpudoctor profile --nproc-per-node N` records every rank; `gpudoctor
-analyze` takes a folder of per-rank traces). Ranks are matched by the
-ProfilerStep numbers, so the traces must come from the same steps. It names
-the rank, not the cause: the rank's own trace (`gpudoctor view`) shows where
-its extra time goes. A rank that is slow only now and then (a periodic
-checkpoint) is not "consistently" slow and is not flagged.
+Needs traces of two or more ranks of one job, with collectives (`gpudoctor
+profile --nproc-per-node N`, or `analyze` on a folder of per-rank traces),
+matched by ProfilerStep numbers. It names the rank, not the cause (its trace,
+`gpudoctor view`, shows where the time goes). A rank slow only now and then (a
+periodic checkpoint) is not flagged.
 
 References
 ----------

@@ -59,27 +59,19 @@ Thresholds
 Known limits
 ------------
 The counts cover every call of the root module: a model of the same class rebuilt
-or reloaded (`torch.load` of the best model for a last test) carries the calls of
-the one before it, and calls made once step tracking has stopped (`--steps`
-reached, or an error in gpudoctor's bookkeeping) are still counted. A model of
-another class that becomes the root starts the counts afresh.
-In a run that trains, an evaluation is told from training by the module's mode:
-one that never calls `model.eval()` looks like training and is
-`gpudoctor check`'s to find, and a script that trains with the model in eval
-mode (every call in eval mode) cannot be told apart, so nothing is said. Runs
-recorded before the eval-mode counts existed say "the run trains". Without the
-root module's record (a bare trace) it
-needs a trace with operator events, and then judges grad mode, not the graph: a
-model whose parameters were all frozen (`requires_grad_(False)`) builds none.
-A run without step structure (`step_source: "time"`) called no module with
-parameters: nothing says it evaluates a model.
+or reloaded carries the calls of the one before it, and calls made after step
+tracking stopped are still counted; a root of another class starts afresh.
+In a run that trains, an evaluation is told by the module's mode: one that never
+calls `model.eval()` is `gpudoctor check`'s to find, and a script that trains in
+eval mode cannot be told apart, so nothing is said. Without the root module's
+record (a bare trace) it judges grad mode from the operators, not the graph: a
+model with every parameter frozen builds none. A run without step structure
+(`step_source: "time"`) called no module with parameters: nothing is said.
 `gpudoctor check --fix` wraps the loop in `torch.no_grad()` only where nothing says
 it needs gradients: a loop that calls `torch.autograd.grad`, `.backward()`,
-`.requires_grad_()`, sets `.requires_grad`, or turns grad mode on
-(`torch.enable_grad`, `torch.set_grad_enabled`), or one whose results are
-differentiated after it in its function (`output.sum().backward()`), keeps the
-finding with the fix left to the author (its evidence says why). A function the loop
-calls that needs gradients is not looked into.
+`.requires_grad_()`, sets `.requires_grad`, turns grad mode on, or whose results
+are differentiated after it in its function keeps the finding with the fix left
+to the author. A function the loop calls is not looked into.
 
 References
 ----------

@@ -84,7 +84,7 @@ from gpudoctor.model.findings import (
     RuleInfo,
     SummaryStat,
 )
-from gpudoctor.rules.helpers import dataset_changed
+from gpudoctor.rules.dataloader import dataset_changed
 from gpudoctor.rules.registry import static_codes
 from gpudoctor.rules.static_api.names import installed_torch_version
 from gpudoctor.static.checklist import build_checklist, checklist_rows
@@ -170,7 +170,7 @@ def loader_sources(file: Path, texts: Mapping[str, str], names: Mapping[str, str
                    ) -> dict[int, tuple[str, bool]]:
     """For a run's analysis (``engine.loader_source_of``): the DataLoaders built in ``file`` whose loops change
     their dataset in place, by each line of the DataLoader's call: (where, at every step), as
-    ``rules.helpers.dataset_changed`` says for ``check``. ``texts``: the sources the run ran, by absolute
+    ``rules.dataloader.dataset_changed`` says for ``check``. ``texts``: the sources the run ran, by absolute
     path: ``file``'s and the script's (whose loop may iterate a DataLoader ``file`` builds), read together
     with the project modules they import; ``names``: how the run names them (absolute path -> name, e.g.
     relative to its working directory). Persistent workers keep

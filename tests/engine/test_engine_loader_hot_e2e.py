@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from gpudoctor.parse.rundir import read_pstats
-from gpudoctor.rules.helpers import entry_name, loader_profile
+from gpudoctor.rules.load_model import loader_profile
+from gpudoctor.rules.profiles import entry_name
 
 pytestmark = pytest.mark.slow
 

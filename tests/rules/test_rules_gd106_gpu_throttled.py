@@ -127,12 +127,12 @@ def test_needs_gpu_samples():
 
 
 def test_the_steps_span_of_a_job_is_its_ranks_side_by_side() -> None:
-    # helpers.steps_span once summed the loop times of every rank's steps: 2 ranks of 10 steps of 10 ms (CUDA
+    # device.steps_span once summed the loop times of every rank's steps: 2 ranks of 10 steps of 10 ms (CUDA
     # events, the host enqueuing each in 2 ms) ran "200 ms", and NVML samples of the next 100 ms counted
     import dataclasses as _dc
 
     from gpudoctor.rules.context import RuleContext
-    from gpudoctor.rules.helpers import steps_span
+    from gpudoctor.rules.device import steps_span
 
     def rank_steps(rank: int):
         return tuple(_dc.replace(s, wall_ns=2 * MS, gpu_ns=10 * MS, rank=rank, start_ns=s.index * 2 * MS)
