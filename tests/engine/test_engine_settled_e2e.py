@@ -52,13 +52,17 @@ def test_a_loop_that_settles_at_step_20_is_diagnosed_from_the_settled_steps(tmp_
     # the split falls where the sleep stops (the first step is a one-off of its own)
     assert change.startswith("steps 1–19 ran 1") and "the loop settled at step 20" in change, change
     assert "the figures are the settled part's" in change
-    # slow steps take 150 ms or more; the settled ones a few ms (under 100 ms even on a loaded machine)
+    # slow steps take 150 ms or more; the settled ones a few ms (under 100 ms even on a loaded machine): the step
+    # time (the mean) and its median are both of the settled steps
+    assert stats["step_time"]["value"] < 100.0, stats["step_time"]
     assert stats["step_time_median"]["value"] < 100.0, stats["step_time_median"]
     account = report["account"]
     assert account["step_ns"] < 100_000_000
     assert any(n.startswith("step time changed: steps 1–19") for n in account["notes"])
     # the account's window is the timings-only one of steps 35-39, inside the settled part
     assert not any("before the loop settled" in n for n in account["notes"])
-    # the stderr line of `gpudoctor profile` prints the same step time as the report (one definition)
-    line = next(x for x in proc.stderr.splitlines() if "step time median" in x)
-    assert f"step time median {duration_text(stats['step_time_median']['value'] * 1e6)}," in line, line
+    # the stderr line of `gpudoctor profile` prints the same step time (the mean) and median as the report (one
+    # definition, the settled part's)
+    line = next(x for x in proc.stderr.splitlines() if " steps (" in x and "step time " in x)
+    step, median = (duration_text(stats[k]["value"] * 1e6) for k in ("step_time", "step_time_median"))
+    assert f"step time {step} (mean), median {median}," in line, line
