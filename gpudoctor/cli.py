@@ -313,7 +313,8 @@ def analyze(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qu
     if len(paths) == 1 and (first / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
-        report = carry_over(report, read_previous(first))  # what `verify` measured stays
+        notes: list[str] = []  # verifications a malformed report.json held: said, not dropped silently
+        report = carry_over(report, read_previous(first, notes), notes)  # what `verify` measured stays
         write_run_report(report, first)
     emit_report(report, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(report, fail_on))
@@ -418,7 +419,8 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
     if len(paths) == 1 and (Path(paths[0]) / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
-        rep = carry_over(rep, read_previous(Path(paths[0])))  # what `verify` measured is shown too
+        notes: list[str] = []
+        rep = carry_over(rep, read_previous(Path(paths[0]), notes), notes)  # what `verify` measured is shown too
     emit_report(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 

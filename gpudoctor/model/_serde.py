@@ -117,6 +117,12 @@ class FieldRangeError(FieldTypeError):
     a NaN where a finite number is documented)."""
 
 
+def _fixed(tp: Any) -> bool:
+    """``tp`` is a tuple of fixed length (``tuple[str, int]``), not ``tuple[X, ...]`` or a list."""
+    args = typing.get_args(tp)
+    return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
+
+
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -125,6 +131,8 @@ def _describe(tp: Any) -> str:
         return text + (" or null" if len(args) < len(typing.get_args(tp)) else "")
     if origin in (tuple, list):
         args = typing.get_args(tp)
+        if _fixed(tp):  # tuple[str, int]: one item of each type, in order
+            return f"a list of {len(args)} items ({', '.join(_describe(a) for a in args)})"
         return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
     if origin is dict:
         return "an object"
@@ -191,6 +199,12 @@ def _check_value(tp: Any, value: Any, where: str, finite: bool = False) -> None:
         if not isinstance(value, (list, tuple)):
             raise bad
         args = typing.get_args(tp)
+        if _fixed(tp):  # tuple[str, int]: each item against its own type, and as many as there are types
+            if len(value) != len(args):
+                raise bad
+            for i, (a, v) in enumerate(zip(args, value, strict=True)):
+                _check_value(a, v, f"{where}[{i}]", finite)
+            return
         item = args[0] if args else Any
         for i, v in enumerate(value):
             _check_value(item, v, f"{where}[{i}]", finite)

@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpudoctor.config import Config
@@ -92,10 +93,14 @@ def verify_run(
 
 
 
-def carry_over(report: Report, previous: Report | None) -> Report:
+def carry_over(report: Report, previous: Report | None, notes: Sequence[str] = ()) -> Report:
     """``report`` with the verifications of an earlier report of the same run (``report.json``) on the
     findings they still fit (same code, rank and location): ``analyze`` and ``report`` diagnose a run
-    again without losing what ``verify`` measured."""
+    again without losing what ``verify`` measured. ``notes`` (``read_previous``'s: verifications it
+    could not carry over, and why) join the run's notes, which every format shows."""
+    if notes and report.run is not None:
+        run = dataclasses.replace(report.run, notes=(*report.run.notes, *notes))
+        report = dataclasses.replace(report, run=run)
     if previous is None:
         return report
 
@@ -107,25 +112,39 @@ def carry_over(report: Report, previous: Report | None) -> Report:
     return _attach(report, found) if found else report
 
 
-def read_previous(run_dir: Path) -> Report | None:
+def read_previous(run_dir: Path, notes: list[str] | None = None) -> Report | None:
     """The run's ``report.json`` when it holds verifications (None when absent, unreadable or malformed:
-    a field of the wrong type or out of range, which ``analyze`` then writes over)."""
+    a field of the wrong type or out of range, which ``analyze`` then writes over). A malformed one
+    that holds verifications is not dropped silently: why goes into ``notes``."""
     import json  # noqa: PLC0415
 
     from gpudoctor.model._serde import check  # noqa: PLC0415
 
+    data: object = None
     try:
         data = json.loads((Path(run_dir) / layout.REPORT).read_text(encoding="utf-8"))
         # untrusted like every file of a run: each field of its type, no integer past 64 bits, and a
         # verification's figures finite (they are shown and ranked); otherwise nothing is carried over
         check(Report, data)
-        for f in data["findings"]:
+        for i, f in enumerate(data["findings"]):
             if f.get("verification") is not None:
-                check(Verification, f["verification"], "verification", finite=True)
+                check(Verification, f["verification"], f"findings[{i}].verification", finite=True)
         previous = Report.from_dict(data)
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # FieldTypeError is a ValueError
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as err:  # FieldTypeError is a ValueError
+        if notes is not None and _holds_verifications(data):
+            why = str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+            notes.append(f"{layout.REPORT} is malformed ({why[:200]}): the verifications it holds are not shown; "
+                         "`gpudoctor verify` measures them again")
         return None
     return previous if any(f.verification is not None for f in previous.findings) else None
+
+
+def _holds_verifications(data: object) -> bool:
+    """``data`` (a ``report.json`` as read) has a finding with a verification."""
+    findings = data.get("findings") if isinstance(data, dict) else None
+    return isinstance(findings, list) and any(
+        isinstance(f, dict) and f.get("verification") is not None for f in findings
+    )
 
 
 def _attach(report: Report, verifications: dict[int, Verification], nothing: str = "") -> Report:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from gpudoctor import safe
 from gpudoctor.collect import rundir
-from gpudoctor.model import Manifest
+from gpudoctor.model import Edit, Manifest
 from gpudoctor.model._serde import FieldTypeError, check
 
 # --------------------------------------------------------------------------- gpudoctor.safe
@@ -82,6 +83,21 @@ def test_check_accepts_what_to_dict_writes_and_old_manifests() -> None:
     old = {k: v for k, v in data.items() if k not in ("write_errors", "rank_ends")}  # written before these fields
     check(Manifest, old)
     assert Manifest.from_dict(old).write_errors == ()
+
+
+
+def test_check_takes_a_fixed_tuple_item_by_item() -> None:
+    """``tuple[str, int]`` (an edit's keyword positions): each item against its own type, as many as
+    there are types; ``to_dict``'s output is accepted (both items were once checked as the first: a
+    position 5 and a keyword removed, None, made a report.json malformed)."""
+    edit = Edit("call_args", "train.py", 31, args=(("num_workers", "4"), ("pin_memory", None)),
+                positions=(("batch_size", 1), ("num_workers", 5)))
+    check(Edit, edit.to_dict())
+    for bad, says in ((["num_workers", "5"], "positions[0][1]' must be an integer"),
+                      (["num_workers"], "positions[0]' must be a list of 2 items (a string, an integer)"),
+                      (["num_workers", 5, 6], "positions[0]' must be a list of 2 items")):
+        with pytest.raises(FieldTypeError, match=re.escape(says)):
+            check(Edit, {**edit.to_dict(), "positions": [bad]})
 
 
 # --------------------------------------------------------------------------- writes that fail
