@@ -552,3 +552,20 @@ def test_gd204_a_waiting_loop_models_its_warm_compute_and_bounds_with_the_least(
     now = 30.0 + 0.8 * 11.3 + 0.2 * 1.3
     assert cold.gain.share_pct == pytest.approx(100.0 * (now - 1.3) / now, abs=0.5)
     assert cold.gain.expected_speedup <= cold.gain.speedup_bound
+
+
+def test_gd201_settles_on_the_later_half_s_unprofiled_steps():
+    """A session of Lightning, 2 workers that keep up, a 53 ms step of 4 micro-batches: its unprofiled steps
+    wait a hand-over (6 ms a step, 1.5 ms a batch); under cProfile the training process's own receipt of a
+    batch slows (8.7-15 ms a step, 91 ms on one while the trace was compressed beside). The later half's
+    unprofiled steps say the pipeline keeps up; the same waits on unprofiled steps are a stall."""
+    d = dataloader(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    base = [dataclasses.replace(s, marker="optimizer", micro_batches=4, batches=4) for s in steps(40, 53.0, 6.0)]
+    late_waits = {19: 8.7, 20: 91.0, 21: 9.6, 22: 8.75}
+    instrumented = [dataclasses.replace(s, window="cprofile" if 16 <= s.index <= 21 else s.window,
+                                        data_wait_ns=int(late_waits.get(s.index, 6.0) * MS)) for s in base]
+    cpu = settings(device_type="cpu", dataloaders=(d,))
+    res = judge("GD201", _cpu_run(settings=cpu, steps=tuple(instrumented)))
+    assert res.verdict == Verdict.FINE and "pipeline was filling" in res.reason, (res.verdict, res.reason)
+    bare = [dataclasses.replace(s, window="") for s in instrumented]  # the same waits, no instrument
+    assert judge("GD201", _cpu_run(settings=cpu, steps=tuple(bare))).verdict == Verdict.FIRED
