@@ -419,8 +419,7 @@ def report(paths, jobs, cluster, select, ignore, sets, fail_on, fmt, output, qui
     if len(paths) == 1 and (Path(paths[0]) / layout.MANIFEST).is_file():
         from gpudoctor.verify import carry_over, read_previous
 
-        notes: list[str] = []
-        rep = carry_over(rep, read_previous(Path(paths[0]), notes), notes)  # what `verify` measured is shown too
+        rep = carry_over(rep, read_previous(Path(paths[0]), notes := []), notes)  # what `verify` measured, shown
     emit_report(rep, fmt, output, quiet, color)
     sys.exit(fail_on_exit_code(rep, fail_on))
 

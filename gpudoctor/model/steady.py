@@ -252,18 +252,19 @@ def times_figures(times: Sequence[int], source: StepSource, steps: Sequence[Step
     for the data wait; none for a trace's windows): the mean is the step time, the median and p90 its spread."""
     if not times:
         return StepFigures(0, None, None, None, None, source=source)
-    # the wait's share of the step time (mean wait ÷ the step time: of the wall time where the wall times the
-    # steps), so that "70.60 ms of a 77.51 ms step" and its share are of one statistic
+    # the wait's share of the step time: the mean wait ÷ the step time (the mean of ``times``), so that "70.60 ms
+    # of a 77.51 ms step" and its share are of one statistic, also where CUDA events timed fewer steps than the
+    # records hold (a sum of every step's wait over a sum of fewer steps' times said 31.7% beside 4.52 ms of 16.05 ms)
     waited = sum(min(s.data_wait_ns, s.wall_ns) for s in steps)
-    wait = 100.0 * waited / sum(times) if steps and sum(times) > 0 else None
+    mean_time = sum(times) / len(times)
+    wait = 100.0 * (waited / len(steps)) / mean_time if steps and mean_time > 0 else None
     return StepFigures(
         steps=len(times),
-        step_ns=_us(sum(times) / len(times)),
+        step_ns=_us(mean_time),
         median_ns=_us(median_int(times) or 0),
         p90_ns=_us(percentile_int(times, 90) or 0),
         data_wait_pct=round(wait, 3) if wait is not None else None,
-        data_wait_ns=(int(round(sum(min(s.data_wait_ns, s.wall_ns) for s in steps) / len(steps)))
-                      if steps else None),
+        data_wait_ns=int(round(waited / len(steps))) if steps else None,
         source=source,
         unprofiled=unprofiled,
     )

@@ -109,7 +109,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, Ledger, LedgerBasis, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
-from gpudoctor.model.steady import data_wait_share_pct, unprofiled_steps
+from gpudoctor.model.steady import data_wait_share_pct
 from gpudoctor.rules.context import (
     RuleContext,
     RuleResult,
@@ -676,7 +676,7 @@ def _settled_wait_ns(ctx: RuleContext, micro: int) -> float | None:
     late = steady[len(steady) // 2:]
     if len(late) < 5:
         return None
-    unprofiled = {(s.rank, s.index) for s in unprofiled_steps(steady)}
+    unprofiled = {(s.rank, s.index) for s in ctx.figures.job.unprofiled}  # the run's figures' population
     bare = [s for s in late if (s.rank, s.index) in unprofiled]
     late = bare if len(bare) >= 5 else late
     return sum(min(s.data_wait_ns, s.wall_ns) for s in late) / (len(late) * max(1, micro))

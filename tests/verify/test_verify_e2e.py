@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.report.schema import report_schema
+from gpudoctor.verify.plan import MIN_STEPS
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,9 @@ def test_a_dataloader_stall_fix_is_confirmed(stalled: tuple[subprocess.Completed
     assert v["max_looks"] == 2 and v["look_confidence_pct"] == 97.5 and v["confidence_pct"] == 95.0
     # the run is the unit: each run's time per step, and how busy the machine was during it
     assert [r["arm"] for r in v["per_run"]].count("baseline") == v["trials"] and len(v["per_run"]) == 2 * v["trials"]
-    assert all(r["step_ns"] > 0 and r["steps"] == 20 and r["load"]["samples"] >= 1 for r in v["per_run"])
+    # each run is judged on its steps after the 5 warm-up ones (20 of 25), from where it settled: a run whose
+    # workers were still filling their pipeline is split there (model.settle), never below MIN_STEPS
+    assert all(r["step_ns"] > 0 and MIN_STEPS <= r["steps"] <= 20 and r["load"]["samples"] >= 1 for r in v["per_run"])
     assert v["load_baseline"]["others_cpu_pct"] is not None and "machine: other processes used" in v["reason"]
     assert v["median_speedup"] is not None and v["profiled_step_ns"] > 0
     assert all(c["call_site"]["file"] == "slow_collate.py" for c in v["changes"])
