@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -103,9 +104,22 @@ def test_step_marks_the_steps_and_torch_is_put_back(tmp_path):
     assert out["kind"] == "profile"
 
 
+# Findings about the state of the host process or the machine at the moment, not about the script: GD205 says
+# the machine is busy (other processes); GD503 counts page faults, which follow the heap's history (what the
+# process imported and freed before the loop: `python -c` importing the sample vs `profile` running it as
+# __main__), and on starved_dataloader sits at its threshold: each side has fired it alone on CI's machine.
+_OF_THE_MOMENT = ("GD205", "GD503")
+
+
 def _codes(report: dict) -> set[str]:
-    # GD205 says the machine is busy (other processes): a fact of the moment, not of the script
-    return {f["code"] for f in report["findings"] if f["severity"] in ("error", "warning") and f["code"] != "GD205"}
+    return {f["code"] for f in report["findings"]
+            if f["severity"] in ("error", "warning") and f["code"] not in _OF_THE_MOMENT}
+
+
+def _planted(sample: str) -> set[str]:
+    text = (SAMPLES / f"{sample}.py").read_text(encoding="utf-8")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Expected:")]
+    return set(re.findall(r"GD\d{3}", line))
 
 
 def _comparable(report: dict) -> dict:
@@ -136,6 +150,7 @@ def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
     (run,) = (tmp_path / "profile-runs").iterdir()
     profiled = json.loads((run / "report.json").read_text())
     assert _codes(out["report"]) == _codes(profiled), (_codes(out["report"]), _codes(profiled))
+    assert _planted(sample) <= _codes(profiled), (_planted(sample), _codes(profiled))
     # the same instruments: the DataLoader read with its call site, the steps found by the same marker
     session_dir = tmp_path / out["report"]["source"]
 
