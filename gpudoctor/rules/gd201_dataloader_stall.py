@@ -22,7 +22,8 @@ alive across epochs. Workers = ceil(load ÷ (warm compute + hand-over)) +
 `dataloader_waiting_cpu_max_pct` of its wall time) is not capped at the cores; a
 **computing** one at the free cores; where they cannot hide it, the finding names
 the loading's hot functions. At most what memory holds (at that bound: a deeper
-`prefetch_factor`). The model in full: docs/account.md, "GD201".
+`prefetch_factor`). Without a GPU, the training keeps the cores computing workers
+leave (`torch.set_num_threads`). In full: docs/account.md.
 
 Before:
 
@@ -41,12 +42,12 @@ Expected gain
 -------------
 Per batch, over the unprofiled steady steps (what `--verify` measures):
 
-    step_after = max(compute + hand-over, load ÷ w, load_cpu ÷ usable_cores,
-                     (training_cpu + hand-over + load_cpu) ÷ cores)
+    step_after = max(compute + h, (load + h) ÷ w, (load_cpu + h) ÷ usable_cores,
+                     (training_cpu + load_cpu + 2 h) ÷ cores)
     expected   = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
-with compute the warm compute; at stake the wait (without a GPU, plus the mean
-compute beyond the least: the bound). Model and calibration: docs/account.md.
+with h the hand-over (both sides pay it), compute the warm one (× threads lost);
+at stake the wait (no GPU: plus the mean compute beyond the least: the bound).
 
 Evidence used
 -------------
@@ -93,6 +94,7 @@ import ast
 import math
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.analysis.load import StepCompute, free_cores, step_compute
@@ -195,6 +197,7 @@ class WorkerPlan:
     expected_fraction: float  # (step_now - step_after) ÷ wait, in [0, 1]
     hides: bool  # the workers hide the load: the step after is compute + hand-over
     model: str  # the model with its factors filled in
+    threads_after: int | None = None  # torch.set_num_threads for the training process (None: leave it)
 
 
 def classify(wanted_frac: float | None, waiting_max_pct: float) -> str:
@@ -304,10 +307,16 @@ def memory_cap(ctx: RuleContext, dl: DataLoaderSetting | None) -> tuple[int, str
                f"training process holds {n} workers at {whose} {fmt_bytes(per)} RSS")
 
 
+# the cores the training's threads and the computing workers may want beyond the machine's before the threads give
+# way: a worker busy a small share of the step takes a thread's core now and then, not at every op
+_SPARE_CORE = 0.5
+
+
 def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: int, cores: int | None,
                  main_cpu_ns: float | None, mem_cap: tuple[int, str] | None, t: Thresholds,
                  basis: str = "", noise_ns: float = 0.0, now_compute_ns: float | None = None,
-                 stake_ns: float | None = None, free_cores: float | None = None) -> WorkerPlan:
+                 stake_ns: float | None = None, free_cores: float | None = None,
+                 threads_now: int | None = None, main_got: float | None = None) -> WorkerPlan:
     """The workers to recommend for ``load`` and the step the model expects with them (per batch).
 
     Enough workers to hide the load: ceil(load ÷ (compute + hand-over)) + spare. A waiting load is not
@@ -320,7 +329,10 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     it takes when its data is ready), ``now_compute_ns`` the compute as the run ran (default: the same):
     the step now is that and the wait; ``stake_ns`` what the fix can win at most per batch (default: the
     wait), of which the expected fraction is. ``free_cores``: the cores other processes left (None: all of
-    them); a computing load's workers and the model's CPU terms get no more than those."""
+    them); a computing load's workers and the model's CPU terms get no more than those. ``threads_now``: the
+    training process's intra-op threads on a run without a GPU (None elsewhere), ``main_got`` the cores its
+    compute keeps busy: a computing load's workers and those threads share the cores, so where they would not
+    fit, the threads give way (``_fit_threads``)."""
     handover = t.dataloader_handover_ms * 1e6
     if cores and free_cores is not None and load.kind != WAITING:
         cores = max(1, min(cores, math.floor(free_cores + 0.5)))  # a waiting load needs no cores: all of them
@@ -345,23 +357,41 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
     limited = n < needed
     cpu = load.cpu_ns if load.kind != UNMEASURED else load.load_ns
     running = n if load.kind == WAITING or usable is None else min(n, usable)
-    after = loader_step_ns(compute_ns=compute_ns, load_ns=load.load_ns, load_cpu_ns=cpu, workers=running,
-                           usable_cores=usable, main_cpu_ns=main_cpu_ns, handover_ns=handover,
-                           # all the CPU, the workers' too (even a waiting load's), runs on the cores others leave
-                           cores=max(1.0, min(cores, free_cores)) if cores and free_cores is not None else cores)
+    # all the CPU, the workers' too (even a waiting load's), runs on the cores others leave
+    cpu_cores = max(1.0, min(cores, free_cores)) if cores and free_cores is not None else cores
+
+    def step_with(k: int, compute: float, threads: int | None = None) -> float:
+        # without a GPU the training's CPU per batch is at most its compute's wall time on each of its threads: what
+        # it used beyond that now, its OpenMP threads spun while the loop waited (fewer threads, less of it)
+        main = min(main_cpu_ns, compute * threads) if main_cpu_ns is not None and threads else main_cpu_ns
+        return loader_step_ns(compute_ns=compute, load_ns=load.load_ns, load_cpu_ns=cpu, workers=k,
+                              usable_cores=usable, main_cpu_ns=main, handover_ns=handover, cores=cpu_cores)
+
+    threads_after = None
+    compute_after = compute_ns
+    if threads_now and cores and load.kind != WAITING:
+        running, threads_after, compute_after = _fit_threads(step_with, running, threads_now, main_got, compute_ns,
+                                                             cores, cpu if cpu is not None else load.load_ns, handover)
+        n = running if threads_after is not None else n
+        limited = n < needed
+    after = step_with(running, compute_after, threads_after or threads_now)
     now = (compute_ns if now_compute_ns is None else now_compute_ns) + wait_ns
     stake = wait_ns if stake_ns is None else stake_ns
     # a win per batch under the hand-over is within what the model can tell (its smallest term; a wait under it
     # is no stall the rule reports either), and so is one under the noise of the step's mean: none is promised
     resolution = max(handover, noise_ns)
     fraction = max(0.0, min(1.0, (now - after) / stake)) if stake > 0 and now - after >= resolution else 0.0
-    terms = [f"compute {fmt_ns(compute_ns)} + hand-over {fmt_ns(handover)}",
-             f"load {fmt_ns(load.load_ns)} ÷ {running} worker(s)"]
+    slower = (f" × {threads_now} threads ÷ {threads_after} = {fmt_ns(compute_after)}"
+              if threads_after is not None and compute_after > compute_ns else "")
+    terms = [f"compute {fmt_ns(compute_ns)}{slower} + hand-over {fmt_ns(handover)}",
+             f"(load {fmt_ns(load.load_ns)} + hand-over) ÷ {running} worker(s)"]
     if cpu is not None and usable:
-        terms.append(f"load CPU {fmt_ns(cpu)} ÷ {usable} usable core(s)")
+        terms.append(f"(load CPU {fmt_ns(cpu)} + hand-over) ÷ {usable} usable core(s)")
         if main_cpu_ns is not None and cores:
-            cpu_cores = max(1.0, min(cores, free_cores)) if free_cores is not None else cores
-            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)} + hand-over + load CPU) ÷ {cpu_cores:.3g}"
+            threads = threads_after or threads_now
+            main = min(main_cpu_ns, compute_after * threads) if threads else main_cpu_ns
+            capped = f" ≤ {threads} thread(s) × compute = {fmt_ns(main)}" if main < main_cpu_ns else ""
+            terms.append(f"(training CPU {fmt_ns(main_cpu_ns)}{capped} + load CPU + 2 hand-overs) ÷ {cpu_cores:.3g}"
                          f"{' free' if cpu_cores < cores else ''} cores")
     model = (f"step per batch = max({', '.join(terms)}) = {fmt_ns(after)}, "
              f"against {fmt_ns(now)} now{f' ({basis})' if basis else ''}: {fmt_pct(100.0 * fraction)} of the "
@@ -373,8 +403,37 @@ def plan_workers(load: Load, *, compute_ns: float, wait_ns: float, workers_now: 
                   + (f"the hand-over, {fmt_ns(handover)})" if resolution == handover else
                      f"{t.dataloader_win_noise_se_count:g} standard errors of the mean step less its wait, "
                      f"{fmt_ns(noise_ns)}: within the noise)"))
+    if threads_after is not None:
+        model += (f"; torch.set_num_threads({threads_after}) in the training process: {running} worker(s) and its "
+                  f"{threads_now} intra-op threads would want more than the {cpu_cores:.3g} cores")
     return WorkerPlan(n, needed, cap if limited else None, why if limited else "", now, wait_ns, after, fraction,
-                      after <= (compute_ns + handover) * 1.01, model)
+                      after <= (compute_after + handover) * 1.01, model, threads_after)
+
+
+def _fit_threads(step_with: Callable[[int, float, int | None], float], most: int, threads_now: int, main_got: float | None,
+                 compute_ns: float, cores: float, load_cpu_ns: float, handover_ns: float) -> tuple[int, int | None, float]:
+    """(workers, intra-op threads to set or None, compute per batch with them) for the ``most`` computing
+    workers planned beside the training process's threads. The workers keep busy the cores their CPU per batch
+    (the load's and their side of the hand-over) takes of the step; where those and the threads would want more
+    than ``cores`` (half a core spare), the threads give way to the cores the workers leave: an OpenMP op of N
+    threads with one of them off its core waits for it at its barrier (a loader computing 3.6 ms per batch, one
+    worker beside torch's 2 threads on 2 cores, made the step 1.27× slower, and 1.2× faster with one thread).
+    The compute is taken to scale with the threads it loses, at most the cores it kept busy (``main_got``; all
+    its threads without the figure). Fewer workers only where that makes the step at least 1% shorter."""
+    busy = min(float(threads_now), cores, main_got if main_got else float(threads_now))
+    best: tuple[float, int, int | None, float] | None = None
+    for k in range(max(1, most), 0, -1):
+        step = step_with(k, compute_ns, threads_now)
+        wanted = min(float(k), (load_cpu_ns + handover_ns) / step)  # the cores the workers keep busy
+        threads, compute = threads_now, compute_ns
+        if threads_now + wanted > cores + _SPARE_CORE:
+            threads = max(1, min(threads_now, math.floor(cores - wanted)))
+            compute = compute_ns * max(1.0, busy / threads)
+            step = step_with(k, compute, threads)
+        if best is None or step < best[0] * 0.99:
+            best = (step, k, None if threads == threads_now else threads, compute)
+    assert best is not None
+    return best[1], best[2], best[3]
 
 
 def _changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
@@ -526,9 +585,12 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
     warm = comp is not None and not busy
     compute_ns = max(min(comp.warm_ns, mean_compute), 1.0) if warm else mean_compute
     load, main_cpu = measure_load(ctx, dl, steps, micro, step_batch_ns, wait_ns)
+    main_got = main_cpu / mean_compute if main_cpu is not None else None  # the cores the compute keeps busy
     if main_cpu is not None:
         main_cpu *= compute_ns / mean_compute  # the training's own CPU per batch shrinks with its compute
     on_gpu = ledger is not None and ledger.basis == LedgerBasis.GPU
+    # without a GPU the step's compute is the training process's intra-op threads: workers share their cores
+    threads_now = ctx.settings.num_threads if ctx.settings is not None and not ctx.has_gpu() else None
     # what the fix can win at most, per batch: the wait, and on a run without a GPU the compute beyond the
     # least any step showed (a loop that stops waiting runs warm)
     cold_ns = max(0.0, mean_compute - comp.least_ns) if comp is not None and not on_gpu else 0.0
@@ -544,7 +606,8 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                 if len(computes) > 1 and not on_gpu else 0.0)
     plan = plan_workers(load, compute_ns=compute_ns, wait_ns=wait_ns, workers_now=workers or 0, cores=cores,
                         main_cpu_ns=main_cpu, mem_cap=mem, t=t, basis=basis, noise_ns=noise_ns,
-                        now_compute_ns=mean_compute, stake_ns=wait_ns + cold_ns, free_cores=free)
+                        now_compute_ns=mean_compute, stake_ns=wait_ns + cold_ns, free_cores=free,
+                        threads_now=threads_now, main_got=main_got)
     n = plan.workers
     if busy and load.kind != WAITING and workers and workers >= n:
         # a computing load whose workers already use the cores others leave: what it lacks is those cores
@@ -591,6 +654,11 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
                  f"raise prefetch_factor to {pf} (a deeper queue absorbs slow batches) and make loading cheaper")
     args = ", ".join(f"{k}={v}" for k, v in changes.items())
     instruction = f"Set {args} on the DataLoader{where} ({how}){extra}."
+    if plan.threads_after is not None and more:
+        instruction += (f" Call torch.set_num_threads({plan.threads_after}) in the training process (or "
+                        f"OMP_NUM_THREADS={plan.threads_after}): its {threads_now} intra-op threads beside {n} "
+                        f"computing worker(s) would want more than the {cores} cores, and an op waits at its barrier "
+                        "for a thread that lost its core.")
     notes = ["first step of each epoch, and each worker's first batch where workers start, left out "
              "(worker start-up is GD202)", *load.evidence]
     if comp is not None and comp.cold_ratio >= t.cold_compute_ratio:
@@ -621,6 +689,9 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
         Metric("compute_mean_ns", int(mean_compute), "ns", "per batch: the step less its data wait (mean)"),
         Metric("load_kind", load.kind),
         Metric("suggested_num_workers", n, "count"),
+        *([Metric("suggested_num_threads", plan.threads_after, "count",
+                  f"torch.set_num_threads in the training process (now {threads_now})")]
+          if plan.threads_after is not None and more else []),
         Metric("expected_step_ns", int(plan.step_after_ns), "ns", "per batch, by the model"),
     ]
     if comp is not None:
@@ -854,7 +925,12 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     caveat = ctx.workers_caveat(dl)
     if caveat is not None and caveat[1]:
         return f"the fix is left to the author: {caveat[0]}"
-    return dataloader_injections(dl, _allowed(ctx, dl, _changes(ctx, dl, n)))
+    threads = next((m.value for m in finding.evidence.metrics if m.name == "suggested_num_threads"), None)
+    out = dataloader_injections(dl, _allowed(ctx, dl, _changes(ctx, dl, n)))
+    if isinstance(threads, int):
+        out = (*out, Injection("threads", "torch.set_num_threads", threads,
+                               text=f"torch.set_num_threads({threads}) in the training process"))
+    return out
 
 
 def check(ctx: RuleContext) -> RuleResult:
