@@ -277,3 +277,34 @@ def test_a_finding_its_own_model_declines_is_no_diagnosis():
         {"code": "GD204", "severity": "warning", "gain": {"share_pct": 9.0, "expected_share_pct": 1.0}},
     ]})
     assert [f["code"] for f in v.findings] == ["GD601", "GD203", "GD204"] and v.declined == ["GD201"]
+
+
+@pytest.mark.accuracy
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S + 300)
+def test_every_sample_scripts_run_prints_one_value_per_quantity(bench):
+    """Issue 42's "one value per quantity" over every sample script's runs (planted and fixed, the benchmark's
+    own run directories): each renders in all five formats with one step time now, and one value for every other
+    quantity printed in more than one place. The recorded H200 runs: tests/report/test_report_one_value_runs.py."""
+    sys.path.insert(0, str(ROOT / "tests" / "report"))
+    from one_value import conflicts, texts, values_by_quantity
+
+    from gpudoctor.cli import load_and_analyze
+    from gpudoctor.config import Config
+    from gpudoctor.engine import diagnose
+
+    checked, problems = 0, []
+    for r in bench["scenarios"]:
+        for variant in (r["planted"], r["fixed"]):
+            if not variant or not variant.get("run_dir") or variant.get("error"):
+                continue
+            report = diagnose(load_and_analyze([variant["run_dir"]]), Config(), kind="profile")
+            named = texts(report)
+            where = {w for w, _, _ in values_by_quantity(named).get("step time (now)", [])}
+            if not {"terminal", "md", "html", "json"} <= where:
+                problems.append(f"{r['name']}: the step time now printed only in {sorted(where)}")
+            problems += [f"{r['name']}: {c}" for c in conflicts(named)]
+            checked += 1
+    runnable = sum(1 for r in bench["scenarios"] if r["status"] != "needs GPU")
+    assert checked >= runnable, (checked, runnable)  # at least the planted run of every runnable scenario
+    assert not problems, "\n".join(problems)
