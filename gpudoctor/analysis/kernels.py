@@ -13,9 +13,15 @@ windows, or the whole trace without steps; ``KernelStats.window`` says which).
   matmul / linear / bmm / attention ops whose tensor inputs were float32
   (``"Input type"`` of the op that launched them, found by external id).
 - Optimizer kernels: kernels launched inside ``Optimizer.step#…`` ranges.
+
+Read from a ``KernelStats`` (GD401's evidence): the share of kernel time in half-precision Tensor
+Core kernels, and, without input dtypes, the FP32 GEMM and convolution time the heaviest kernels'
+names say.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -151,3 +157,40 @@ def kernel_stats(view: TraceView, windows: Windows | None = None, top: int = TOP
         window=WindowKind.STEPS if windows.from_steps else WindowKind.TRACE,
     )
 
+
+
+# --------------------------------------------------------------------------- reading a KernelStats
+
+# cuBLAS / cuDNN single-precision SIMT kernels, and cuDNN convolutions on float, by name
+_FP32_KERNEL = re.compile(
+    r"sgemm|scudnn|gemv2?t?_kernel<float|"
+    r"(winograd|convolve|dgrad|wgrad|conv2d|implicit_gemm)[^<]*<float\b",
+    re.IGNORECASE,
+)
+_FP32_GEMM_KERNEL = re.compile(r"sgemm|gemv2?t?_kernel<float", re.IGNORECASE)
+
+
+def fp32_named_ns(k: KernelStats, gemm: bool = False) -> int:
+    """GPU time of the heaviest kernels (``KernelStats.top``) whose names say FP32 GEMM or convolution
+    (GEMM alone when ``gemm``)."""
+    pattern = _FP32_GEMM_KERNEL if gemm else _FP32_KERNEL
+    return sum(s.total_ns for s in k.top if pattern.search(s.name))
+
+
+def fp32_kernel_name_pct(k: KernelStats) -> float | None:
+    """Share of kernel time, among the heaviest kernels (``KernelStats.top``), in single-precision
+    GEMM and convolution kernels by name: a lower bound when the trace has no input dtypes."""
+    if not k.top or k.total_ns <= 0:
+        return None
+    return 100.0 * fp32_named_ns(k) / k.total_ns
+
+
+def half_tensor_core_pct(k: KernelStats) -> float:
+    """Share of kernel time in Tensor Core kernels (by name) that are neither TF32 kernels by name nor
+    kernels of float32 ops: the TF32 kernels that cuDNN (``allow_tf32``, on by default) and the matmul
+    flags run float32 ops on are FP32 work, not mixed precision."""
+    if k.total_ns <= 0:
+        return 0.0
+    if k.half_tensor_core_ns is not None:  # neither TF32 by name nor of a float32 op
+        return 100.0 * k.half_tensor_core_ns / k.total_ns
+    return 100.0 * max(0, k.tensor_core_ns - k.fp32_eligible_tensor_core_ns) / k.total_ns

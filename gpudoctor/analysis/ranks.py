@@ -17,28 +17,28 @@ rank with the most work, and the others wait about ``its work - theirs`` every s
 
 - Basis ``"work"``: at least two ranks have traces and one of them has collectives.
   Steps are compared one by one on the ProfilerStep numbers every compared rank has.
-- Basis ``"step"``: otherwise, step wall times (steps.jsonl after the first step of
-  each epoch, else the ProfilerStep windows); compared per step index where the ranks
-  share them. In synchronized training this basis cannot see a straggler, and the
-  summary says so.
+- Basis ``"step"``: otherwise, step wall times (each rank's steady steps, the run's
+  figures': ``analysis.figures``, else the ProfilerStep windows); compared per step index
+  where the ranks share them. In synchronized training this basis cannot see a straggler,
+  and the summary says so.
 
 Traces of several jobs (different world sizes) are shown per rank but only the ranks of
 one job are compared. Traces without a rank (no ``distributedInfo``) are left out, with
-a note. A pure function of the model (standard library only).
+a note. A pure function of the model and the run's figures (standard library only).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpudoctor.analysis.figures import RunFigures, run_figures
 from gpudoctor.model.findings import RankRow, RankSummary, RunData
 from gpudoctor.model.metrics import CommStats, TraceMetrics
 from gpudoctor.model.run import StepRecord
-from gpudoctor.model.steady import median_int, percentile_int, steady_steps
+from gpudoctor.model.steady import median_int, percentile_int
 
-__all__ = ["RankFigures", "rank_figures", "steady_of"]
+__all__ = ["RankFigures", "rank_figures"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +52,12 @@ class _Rank:
     rank: int
     world_size: int | None
     records: list[StepRecord] = field(default_factory=list)
+    steady: tuple[StepRecord, ...] = ()  # its steady steps (the run's figures: ``RunFigures.ranks``)
     traces: list[TraceMetrics] = field(default_factory=list)
     # ProfilerStep number -> (step window ns, collective ns, exposed ns)
     windows: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     has_comm: bool = False
     duplicate_steps: int = 0
-
-
-def steady_of(records: Sequence[StepRecord]) -> list[StepRecord]:
-    """One rank's steps, in order, without the first of the run (and the first of each epoch
-    when known): they carry one-off costs (worker start-up, autotuning, allocator warm-up).
-    ``model.steady.steady_steps`` without a step marker, a DataLoader or compilations (what the
-    records of one rank, or of a trial run, are judged by)."""
-    return list(steady_steps(sorted(records, key=lambda s: s.index), None, None))
 
 
 def _comm_of(m: TraceMetrics) -> CommStats | None:
@@ -80,7 +73,7 @@ def _name(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _collect(run: RunData, notes: list[str]) -> dict[tuple[int | None, int], _Rank]:
+def _collect(run: RunData, figures: RunFigures, notes: list[str]) -> dict[tuple[int | None, int], _Rank]:
     default_world = run.manifest.world_size if run.manifest is not None else None
     ranks: dict[tuple[int | None, int], _Rank] = {}
 
@@ -118,7 +111,10 @@ def _collect(run: RunData, notes: list[str]) -> dict[tuple[int | None, int], _Ra
             worlds = {k[0] for k in ranks if k[1] == s.rank}
             world = next(iter(worlds)) if len(worlds) == 1 else None
         get(s.rank, world).records.append(s)
+    steady = {x.rank: x.steady for x in figures.ranks}
     for r in ranks.values():
+        if r.records:
+            r.steady = steady.get(r.rank, ())
         if r.duplicate_steps:
             names = ", ".join(sorted({_name(m.path) for m in r.traces}))
             notes.append(
@@ -129,7 +125,7 @@ def _collect(run: RunData, notes: list[str]) -> dict[tuple[int | None, int], _Ra
 
 
 def _row(r: _Rank, straggler: bool) -> RankRow:
-    steady = steady_of(r.records)
+    steady = r.steady
     windows = sorted(r.windows.items())
     if steady:
         walls = [s.wall_ns for s in steady]
@@ -179,6 +175,7 @@ def _job(ranks: dict[tuple[int | None, int], _Rank], notes: list[str]) -> list[_
 
 def rank_figures(
     run: RunData,
+    figures: RunFigures | None = None,
     *,
     delay_share_pct: float,
     consistency_pct: float,
@@ -193,9 +190,10 @@ def rank_figures(
     ``min_steps`` compared steps (step by step), and
     its excess is at least ``jitter_ratio`` times the other ranks' step-to-step variation
     (the median absolute deviation of their per-step figures from their own medians).
+    ``figures``: the run's (``analysis.figures.run_figures(run)``, computed here when not given).
     """
     notes: list[str] = []
-    ranks = _collect(run, notes)
+    ranks = _collect(run, figures if figures is not None else run_figures(run), notes)
     distributed = bool(ranks) and (
         len(ranks) > 1 or any((r.world_size or 0) > 1 for r in ranks.values())
     )
@@ -211,10 +209,10 @@ def rank_figures(
         step_series = {r.rank: {n: w[0] for n, w in r.windows.items()} for r in compared}
     else:
         basis = "step"
-        with_steps = [r for r in job if steady_of(r.records)]
+        with_steps = [r for r in job if r.steady]
         if len(with_steps) >= 2:
             compared = with_steps
-            series = {r.rank: {s.index: s.wall_ns for s in steady_of(r.records)} for r in compared}
+            series = {r.rank: {s.index: s.wall_ns for s in r.steady} for r in compared}
         else:
             compared = with_windows
             series = {r.rank: {n: w[0] for n, w in r.windows.items()} for r in compared}

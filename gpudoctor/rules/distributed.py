@@ -38,6 +38,7 @@ def figures(ctx: RuleContext) -> RankFigures:
     t = ctx.thresholds
     return rank_figures(
         ctx.run,
+        ctx.figures,
         delay_share_pct=t.straggler_delay_share_pct,
         consistency_pct=t.straggler_consistency_pct,
         min_steps=t.straggler_min_steps,

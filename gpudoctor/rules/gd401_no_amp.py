@@ -1,6 +1,3 @@
-# Why this file is long: a rule is one room (DESIGN.md, "Rules"): its documentation, runtime check,
-# static check, checklist technique and examples live in this one module, so that changing the rule
-# means opening one place.
 """GD401 no-amp: convolutions and matrix multiplications run in FP32 on a GPU with Tensor Cores.
 
 What it detects
@@ -83,16 +80,11 @@ References
 - torch-tb-profiler's AMP recommendation: https://github.com/pytorch/kineto/tree/main/tb_plugin
 """
 
-# Why this file is long: it is one rule's room (DESIGN.md, "Rules"): the runtime check, then
-# `gpudoctor check`'s static check, which must know every spelling of mixed precision (autocast
-# old and new, GradScaler, Accelerate / Lightning / Hugging Face flags, half() and TF32 switches),
-# its checklist judge and its examples.
-
 from __future__ import annotations
 
-import ast
 import re
 
+from gpudoctor.analysis.kernels import fp32_kernel_name_pct, fp32_named_ns, half_tensor_core_pct
 from gpudoctor.model.findings import (
     ChecklistStatus,
     Confidence,
@@ -103,8 +95,15 @@ from gpudoctor.model.findings import (
     SettingRef,
     Severity,
 )
-from gpudoctor.model.metrics import Component, KernelStats, TraceMetrics
+from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.precision import (
+    ACCELERATE,
+    HF_ARGS,
+    LIGHTNING_TRAINER,
+    MATMUL_PRECISION,
+    WATCH,
+)
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.speedups import (
     conv_tf32,
@@ -113,21 +112,7 @@ from gpudoctor.rules.speedups import (
     matmul_tf32_flags,
     won_fraction,
 )
-from gpudoctor.rules.static_api import (
-    UNKNOWN,
-    Fact,
-    Function,
-    Scan,
-    StaticCheck,
-    StaticContext,
-    Watch,
-    const,
-    const_value,
-    examples,
-    is_const,
-    sym_any,
-    sym_in,
-)
+from gpudoctor.rules.static_api import Fact, Function, StaticCheck, StaticContext, examples
 from gpudoctor.rules.static_api.text import (
     NO_CUDA,
     NO_TRAINING_LOOP,
@@ -151,41 +136,6 @@ for x, y in loader:
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(opt); scaler.update(); opt.zero_grad()"""
-
-
-_FP32_KERNEL = re.compile(
-    r"sgemm|scudnn|gemv2?t?_kernel<float|"  # cuBLAS / cuDNN single-precision SIMT kernels
-    r"(winograd|convolve|dgrad|wgrad|conv2d|implicit_gemm)[^<]*<float\b",  # cuDNN convolutions on float
-    re.IGNORECASE,
-)
-
-
-_GEMM_KERNEL = re.compile(r"sgemm|gemv2?t?_kernel<float", re.IGNORECASE)
-
-
-def _named_ns(k: KernelStats, gemm: bool = False) -> int:
-    """GPU time of the heaviest kernels whose names say FP32 GEMM or convolution (GEMM alone)."""
-    pattern = _GEMM_KERNEL if gemm else _FP32_KERNEL
-    return sum(s.total_ns for s in k.top if pattern.search(s.name))
-
-
-def fp32_kernel_name_pct(k: KernelStats) -> float | None:
-    """Share of kernel time, among the heaviest kernels (``KernelStats.top``), in single-precision
-    GEMM and convolution kernels by name: a lower bound when the trace has no input dtypes."""
-    if not k.top or k.total_ns <= 0:
-        return None
-    return 100.0 * _named_ns(k) / k.total_ns
-
-
-def half_tensor_core_pct(k: KernelStats) -> float:
-    """Share of kernel time in Tensor Core kernels (by name) that are neither TF32 kernels by name nor
-    kernels of float32 ops: the TF32 kernels that cuDNN (``allow_tf32``, on by default) and the matmul
-    flags run float32 ops on are FP32 work, not mixed precision."""
-    if k.total_ns <= 0:
-        return 0.0
-    if k.half_tensor_core_ns is not None:  # neither TF32 by name nor of a float32 op
-        return 100.0 * k.half_tensor_core_ns / k.total_ns
-    return 100.0 * max(0, k.tensor_core_ns - k.fp32_eligible_tensor_core_ns) / k.total_ns
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResult:
@@ -224,7 +174,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
     share = ctx.trace_share(m, eligible_ns)
     bf16 = cc >= t.bf16_min_compute_capability
     ledger = ctx.ledger(m)
-    expected, expected_note = _expected(ctx, ledger, name, cc, inferred, _named_ns(k, gemm=True))
+    expected, expected_note = _expected(ctx, ledger, name, cc, inferred, fp32_named_ns(k, gemm=True))
     dtype = "torch.bfloat16" if bf16 else "torch.float16 with torch.amp.GradScaler"
     tf32_note = (f"; {fmt_pct(100.0 * k.fp32_eligible_tensor_core_ns / k.total_ns)} of kernel time runs float32 ops "
                  "on TF32 Tensor Cores" if k.fp32_eligible_tensor_core_ns and k.total_ns else "")
@@ -266,7 +216,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics, name: str, cc: float) -> RuleResul
         # without dtypes the ledger files these kernels as convolutions of unknown precision and as
         # other kernels: the former (no Tensor Core kernel runs, so they are FP32) and, of the latter,
         # at most the GEMM time read from the names
-        + ([(Component.GPU_CONV, None), (Component.GPU_COMPUTE, _named_ns(k, gemm=True))] if inferred else []),
+        + ([(Component.GPU_CONV, None), (Component.GPU_COMPUTE, fp32_named_ns(k, gemm=True))] if inferred else []),
         ledger=ledger,
         expected=expected,
         expected_note=expected_note,
@@ -324,124 +274,6 @@ def check(ctx: RuleContext) -> RuleResult:
 
 
 # --------------------------------------------------------------------------- `gpudoctor check`
-
-#: autocast spellings: qualified name -> the current spelling when it is deprecated, else "".
-AUTOCAST = {
-    "torch.autocast": "",
-    "torch.amp.autocast": "",
-    "torch.amp.autocast_mode.autocast": "",
-    "torch.cuda.amp.autocast": 'torch.autocast("cuda", ...)',
-    "torch.cuda.amp.autocast_mode.autocast": 'torch.autocast("cuda", ...)',
-    "torch.cpu.amp.autocast": 'torch.autocast("cpu", ...)',
-    "torch.cpu.amp.autocast_mode.autocast": 'torch.autocast("cpu", ...)',
-}
-GRAD_SCALER = {
-    "torch.amp.GradScaler": "",
-    "torch.amp.grad_scaler.GradScaler": "",
-    "torch.GradScaler": "",
-    "torch.cuda.amp.GradScaler": 'torch.amp.GradScaler("cuda")',
-    "torch.cuda.amp.grad_scaler.GradScaler": 'torch.amp.GradScaler("cuda")',
-}
-TF32_FLAGS = frozenset({"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"})
-MATMUL_PRECISION = "torch.set_float32_matmul_precision"
-_LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
-
-
-def _autocast(scan: Scan, node: ast.Call, q: str) -> None:
-    enabled = scan.kwarg(node, "enabled")
-    device = node.args[0] if node.args else scan.kwarg(node, "device_type")
-    extra = ""
-    if device is not None:
-        ds = scan.sym(device)
-        extra = str(const_value(ds)) if is_const(ds) else ""
-    scan.record("autocast", node, scan.sym(enabled) if enabled is not None else const(True), extra)
-    if AUTOCAST[q]:
-        scan.record("autocast_deprecated", node, extra=f"{q}|{AUTOCAST[q]}")
-
-
-def _grad_scaler(scan: Scan, node: ast.Call, q: str) -> None:
-    if GRAD_SCALER[q]:
-        scan.record("scaler_deprecated", node, extra=f"{q}|{GRAD_SCALER[q]}")
-
-
-# Mixed precision asked of a framework: an "autocast" fact whose ``extra`` names the framework and whose
-# ``data`` is the argument that decides it (None: not passed, the framework's default applies).
-ACCELERATE, LIGHTNING_TRAINER, HF_ARGS = "accelerate", "lightning", "transformers"
-
-
-def _passes_kwargs(node: ast.Call) -> bool:
-    return any(k.arg is None for k in node.keywords)
-
-
-def _accelerate(scan: Scan, node: ast.Call, q: str) -> None:
-    value = scan.kwarg(node, "mixed_precision")
-    if value is not None:
-        mp = scan.sym(value)
-        scan.record("autocast", node, sym_in(mp, ("no", None, "fp8"), negate=True), ACCELERATE, data="mixed_precision")
-        scan.record("precision_at_launch", node, ("cmp", ("is",), (mp, const(None))))  # None: as launched
-    elif not _passes_kwargs(node):
-        # not passed: `accelerate launch --mixed_precision` / `accelerate config` decide it
-        scan.record("precision_at_launch", node)
-
-
-def _lightning(scan: Scan, node: ast.Call, q: str) -> None:
-    value = scan.kwarg(node, "precision")
-    mixed = ("16-mixed", "bf16-mixed", "16", "bf16", 16, "bf16-true", "16-true", "transformer-engine")
-    if value is not None:
-        scan.record("autocast", node, sym_in(scan.sym(value), mixed), LIGHTNING_TRAINER, data="precision")
-    elif not _passes_kwargs(node):
-        scan.record("autocast", node, const(False), LIGHTNING_TRAINER)  # default "32-true"
-
-
-def _hf_trainer(scan: Scan, node: ast.Call, q: str) -> None:
-    flags = [(k, v) for k in ("fp16", "bf16") if (v := scan.kwarg(node, k)) is not None]
-    if flags:
-        scan.record("autocast", node, sym_any(tuple(scan.sym(v) for _k, v in flags)), HF_ARGS,
-                    data=" and ".join(k for k, _v in flags))
-    elif not _passes_kwargs(node):
-        scan.record("autocast", node, const(False), HF_ARGS)  # fp16 and bf16 default to False
-
-
-def _matmul_precision(scan: Scan, node: ast.Call, q: str) -> None:
-    scan.record("tf32", node, scan.sym(node.args[0]) if node.args else UNKNOWN, extra=q)
-
-
-def _tf32_flag(scan: Scan, target: ast.Attribute, value: ast.expr, q: str) -> None:
-    scan.record("tf32", target, scan.sym(value), extra=q)
-
-
-def _half(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
-    if scan.is_module_ref(recv):
-        scan.record("low_precision", node)
-
-
-def _to_dtype(scan: Scan, node: ast.Call, recv: ast.expr) -> None:
-    if scan.to_target(node) != "dtype" or not scan.is_module_ref(recv):
-        return
-    for a in (*node.args, *(k.value for k in node.keywords)):
-        q = scan.qualify(a) if isinstance(a, (ast.Name, ast.Attribute)) else None
-        if q and q.rsplit(".", 1)[-1] in _LOW_PRECISION:
-            scan.record("low_precision", node)
-            return
-
-
-WATCH = Watch(
-    calls={
-        **dict.fromkeys(AUTOCAST, _autocast),
-        **dict.fromkeys(GRAD_SCALER, _grad_scaler),
-        MATMUL_PRECISION: _matmul_precision,
-        # mixed precision asked of a framework
-        "accelerate.Accelerator": _accelerate,
-        "lightning.Trainer": _lightning,
-        "lightning.pytorch.Trainer": _lightning,
-        "pytorch_lightning.Trainer": _lightning,
-        "transformers.TrainingArguments": _hf_trainer,
-        "transformers.Seq2SeqTrainingArguments": _hf_trainer,
-    },
-    methods={"half": _half, "bfloat16": _half, "to": _to_dtype},
-    settings=dict.fromkeys(TF32_FLAGS, _tf32_flag),
-)
-
 
 def _amp_after(line: str, old: str, new: str) -> str:
     device = '"cuda"' if ".cuda." in old else '"cpu"'

@@ -8,7 +8,6 @@ import statistics
 from collections.abc import Sequence
 
 from gpudoctor.analysis.figures import run_figures
-from gpudoctor.analysis.ranks import steady_of
 from gpudoctor.config import Thresholds
 from gpudoctor.model import (
     HostLoad,
@@ -30,11 +29,16 @@ from gpudoctor.verify.plan import (
 
 
 def _steady(run: _Run, warmup: int, statistic: str = "throughput") -> list[StepRecord]:
-    """The steps a run is judged on: after its warm-up, and without the first step of each epoch
-    (a one-off cost); for "epoch", every step after the warm-up, epoch starts included."""
+    """The steps a run is judged on: its steady steps (the run's figures, ``analysis.figures``: without the
+    first step of each epoch, a one-off cost, and from where the loop settled) after its warm-up; for "epoch",
+    every step after the warm-up, epoch starts included. The steady steps are chosen by the records alone, as
+    in a run with no marker, DataLoader or compilation recorded: the arms differ in those settings (workers,
+    torch.compile), and leaving out each arm's own one-off steps would hide a cost its fix adds (workers that
+    start again each epoch) from the comparison."""
+    ordered = sorted(run.steps, key=lambda s: s.index)
     if statistic == "epoch":
-        return sorted((s for s in run.steps if s.index >= warmup), key=lambda s: s.index)
-    return [s for s in steady_of(run.steps) if s.index >= warmup]
+        return [s for s in ordered if s.index >= warmup]
+    return [s for s in run_figures(RunData(run.rel, steps=tuple(ordered))).job.steady if s.index >= warmup]
 
 
 def _epoch_start_ids(steps: Sequence[StepRecord]) -> set[int]:

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 from dist_builders import rank_trace, synchronized
-from rule_builders import MS, manifest, run, steps
+from rule_builders import MS, dataloader, manifest, run, settings, steps
 
-from gpudoctor.analysis.ranks import rank_figures, steady_of
+from gpudoctor.analysis.figures import run_figures
+from gpudoctor.analysis.ranks import rank_figures
 from gpudoctor.config import Thresholds
 
 TH = Thresholds()
@@ -107,10 +108,26 @@ def test_several_windows_of_one_rank_are_one_row():
     assert fig.summary.compared_steps == 3  # steps 310.. exist for rank 0 only
 
 
-def test_steady_of_drops_the_first_step_of_each_epoch():
-    recs = steps(n=6, epochs=2)
-    assert [s.index for s in steady_of(recs)] == [1, 2, 4, 5]
-    assert [s.index for s in steady_of(steps(n=3))] == [1, 2]
+def _two_ranks(**kw):
+    recs = tuple(dataclasses.replace(s, rank=r) for r in (0, 1) for s in steps(n=6, epochs=2))
+    return run(steps=recs, **kw)
+
+
+def test_each_rank_s_steps_are_its_steady_steps_in_the_run_s_figures():
+    """A rank's row and the step basis read the run's figures (one definition of the steady steps): without
+    the first step of each epoch and, with two DataLoader workers that start each epoch, the step that waits
+    for the second worker's start-up."""
+    data = _two_ranks()
+    fig = figures(data)
+    assert [r.steps for r in fig.rows] == [4, 4] and fig.summary.basis == "step"
+    assert fig.summary.compared_steps == 4  # steps 1, 2, 4, 5 of both ranks
+    workers = _two_ranks(settings=settings(dataloaders=(dataloader(num_workers=2),)))
+    fig = figures(workers)
+    assert [r.steps for r in fig.rows] == [2, 2] and fig.summary.compared_steps == 2  # steps 2 and 5
+    stead = run_figures(workers)
+    assert [len(stead.of(r.rank).steady) for r in fig.rows] == [r.steps for r in fig.rows]
+    # the run's figures computed once by the caller are read as they are
+    assert figures(workers, figures=run_figures(data)).rows[0].steps == 4
 
 
 def test_an_excess_inside_the_others_jitter_is_not_a_straggler():

@@ -38,8 +38,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "(model.steady) on steps.jsonl as written: the report's values",
     ("verify/judging.py", "return times_figures([s.wall_ns for s in steps], StepSource.WALL, steps)"):
         "a trial run's time per step, by the function that computes the profiled run's",
-    ("analysis/ranks.py", "return list(steady_steps(sorted(records, key=lambda s: s.index), None, None))"):
-        "steady_of: the steady steps of one rank's records or of a trial run, which carry no marker or loader",
     ("analysis/ledger.py", "total_ns = sum(s.wall_ns for s in steps)"):
         "the steps ledger's total: the account's window, which analysis.figures hands it",
     ("rules/context.py", "total = sum(s.wall_ns for s in steps)"):
