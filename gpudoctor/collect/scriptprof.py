@@ -155,7 +155,6 @@ class ScriptProfilers:
             fn.__doc__ = orig.__doc__
             setattr(cls, name, fn)
 
-
     def user_profiler_seen(self, with_stack: bool = False) -> None:
         """The script creates a profiler of its own (``with_stack``: it records Python stacks)."""
         if not self.active:
