@@ -13,12 +13,9 @@ not installed there; a ``fork`` worker inherits them switched off (``register_at
 In a distributed job (``WORLD_SIZE`` > 1 in the environment, as torchrun sets it), each
 rank writes rank-tagged files (``steps.rank1.jsonl`` …) into the same run directory.
 
-Why this file is long: ``Child`` is the training process's one sequence, from the
-configuration to the exit code: signals held back, the instruments installed in order (patches,
-step tracker, cProfile window, profiler driver, settings capture, --verify's injections), the
-script run, and every exit path (return, ``sys.exit``, an exception, a signal, ``--steps``) ending
-in the same account of the run (its state file, what was collected and what was not). Its start-up
-and its ending are checked together; the instruments themselves live in their own modules
+``Child`` is the process's one sequence, from the configuration to the exit code; its signals
+(held back during start-up, then the script's) are ``child_signals``, its account of what was
+collected and what was not is ``child_account``, the instruments live in their own modules
 (``patches``, ``steps``, ``torchprof``, ``settings_capture``, ``inject``).
 """
 
@@ -31,94 +28,27 @@ import os
 import runpy
 import signal
 import sys
-import threading
 import time
 import types
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.collect import rundir
+from gpudoctor.collect import child_account, rundir
 from gpudoctor.collect import schedule as sched
 from gpudoctor.collect.callsite import FrameClassifier
-from gpudoctor.model import Collected, ExceptionInfo, ProfilerSchedule, RunStatus, layout
+from gpudoctor.collect.child_signals import (
+    Terminated,
+    die_with_parent,
+    script_signals,
+    signals_in_place,
+    signum_of,
+    worker_signals,
+)
+from gpudoctor.model import ExceptionInfo, ProfilerSchedule, RunStatus, layout
 from gpudoctor.signals import HANDLED, pause_point, signal_name, startup_detail
-from gpudoctor.signals import note as note_signal
 
 CONFIG_ENV = "GPUDOCTOR_CHILD_CONFIG"
 EXIT_INTERRUPTED = 130
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind the script so the instruments can write what they have."""
-
-    def __init__(self, signum: int = int(signal.SIGTERM)) -> None:
-        super().__init__(signum)
-        self.signum = int(signum)
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    now = time.monotonic()
-    if now - _raised_at[0] < _SAME_SIGNAL_S:
-        # one is on its way already: the parent's death is signalled once per thread of it that dies
-        # (PR_SET_PDEATHSIG follows the thread), and a second exception would land in the first one's
-        # unwinding (an except or finally block, or _unraisable below) and be printed there
-        return
-    _raised_at[0] = now
-    raise Terminated(signum)
-
-
-_raised_at = [-1e9]  # when _raise_terminated last raised (time.monotonic)
-_SAME_SIGNAL_S = 0.5  # a signal within this long of the last raise is the same event (the script is ending)
-_prior_unraisablehook = sys.unraisablehook
-
-
-def _unraisable(unraisable: Any) -> None:
-    """``sys.unraisablehook`` while the script runs: a :class:`Terminated` raised where Python can only
-    swallow it (a ``__del__``, such as a DataLoader iterator's joining its workers; an at-fork handler,
-    such as logging's while a worker is forked; a weakref callback) would print an "Exception ignored
-    in" traceback into the script's output and be lost: the signal is delivered again a moment later,
-    silently. Anything else goes to the hook that was in place."""
-    exc = unraisable.exc_value
-    if isinstance(exc, Terminated):
-        threading.Thread(target=_redeliver, args=(exc.signum,), name="gpudoctor-signal", daemon=True).start()
-        return
-    _prior_unraisablehook(unraisable)
-
-
-def _redeliver(signum: int) -> None:
-    time.sleep(0.02)  # by then, the call that swallowed it has most likely returned
-    _raised_at[0] = -1e9  # this one raises again
-    try:
-        os.kill(os.getpid(), signum)
-    except OSError:
-        pass
-
-
-# Signals held back during gpudoctor's start-up in this process (see _signals_in_place): torch's
-# import swallows a KeyboardInterrupt raised at some moments of it, and turns one raised at others
-# into "ImportError: cannot load module more than once" (numpy); so nothing is raised until the
-# instruments are in place and the script is about to run.
-_deferred: list[int] = []
-
-
-def _defer(signum: int, frame: Any) -> None:
-    note_signal(signum)
-    _deferred.append(signum)
-
-
-def _signum(ex: BaseException) -> int:
-    return ex.signum if isinstance(ex, Terminated) else int(signal.SIGINT)
-
-
-def _script_signals() -> int | None:
-    """The script's own signal handling from now on (SIGINT raises KeyboardInterrupt, SIGTERM and
-    SIGHUP unwind it); the first signal held back during start-up, if any."""
-    for sig in HANDLED:
-        if signal.getsignal(sig) is not _defer:  # ignored by who started gpudoctor (nohup): stays so
-            continue
-        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else _raise_terminated)
-    sys.unraisablehook = _unraisable
-    return _deferred[0] if _deferred else None
 
 
 def exit_code_of(code: Any) -> int:
@@ -137,22 +67,6 @@ def exit_code_of(code: Any) -> int:
 def _exc_type_name(exc: BaseException) -> str:
     t = type(exc)
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Linux: SIGTERM (flush, then exit) when gpudoctor's parent process dies, not an orphan run."""
-    if not sys.platform.startswith("linux") or not parent_pid:
-        return
-    try:
-        import ctypes  # noqa: PLC0415
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # it died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Child:
@@ -229,8 +143,8 @@ class Child:
                 }
         st["notes"] = list(self.notes)
         if final:
-            st["collected"] = [c.to_dict() for c in self.collected()]
-            st["write_errors"] = self.write_errors()
+            st["collected"] = [c.to_dict() for c in child_account.collected(self)]
+            st["write_errors"] = child_account.write_errors(self)
         try:
             rundir.write_json_atomic(self.state_path, st)
         except OSError:
@@ -279,7 +193,7 @@ class Child:
             self._arm_crash_log()
         # under torchrun the parent is torchrun's agent (which gpudoctor started), not gpudoctor
         launched = self.cfg.get("launcher") == "torchrun"
-        _die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))
+        die_with_parent(os.getppid() if launched else int(self.cfg.get("parent_pid") or 0))
         try:
             import torch  # noqa: PLC0415 - the heavy import, once, before the script's
         except Exception as err:
@@ -407,7 +321,7 @@ class Child:
             self.notes.append(f"--verify injection {err}")
         capture.injector = injector
 
-    def _settings_path(self) -> Path:
+    def settings_path(self) -> Path:
         return self.run_dir / layout.rank_tagged(layout.SETTINGS, self.rank)
 
     def write_settings(self, refresh_flags: bool = True) -> None:
@@ -415,7 +329,7 @@ class Child:
             return
         try:
             settings = self.capture.build(refresh_flags=refresh_flags)
-            rundir.write_json_atomic(self._settings_path(), settings.to_dict())
+            rundir.write_json_atomic(self.settings_path(), settings.to_dict())
             self.capture.dirty = False
             self.settings_write_error = ""
         except OSError as err:
@@ -433,16 +347,7 @@ class Child:
 
     def _after_fork_in_child(self) -> None:
         self.forked = True
-        try:
-            for sig in HANDLED:  # a worker's signals are not the training process's: Python's own handling
-                if sig == signal.SIGINT:
-                    if signal.getsignal(sig) is _defer:
-                        signal.signal(sig, signal.default_int_handler)
-                elif signal.getsignal(sig) in (_raise_terminated, _defer):
-                    signal.signal(sig, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-        except ValueError:
-            pass
+        worker_signals()  # a worker's signals are not the training process's: Python's own handling
         for key in ("signal_fd", "state_fd", "signal_read_fd"):  # the parent reads until every writer has closed
             fd = self.cfg.get(key)
             if isinstance(fd, int) and fd >= 0:
@@ -529,18 +434,18 @@ class Child:
         return ExceptionInfo(type=_exc_type_name(exc), message=message, call_site=site)
 
     def run(self) -> int:
-        # Start-up: the signals are held back (_defer) while torch is imported and the instruments
+        # Start-up: the signals are held back (child_signals) while torch is imported and the instruments
         # are installed; one that came meanwhile ends the run here, before the script runs.
         try:
             self.setup()
             from gpudoctor.collect.steps import StopAfterSteps  # noqa: PLC0415
 
             self._prepare_sys()
-            held = _script_signals()
+            held = script_signals()
             if held is None:
                 pause_point("child-script")
         except (KeyboardInterrupt, Terminated) as ex:  # not held back (torchrun's ranks), or just after
-            held = _signum(ex)
+            held = signum_of(ex)
         if held is not None:
             self.finish(RunStatus.INTERRUPTED, startup_detail(held), 128 + held, held)
             return 128 + held
@@ -552,8 +457,8 @@ class Child:
         if self.timewindow is not None:
             self.timewindow.arm(self.script_started_ns)
         if self.tracker is not None and self.tracker.max_steps is not None:
+            from gpudoctor.collect.mainsignal import free_signal  # noqa: PLC0415
             from gpudoctor.collect.steps.limit import stopper  # noqa: PLC0415
-            from gpudoctor.collect.timewindow import free_signal  # noqa: PLC0415
 
             stopper.arm(free_signal())  # --steps reached on another thread stops the main one
         stop_steps: int | None = None
@@ -636,7 +541,7 @@ class Child:
         if self.capture is not None:
             steps = self.tracker.steps_seen if self.tracker is not None else 0
             self.write_settings(refresh_flags=steps == 0)
-        self._cuda_facts()
+        child_account.cuda_facts(self)
         if self.writer is not None:
             self.writer.close()
         self.state.update(
@@ -663,265 +568,6 @@ class Child:
             watch._disarm()
             watch._unhook()
 
-    def _cuda_facts(self) -> None:
-        torch = self.torch
-        if torch is None:
-            return
-        try:
-            if not torch.cuda.is_initialized():
-                return
-            try:
-                v = torch.backends.cudnn.version()
-                if v:
-                    self.versions["cudnn"] = str(v)
-            except Exception:
-                pass
-            devices = []
-            for i in range(torch.cuda.device_count()):
-                p = torch.cuda.get_device_properties(i)
-                devices.append(
-                    {
-                        "index": i,
-                        "name": str(p.name),
-                        "total_memory_bytes": int(p.total_memory),
-                        "compute_capability": f"{p.major}.{p.minor}",
-                        "multiprocessor_count": int(p.multi_processor_count),
-                    }
-                )
-            self.state["cuda_devices"] = devices
-        except Exception as err:
-            self.notes.append(f"CUDA device query failed: {type(err).__name__}: {err}")
-
-    def collected(self) -> list[Collected]:
-        out: list[Collected] = []
-        torch = self.torch
-        tracker = self.tracker
-        steps = tracker.steps_seen if tracker is not None else 0
-        s = self.schedule
-        # steps
-        tw = self.timewindow
-        timed = tw is not None and tw.recorded_s is not None and not steps
-        if tracker is None:
-            out.append(Collected("steps", False, "the instruments were not installed (see notes)"))
-        elif steps:
-            _, why, _ = tracker.describe()
-            w = self.writer
-            lost = [self._tracking_stopped()] if tracker.error else []
-            if self.swallowed and not tracker.error:
-                lost.append(f"{self.swallowed}; steps {steps} and later were not recorded")
-            if w is not None and w.error:
-                lost.append(f"{w.path.name}: {w.error}; {w.lines_written:,} of {steps:,} step records written")
-            kept = not (w is not None and w.error) or w.lines_written > 0
-            out.append(Collected("steps", kept, "; ".join(lost), detail=f"{steps} steps: {why}", partial=bool(lost) and kept))
-        else:
-            reason = "no step structure: no optimizer step, backward(), root-module call or DataLoader batch was seen"
-            if timed:
-                reason += f"; seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script were recorded instead"
-            elif tw is not None and tw.reason:
-                reason += f"; no time-based window either: {tw.reason}"
-            out.append(Collected("steps", False, reason))
-        if tracker is not None and tracker.error and not steps:
-            out.append(Collected("steps", False, self._tracking_stopped()))
-        # torch.profiler
-        d = self.driver
-        if d is None:
-            out.append(Collected("torch.profiler", False, "no profiler schedule was given"))
-        elif d.owner == "user":
-            two = "two profilers cannot record at once: gpudoctor's gave way and analyses the script's traces"
-            if d.traces:
-                ours = d.user_exports_by_gpudoctor
-                copied = d.user_copies
-                before = len(d.traces) - ours - copied  # gpudoctor's own windows, before the script's profiler
-                parts = []
-                if copied:
-                    parts.append(f"{copied} trace(s) it exported were copied here (its own files stay where it wrote them)")
-                if ours:
-                    parts.append(f"{ours} trace(s) it recorded but did not export were exported here by gpudoctor")
-                if before:
-                    parts.append(f"{before} window(s) of gpudoctor's were recorded before it")
-                out.append(Collected("torch.profiler", True, detail=f"the script ran torch.profiler itself; {two}; {'; '.join(parts)}"))
-            else:
-                why = "; ".join(d.user_trace_errors[:1]) or "it exported no trace"
-                out.append(Collected("torch.profiler", False, f"the script ran torch.profiler itself ({two}), and {why}"))
-        elif timed and d.time_trace:
-            out.append(Collected("torch.profiler", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script (no step structure; CPU{' + CUDA' if d.cuda_traced else ''})"))
-        elif d.error and not d.traces:
-            out.append(Collected("torch.profiler", False, d.error))
-        elif d.write_errors and not d.traces:
-            lost = d.write_errors
-            out.append(Collected("torch.profiler", False, f"no trace could be written ({lost[0]['error']}); "
-                                 f"{len(lost)} window(s) recorded and lost"))
-        elif d.traces:
-            parts = ["CPU" + (" + CUDA" if d.cuda_traced else "")]
-            if s is not None:
-                extras = [n for n, on in (("shapes", s.record_shapes), ("stacks", s.with_stack), ("memory", s.profile_memory)) if on]
-                if extras:
-                    n = d.detail_windows_recorded
-                    which = "every window" if not s.detail_windows or n == len(d.traces) else f"the first {n} window(s)"
-                    parts.append(f"{', '.join(extras)} in {which}")
-            detail = f"{len(d.traces)} window(s) recorded ({'; '.join(parts)})"
-            if d.slot_notes:  # where its stacks or its probe gave way to another profiler (profslot)
-                detail += "; " + "; ".join(d.slot_notes)
-            if d.error:
-                detail += f"; then: {d.error}"
-            lost = d.write_errors
-            reason = f"{len(lost)} window(s) could not be written ({lost[0]['error']})" if lost else ""
-            out.append(Collected("torch.profiler", True, reason, detail=detail, partial=bool(lost)))
-        elif steps == 0:
-            why = f"; no time-based window either: {tw.reason}" if tw is not None and tw.reason else ""
-            out.append(Collected("torch.profiler", False, f"no training steps were found, so no profiling window opened{why}"))
-        elif s is not None and steps <= s.skip_first:
-            out.append(Collected("torch.profiler", False, f"the run ended after {steps} steps, before the first profiled window (step {s.skip_first}); lower --skip-first"))
-        else:
-            why = f": {'; '.join(d.slot_notes)}" if d.slot_notes else ""
-            out.append(Collected("torch.profiler", False, f"no trace was written{why}"))
-        # CUDA
-        out.append(self._collected_cuda())
-        out.append(self._collected_cupti())
-        # cProfile
-        c = self.cprof
-        if c is None:
-            out.append(Collected("cprofile", False, "the instruments were not installed (see notes)"))
-        elif not self.cfg.get("cprofile"):
-            out.append(Collected("cprofile", False, "switched off (--no-cprofile)"))
-        elif c.write_error:
-            out.append(Collected("cprofile", False, f"{c.path.name} could not be written: {c.write_error}", detail=c.detail()))
-        elif timed and tw.pstats_written:
-            note = f"; its cProfile {tw.cprofile_note}" if tw.cprofile_note else ""
-            out.append(Collected("cprofile", True, detail=f"a time-based window, seconds {tw.recorded_s[0]:g}-{tw.recorded_s[1]:g} of the script's main thread (no step structure){note}"))
-        elif timed and tw.cprofile_note:
-            out.append(Collected("cprofile", False, f"the time-based window's cProfile {tw.cprofile_note}"))
-        elif c.error and c.first is None:
-            out.append(Collected("cprofile", False, c.error))
-        elif c.first is not None:
-            detail = c.detail()
-            if c.error:
-                detail += f"; {c.error}"
-            lp = self.loader_prof
-            if lp is not None and lp.written:
-                detail += f"; the DataLoader's own calls apart in {lp.path.name}"
-            elif lp is not None and lp.error:
-                detail += f"; {lp.error}"
-            if lp is not None and lp.gave_way:
-                detail += f"; the DataLoader's cProfile {lp.gave_way}"
-            out.append(Collected("cprofile", True, detail=detail))
-        elif c.gave_way:
-            out.append(Collected("cprofile", False, f"gpudoctor's cProfile window {c.gave_way}"))
-        elif steps == 0:
-            out.append(Collected("cprofile", False, "no training steps were found, so no cProfile window opened"))
-        else:
-            out.append(Collected("cprofile", False, f"the run ended after {steps} steps, before the cProfile window (step {c.start_step})"))
-        from gpudoctor.collect import profslot  # noqa: PLC0415
-
-        if profslot.events:  # the script took Python's profiler slot from gpudoctor's instruments
-            out.append(Collected("profiler slot", True, detail=profslot.told()))
-        # settings
-        if self.capture is None:
-            out.append(Collected("settings", False, "the instruments were not installed (see notes)"))
-        elif self.settings_write_error:
-            earlier = self._settings_path().is_file()
-            out.append(Collected("settings", earlier, f"{self._settings_path().name} could not be written: "
-                                 f"{self.settings_write_error}" + ("; the version written earlier in the run is kept" if earlier else ""),
-                                 partial=earlier))
-        else:
-            errs = "; ".join(self.capture.errors)
-            out.append(Collected("settings", True, detail=f"errors: {errs}" if errs else ""))
-        if torch is None:
-            out = [Collected(c.name, False, "torch could not be imported") for c in out]
-        return out
-
-    def _tracking_stopped(self) -> str:
-        """Why step tracking stopped, from which step the figures are missing, and whether ``--steps`` held."""
-        tr = self.tracker
-        text = tr.error
-        if tr.failed_at is not None:
-            text += f"; steps {tr.failed_at} and later were not recorded"
-        lim = tr.limit
-        if self.swallowed:
-            text += f"; {self.swallowed}"
-        elif lim is not None and lim.done >= lim.max_steps:
-            text += f"; --steps {lim.max_steps} still stopped the script after {lim.done} steps"
-        elif lim is not None:
-            text += f"; the script ran {lim.done} steps"
-        return text
-
-    def write_errors(self) -> list[dict[str, str]]:
-        """Every file the training process could not write (``manifest.write_errors``)."""
-        out: list[dict[str, str]] = []
-        w = self.writer
-        if w is not None and w.error:
-            out.append({"path": w.path.name, "error": w.error,
-                        "what": f"{w.lines_lost:,} step record(s) not written after the first {w.lines_written:,}",
-                        "kept": w.path.name if w.lines_written else ""})
-        c = self.cprof
-        if c is not None and c.write_error:
-            out.append({"path": c.path.name, "error": c.write_error, "what": "the cProfile statistics", "kept": ""})
-        if self.settings_write_error:
-            p = self._settings_path()
-            out.append({"path": p.name, "error": self.settings_write_error, "what": "the settings as read at the end",
-                        "kept": p.name if p.is_file() else ""})
-        if self.driver is not None:
-            out.extend(self.driver.write_errors)
-        return out
-
-    def _collected_cuda(self) -> Collected:
-        torch = self.torch
-        if torch is None:
-            return Collected("cuda", False, "torch could not be imported")
-        if not torch.version.cuda:
-            return Collected("cuda", False, f"torch {torch.__version__} is a CPU-only build: no CUDA events or CUDA trace")
-        try:
-            initialized = torch.cuda.is_initialized()
-        except Exception:
-            initialized = False
-        if not initialized:
-            try:
-                available = torch.cuda.is_available()
-            except Exception:
-                available = False
-            if not available:
-                return Collected("cuda", False, "no CUDA device visible to torch (torch.cuda.is_available() is False)")
-            return Collected("cuda", False, "the script did not use CUDA")
-        timer = self.tracker.cuda if self.tracker is not None else None
-        if timer is not None and timer.error:
-            return Collected("cuda", False, timer.error)
-        timed = timer.timed if timer is not None else 0
-        return Collected("cuda", True, detail=f"GPU time of {timed} steps from CUDA events")
-
-    def _collected_cupti(self) -> Collected:
-        """``cupti_teardown``: ok when gpudoctor set ``TEARDOWN_CUPTI=1``; why, either way."""
-        d = self.cupti
-        if d is None:
-            return Collected("cupti_teardown", False, "not decided (see notes)")
-        if d.value is None:
-            return Collected("cupti_teardown", False, d.why)
-        detail = f"TEARDOWN_CUPTI={d.value} set by gpudoctor: {d.why}"
-        note = self.cupti_guard.note() if self.cupti_guard is not None else ""
-        return Collected("cupti_teardown", True, detail=f"{detail}; {note}" if note else detail)
-
-
-def _signals_in_place(cfg: dict[str, Any]) -> None:
-    """Hold SIGINT, SIGTERM and SIGHUP back (:func:`_defer`) until the script is about to run,
-    report every signal to the parent (``set_wakeup_fd``: the parent then knows it arrived), and
-    let them in: the parent started this process with them blocked, so one sent during Python's
-    start-up arrives now, and ends the run cleanly once the instruments are in place."""
-    for sig in HANDLED:
-        if signal.getsignal(sig) != signal.SIG_IGN:
-            signal.signal(sig, _defer)
-    keep = cfg.get("signal_read_fd")  # held open, never read: see collect.runner (no EPIPE once the parent is gone)
-    if isinstance(keep, int) and keep >= 0:
-        try:
-            os.set_inheritable(keep, False)  # not passed on to the script's own subprocesses
-        except OSError:
-            pass
-    fd = cfg.get("signal_fd")
-    if isinstance(fd, int) and fd >= 0:
-        try:
-            signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            pass
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(HANDLED))
-
 
 def main() -> None:
     raw = os.environ.pop(CONFIG_ENV, None)
@@ -934,12 +580,12 @@ def main() -> None:
     cfg = json.loads(raw)
     try:
         pause_point("child-start")  # the three signals still blocked (not under torchrun)
-        _signals_in_place(cfg)
+        signals_in_place(cfg)
         child = Child(cfg)
     except KeyboardInterrupt:  # torchrun's ranks start unblocked: before anything was set up, nothing to write
         sys.exit(EXIT_INTERRUPTED)
     try:
         code = child.run()
     except (KeyboardInterrupt, Terminated) as ex:  # during the last flush
-        code = 128 + _signum(ex)
+        code = 128 + signum_of(ex)
     sys.exit(code)

@@ -8,7 +8,7 @@ structure" rather than left empty.
 
 cProfile follows only the thread that enables it, and the script's loop runs on the
 main thread, so the window is opened and closed *on the main thread*: a timer thread
-sends the main thread a real-time signal (``pthread_kill``; a signal no library uses,
+sends the main thread a real-time signal (``mainsignal``: ``pthread_kill``; a signal no library uses,
 installed with ``SA_RESTART`` so that interrupted system calls resume) and the handler,
 which Python runs between two bytecodes of the script, starts or stops the profilers.
 Nothing the script computes changes; the window opens late when the main thread is
@@ -26,32 +26,17 @@ from __future__ import annotations
 
 import cProfile
 import marshal
-import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import profslot
+from gpudoctor.collect.mainsignal import MainSignal, free_signal
 from gpudoctor.collect.rundir import write_bytes_atomic
 
 DEFAULT_START_S = 5.0
 DEFAULT_END_S = 10.0
-
-
-def free_signal() -> int | None:
-    """A real-time signal with no handler (gpudoctor's own), None where there is none (also ``--steps``'s
-    stop, sent to the main thread: ``steps.limit.MainStop``)."""
-    lo, hi = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
-    if lo is None or hi is None or not hasattr(signal, "pthread_kill"):
-        return None
-    for sig in range(hi - 1, lo + 1, -1):
-        try:
-            if signal.getsignal(sig) in (signal.SIG_DFL, None):
-                return sig
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 class TimeWindow:
@@ -75,9 +60,7 @@ class TimeWindow:
         self.recorded_s: tuple[float, float] | None = None  # seconds of the script it covered
         self.traced = False
         self.pstats_written = False
-        self._sig: int | None = None
-        self._old_handler: Any = None
-        self._main = 0
+        self._signal = MainSignal()  # opens and closes the window on the main thread
         self._t0 = 0
         self._pending = ""
         self._stop = threading.Event()
@@ -91,18 +74,10 @@ class TimeWindow:
     def arm(self, script_start_ns: int) -> None:
         if self.start_s is None or self.end_s is None:
             return
-        sig = free_signal()
-        if sig is None:
-            self.reason = "no real-time signal on this platform to open it on the main thread"
+        why = self._signal.install(free_signal(), self._on_signal, "open it on the main thread")
+        if why:
+            self.reason = why
             return
-        try:
-            self._old_handler = signal.signal(sig, self._on_signal)
-            signal.siginterrupt(sig, False)  # SA_RESTART: a system call it interrupts resumes
-        except (OSError, ValueError, RuntimeError) as err:
-            self.reason = f"its signal could not be installed ({err})"
-            return
-        self._sig = sig
-        self._main = threading.get_ident()
         self._t0 = script_start_ns
         self.state = "armed"
         threading.Thread(target=self._run, name="gpudoctor-time-window", daemon=True).start()
@@ -122,16 +97,12 @@ class TimeWindow:
         return self._stop.wait(max(0.0, left))
 
     def _send(self, action: str) -> None:
-        if self._sig is None or self._stop.is_set():
+        if self._signal.sig is None or self._stop.is_set():
             return
         self._pending = action
-        try:
-            if signal.getsignal(self._sig) != self._on_signal:  # the script took the signal over
-                self.reason = "the script installed its own handler for gpudoctor's signal"
-                return
-            signal.pthread_kill(self._main, self._sig)
-        except (OSError, ValueError, RuntimeError) as err:
-            self.reason = f"the main thread could not be signalled ({err})"
+        why = self._signal.send()  # (not sent where the script took the signal over)
+        if why:
+            self.reason = why
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         action, self._pending = self._pending, ""
@@ -175,15 +146,12 @@ class TimeWindow:
     def _stop_cprof(self) -> None:
         if not self._cprof_on or self._cprof is None:
             return
-        if not profslot.shares_slot_with(self._main):
+        if not profslot.shares_slot_with(self._signal.main):
             # up to 3.11 only the main thread can disable what it enabled (the loop's first step written on
             # another thread): the main thread is signalled to, and the profile kept for that
-            if self._sig is not None:
+            if self._signal.sig is not None:
                 self._pending = "cprof"
-                try:
-                    signal.pthread_kill(self._main, self._sig)
-                except (OSError, ValueError, RuntimeError):
-                    pass
+                self._signal.send()
             return
         self._cprof_on = False
         try:
@@ -195,7 +163,7 @@ class TimeWindow:
     def yield_to_script(self, what: str) -> None:
         """The script starts a profiler of its own (``what``): the window's cProfile stops (what it
         recorded is kept) so that the script's can run (``profslot``)."""
-        if self._cprof_on and profslot.shares_slot_with(self._main):
+        if self._cprof_on and profslot.shares_slot_with(self._signal.main):
             self._stop_cprof()
             self.cprofile_note = f"stopped early: {what}; Python runs one profiler at a time"
 
@@ -231,12 +199,7 @@ class TimeWindow:
                     self.reason = f"its cProfile could not be written: {err.strerror or err}"
         elif self.state == "armed" and not self.reason:
             self.reason = f"the script ended before second {self.start_s:g}, when the window would have opened"
-        if self._sig is not None:
-            try:
-                signal.signal(self._sig, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
-            except (OSError, ValueError, TypeError):
-                pass
-            self._sig = None
+        self._signal.restore()
 
     def in_child_after_fork(self) -> None:
         self._stop.set()

@@ -43,10 +43,13 @@ broke (byte offset and line in the decompressed text). ``NeedsFallback`` (the st
 parser of ``parse/stream.py`` takes over) is left only for a ``traceEvents`` array that
 does not start within the first 64 MiB or a header no JSON decoder reads.
 
-Why this file is long: the reader is one pipeline over one buffer (prefetching
-reader, piece cutter, typed decode, the part reader of ``--jobs``) whose offsets and boundary checks
-are shared; it is the parser's hot path (its figures above), kept in one module so that the
-offsets each stage hands the next can be read in one place. The events' structs are ``parse.events``.
+Why this file is long: a measured hot path, the decoding of every event of a trace. The ~320 MB
+one-event-per-line benchmark trace (1.5 M events, ``benchmarks/analyze.py``) is parsed alone in
+1.50-1.51 s of CPU, ~210 MB/s on one core of the 2-core CI machine (2026-11-29; docs/performance.md,
+"analyze on large traces"). The reader is one pipeline over one buffer (prefetching reader, piece
+cutter, typed decode, the part reader of ``--jobs``) whose offsets and boundary checks are shared, kept
+in one module so that the offsets each stage hands the next can be read in one place. The events'
+structs are ``parse.events``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from collect_testlib import manifest, only_run_dir, run_profile
 
-from gpudoctor.collect import cupti
+from gpudoctor.collect import child_account, cupti
 from gpudoctor.collect.child import Child
 
 SCHEDULE = {"skip_first": 2, "wait": 2, "warmup": 1, "active": 2, "repeat": 1,
@@ -167,13 +167,13 @@ def test_the_environment_the_training_process_gets(tmp_path, monkeypatch, user, 
     torch = _fake_torch(cuda)
     child._cupti_teardown(torch)
     assert os.environ.get(cupti.ENV) == expect
-    entry = child._collected_cupti()
+    entry = child_account.collected_cupti(child)
     assert entry.name == "cupti_teardown" and entry.ok is ok and (entry.detail if ok else entry.reason)
     assert (child.cupti_guard is not None) == (cuda == "12.4" and not graphs)
     if child.cupti_guard is not None:
         torch.cuda.CUDAGraph().capture_begin()  # a graph from a module the script imports
         assert os.environ.get(cupti.ENV) == "0"
-        assert "a CUDA graph capture began" in child._collected_cupti().detail
+        assert "a CUDA graph capture began" in child_account.collected_cupti(child).detail
 
 
 @pytest.mark.slow

@@ -280,7 +280,7 @@ def test_an_optimizer_step_the_grad_scaler_skips_is_still_a_step(tmp_path):
 
 
 def test_an_autocast_site_that_appears_late_in_a_long_amp_loop_is_noted(tmp_path):
-    """After its first autocasts, a run looks at one in 17 (patches.AUTOCAST_EVERY): a site that
+    """After its first autocasts, a run looks at one in 17 (settings_hooks.AUTOCAST_EVERY): a site that
     first runs late, taking turns with the training one, is still noted, at its own line."""
     script = copy_script("loops.py", tmp_path)
     proc = run_profile("--no-report", "--out", "runs", *NO_WINDOWS, "loops.py", "--",

@@ -388,8 +388,8 @@ def test_a_stop_reached_on_another_thread_is_raised_on_the_main_thread():
     and interrupts the main thread (blocked in join), where StopAfterSteps arrives with the count."""
     import signal
 
+    from gpudoctor.collect.mainsignal import free_signal
     from gpudoctor.collect.steps.limit import MainStop
-    from gpudoctor.collect.timewindow import free_signal
 
     sig = free_signal()
     if sig is None:
@@ -417,3 +417,37 @@ def test_a_stop_reached_on_another_thread_is_raised_on_the_main_thread():
         stop.disarm()
     assert errors == [] and stop.raised == 2 and stop.unsent == ""
     assert signal.getsignal(sig) in (signal.SIG_DFL, None)
+
+
+def test_the_main_thread_signal_is_one_helper_for_the_stop_and_the_time_window():
+    """MainSignal (MainStop and TimeWindow both): installed, it reaches the main thread's handler from another
+    thread; once the script installs its own handler for the signal, nothing is sent (it would run the script's
+    handler) and the reason says so; restored, the handler that was there is back; no signal, a reason."""
+    import signal
+
+    from gpudoctor.collect.mainsignal import MainSignal, free_signal
+
+    assert MainSignal().install(None, lambda s, f: None, "do it") == "no real-time signal on this platform to do it"
+    sig = free_signal()
+    if sig is None:
+        pytest.skip("no real-time signal on this platform")
+    got: list[int] = []
+    carrier = MainSignal()
+    assert carrier.install(sig, lambda s, f: got.append(threading.get_ident()), "test") == ""
+    assert free_signal() != sig  # taken: the next instrument gets another one
+    try:
+        sent: list[str] = []
+        t = threading.Thread(target=lambda: sent.append(carrier.send()))
+        t.start()
+        t.join()
+        for _ in range(100):  # the handler runs between two bytecodes of the main thread
+            if got:
+                break
+            threading.Event().wait(0.01)
+        assert sent == [""] and got == [threading.main_thread().ident]
+        signal.signal(sig, lambda s, f: None)  # the script takes the signal over
+        assert carrier.send() == "the script installed its own handler for gpudoctor's signal"
+    finally:
+        carrier.restore()
+    assert signal.getsignal(sig) in (signal.SIG_DFL, None) and carrier.sig is None
+    assert carrier.send() == "the main thread could not be signalled"

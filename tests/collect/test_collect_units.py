@@ -547,7 +547,7 @@ class _Prop:
 
 
 def test_a_recorded_flag_reads_through_torchs_own_descriptor_and_notes_every_set():
-    from gpudoctor.collect.patches import _recording_prop, _RecordingProp
+    from gpudoctor.collect.settings_hooks import _recording_prop, _RecordingProp
 
     box, notes = {"v": 1}, []
     prop = _recording_prop(_Prop(lambda: box["v"], lambda v: box.update(v=v)), lambda: notes.append(box["v"]))

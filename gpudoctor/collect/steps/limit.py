@@ -19,10 +19,11 @@ the script's prints gpudoctor's traceback and the script's loop, not one of its 
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from gpudoctor.collect.mainsignal import MainSignal
 
 
 class StopAfterSteps(SystemExit):
@@ -39,33 +40,18 @@ class MainStop:
     def __init__(self) -> None:
         self.raised = 0  # stops raised into the script (or sent to its main thread)
         self.unsent = ""  # why a stop reached on another thread could not be sent to the main thread
-        self._sig: int | None = None
-        self._old: Any = None
-        self._main = threading.main_thread().ident
+        self._signal = MainSignal()
         self._pending = 0
 
     def arm(self, sig: int | None) -> None:
         """On the main thread, before the script runs: ``sig`` (a real-time signal no one handles) carries a
-        stop reached on another thread to the main thread."""
-        self._main = threading.get_ident()
-        if sig is None:
-            self.unsent = "no real-time signal on this platform to stop the main thread with"
-            return
-        try:
-            self._old = signal.signal(sig, self._on_signal)
-            signal.siginterrupt(sig, False)  # SA_RESTART: a system call it interrupts resumes
-        except (OSError, ValueError, RuntimeError) as err:
-            self.unsent = f"its signal could not be installed ({err})"
-            return
-        self._sig = sig
+        stop reached on another thread to the main thread (:class:`~gpudoctor.collect.mainsignal.MainSignal`)."""
+        why = self._signal.install(sig, self._on_signal, "stop the main thread with")
+        if why:
+            self.unsent = why
 
     def disarm(self) -> None:
-        sig, self._sig = self._sig, None
-        if sig is not None:
-            try:
-                signal.signal(sig, self._old if self._old is not None else signal.SIG_DFL)
-            except (OSError, ValueError, TypeError):
-                pass
+        self._signal.restore()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._pending:
@@ -75,18 +61,15 @@ class MainStop:
     def stop(self, steps: int) -> None:
         """Stop the script after ``steps`` steps: raise here on the main thread, else send it there (and return)."""
         self.raised += 1
-        if threading.get_ident() == self._main:
+        if threading.get_ident() == self._signal.main:
             raise StopAfterSteps(steps) from None  # (not chained to an error of gpudoctor's being handled)
-        sig = self._sig
-        if sig is None:
+        if self._signal.sig is None:
             self.unsent = self.unsent or "the main thread could not be signalled"
             return
         self._pending = steps
-        try:
-            signal.pthread_kill(self._main, sig)
-        except (OSError, ValueError, RuntimeError) as err:
-            self.unsent = f"the main thread could not be signalled ({err})"
-
+        why = self._signal.send()
+        if why:
+            self.unsent = why
 
     def account(self, max_steps: int, ran: int, stop_steps: int | None) -> tuple[str, str]:
         """What ``--steps max_steps`` did, once the script ended after ``ran`` steps (``stop_steps``: the count of
