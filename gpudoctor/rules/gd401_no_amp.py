@@ -104,8 +104,10 @@ from gpudoctor.model.findings import (
     Severity,
 )
 from gpudoctor.model.metrics import Component, KernelStats, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import (
     conv_tf32,
     is_amd,

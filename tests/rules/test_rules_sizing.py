@@ -28,7 +28,6 @@ from rule_builders import (
 
 from gpudoctor.config import Thresholds
 from gpudoctor.model import GapCause, ProcessSample, Severity
-from gpudoctor.rules.context import Verdict
 from gpudoctor.rules.gd104_batch_too_small import plan_batch
 from gpudoctor.rules.gd201_dataloader_stall import (
     COMPUTING,
@@ -38,6 +37,7 @@ from gpudoctor.rules.gd201_dataloader_stall import (
     classify,
     plan_workers,
 )
+from gpudoctor.rules.results import Verdict
 
 FETCH = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py"
 
