@@ -62,21 +62,18 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import LedgerBasis
 from gpudoctor.model.run import CallSite
-from gpudoctor.model.selectors import primary_trace
+from gpudoctor.model.selectors import primary_trace, trace_label
 from gpudoctor.model.steady import StepFigures, StepSource
 from gpudoctor.rules import INTERNAL_ERROR_CODE, INTERNAL_ERROR_NAME
 from gpudoctor.rules.account import assign_gains, build_account, is_headline, point_headline
 from gpudoctor.rules.checklist import build_checklist
 from gpudoctor.rules.compilation import compiled_summary
-from gpudoctor.rules.context import (
-    RuleContext,
-    RuleResult,
-    trace_label,
-)
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.device import gpu_samples_in_steps, memory_peak
 from gpudoctor.rules.distributed import figures as rank_figures_of
 from gpudoctor.rules.gd405_below_roofline import roofline_summary
 from gpudoctor.rules.registry import Rule, all_rules
+from gpudoctor.rules.results import RuleResult
 
 KINDS = ("profile", "analyze")
 

@@ -13,7 +13,8 @@ with its own module and unit tests:
 - ``ledger``: where each step's time went, in exclusive parts that sum to it
   (docs/account.md): busy time by what ran, idle time by the cause of each gap;
   ``weight``: a ledger adjusted to its accounting window (a detailed window's shape split,
-  the profiler's weight against the unprofiled steps);
+  the profiler's weight against the unprofiled steps); ``accounting``: the accounting window and
+  the ledgers by (rank, basis) a run's findings claim from, once per diagnosis;
 - ``transfers``, ``kernels``, ``syncs``, ``host`` (CPU side, op facts), ``dispatch``
   (per-op overhead on the host), ``memory``, ``comm``, ``compiled`` (torch.compile and CUDA
   graphs).

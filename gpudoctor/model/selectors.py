@@ -7,6 +7,8 @@ output. Pure functions of the model: no torch, no I/O.
 
 - :func:`primary_trace`: the trace a run's (or one rank's) headline figures come from;
 - :func:`busiest_device`: the device of a trace that its figures are of;
+- :func:`trace_label`: how a message names a trace ("rank 3", else its file name);
+- :func:`device_cc`, :func:`device_total_bytes`: the run's (first) GPU, its compute capability and memory;
 - :func:`main_dataloader`, :func:`steady_steps` (with :func:`compile_steps`): in
   ``model.steady``, re-exported here.
 """
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import DeviceUtilization, TraceMetrics
 from gpudoctor.model.steady import compile_steps, main_dataloader, steady_steps
 
-__all__ = ["busiest_device", "compile_steps", "main_dataloader", "primary_trace", "steady_steps"]
+__all__ = ["busiest_device", "compile_steps", "device_cc", "device_total_bytes", "main_dataloader", "primary_trace",
+           "steady_steps", "trace_label"]
 
 
 def primary_trace(metrics: Iterable[TraceMetrics], rank: int | None = None, *,
@@ -47,3 +51,52 @@ def busiest_device(utilization: Iterable[DeviceUtilization] | TraceMetrics | Non
     if not devices:
         return None
     return max(devices, key=lambda u: u.busy_ns_span)
+
+
+def trace_label(m: TraceMetrics) -> str:
+    """How a message names a trace: "rank 3" in multi-rank jobs, else the file name."""
+    if m.rank is not None:
+        return f"rank {m.rank}"
+    return m.path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def device_cc(run: RunData) -> tuple[str, float | None]:
+    """Name and compute capability of the run's (first) GPU, from a trace or the manifest ("", None: no GPU)."""
+    for m in run.metrics:
+        for d in m.devices:
+            if d.compute_capability:
+                return d.name, _cc(d.compute_capability)
+    if run.manifest is not None:
+        for d in run.manifest.devices:
+            if d.compute_capability:
+                return d.name, _cc(d.compute_capability)
+    for m in run.metrics:
+        for d in m.devices:
+            return d.name, None
+    return "", None
+
+
+def device_total_bytes(run: RunData) -> int | None:
+    """The memory of the run's (first) GPU: from a trace, else the manifest, else the NVML samples."""
+    for m in run.metrics:
+        for mem in m.memory:
+            if mem.total_bytes:
+                return mem.total_bytes
+        for d in m.devices:
+            if d.total_memory_bytes:
+                return d.total_memory_bytes
+    if run.manifest is not None:
+        for d in run.manifest.devices:
+            if d.total_memory_bytes:
+                return d.total_memory_bytes
+    for g in (run.samples.gpu if run.samples else ()):
+        if g.mem_total_bytes:
+            return g.mem_total_bytes
+    return None
+
+
+def _cc(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None

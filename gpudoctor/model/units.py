@@ -3,7 +3,7 @@ that one quantity reads the same everywhere: bytes in binary units only (``512 B
 ``2.15 GiB``; never GB for a size: GB/s is a bandwidth, 1e9 bytes per second), durations as
 ``12.3 µs``, ``45.6 ms``, ``1.23 s``, shares as ``38.0%``.
 
-The one place a value becomes text: ``rules.context.fmt_ns``/``fmt_bytes``/``fmt_pct`` and
+The one place a value becomes text: ``rules.formatting.fmt_ns``/``fmt_bytes``/``fmt_pct`` and
 ``report._fmt.duration``/``size``/``pct`` are these functions.
 """
 

@@ -20,7 +20,8 @@ from gpudoctor.model.findings import Account, Action, Finding
 from gpudoctor.model.metrics import COMPONENT_LABELS, Component, Ledger, LedgerBasis, SliceSource
 from gpudoctor.model.units import duration_text
 from gpudoctor.model.verify import VerifyStatus
-from gpudoctor.rules.context import RuleContext, fmt_ns
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns
 
 C = Component
 

@@ -42,8 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.model.findings import ChecklistItem, ChecklistStatus, Gain
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import location_of
 from gpudoctor.rules.registry import Rule
+from gpudoctor.rules.results import RuleResult, Verdict
 from gpudoctor.rules.static_api import StaticContext, StaticJudge
 from gpudoctor.rules.static_api.text import first_of
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from gpudoctor.model.metrics import CompiledStats, TraceMetrics
 from gpudoctor.model.run import CompileEvent, CompileState, WrapSetting
-from gpudoctor.rules.context import RuleContext, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 
 #: Kernels of a step at least this share issued from compiled code or graphs: the step's code is
 #: compiled (the advice is for compiled code); below it the eager part is what launches (the

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import Finding, Fix, SettingRef
 from gpudoctor.model.run import DataLoaderSetting, Injection
-from gpudoctor.rules.context import RuleContext, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.edits import dataloader_args, edit_fix
+from gpudoctor.rules.formatting import location_of
 
 
 def dataloader_settings(dl: DataLoaderSetting) -> tuple[SettingRef, ...]:

@@ -11,7 +11,8 @@ from gpudoctor.model.findings import Metric
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import GpuSample, StepRecord
 from gpudoctor.model.units import duration_text
-from gpudoctor.rules.context import RuleContext, fmt_pct
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_pct
 
 
 @dataclass(frozen=True, slots=True)

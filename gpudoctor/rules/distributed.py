@@ -9,7 +9,8 @@ from gpudoctor.analysis.ranks import RankFigures, rank_figures
 from gpudoctor.model.findings import SettingRef
 from gpudoctor.model.metrics import CommStats, TraceMetrics
 from gpudoctor.model.run import WrapSetting
-from gpudoctor.rules.context import RuleContext, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import location_of
 
 DDP_KINDS = ("DistributedDataParallel", "FullyShardedDataParallel")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import SettingRef
 from gpudoctor.model.run import FlagSetting
-from gpudoctor.rules.context import RuleContext, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import location_of
 
 
 def find_flag(ctx: RuleContext, *suffixes: str) -> FlagSetting | None:

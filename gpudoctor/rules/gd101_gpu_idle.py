@@ -87,8 +87,10 @@ from dataclasses import replace
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.rules.account import label
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 
 def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:

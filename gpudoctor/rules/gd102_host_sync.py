@@ -93,9 +93,12 @@ from gpudoctor.model.findings import (
     TimeRange,
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, trace_label
+from gpudoctor.model.selectors import trace_label
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct
 from gpudoctor.rules.profiles import parse_frame
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (
     Fact,

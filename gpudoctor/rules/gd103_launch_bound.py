@@ -1,6 +1,3 @@
-# Why this file is long: a rule is one room (DESIGN.md, "Rules"): its documentation, runtime check,
-# static check, checklist technique and examples live in this one module, so that changing the rule
-# means opening one place.
 """GD103 launch-bound: the ops are so small that issuing them, not running them, sets the step time.
 
 What it detects
@@ -89,11 +86,13 @@ from dataclasses import replace
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef, TimeRange
 from gpudoctor.model.metrics import Component, GapCause, TraceMetrics
 from gpudoctor.rules.compilation import CodeKind, code_kind, compilations, compile_state, step_range
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.dataloader import dataloader_call
 from gpudoctor.rules.device import device_limited
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.profiles import too_few_steps
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult, Verdict
 from gpudoctor.rules.speedups import COMPILE_LAUNCH_REDUCTION, launch_fraction
 
 _EXPECTED_NOTE = (f"torch.compile issues at least {COMPILE_LAUNCH_REDUCTION:g}x fewer ops (fused pointwise runs); "

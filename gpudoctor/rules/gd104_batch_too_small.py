@@ -87,9 +87,11 @@ from dataclasses import dataclass
 
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.device import device_limited, memory_peak
+from gpudoctor.rules.formatting import fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 from gpudoctor.rules.static_api.text import at
 
@@ -171,7 +173,7 @@ def _judge(ctx: RuleContext, m: TraceMetrics) -> RuleResult:
             f"peak GPU memory {fmt_pct(peak.pct)} of the device (threshold {t.batch_memory_share_pct:g}%)",
             applied=True,
         )
-    idle_pct, wname = ctx.account_idle(m)
+    idle_pct, wname = ctx.accounting.account_idle(m)
     short = m.kernels.under_10us_pct if m.kernels is not None else None
     idle_under = idle_pct is not None and idle_pct >= t.batch_gpu_idle_share_pct
     short_under = short is not None and short >= t.launch_short_kernel_share_pct

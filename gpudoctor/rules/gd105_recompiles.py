@@ -90,8 +90,10 @@ from gpudoctor.rules.compilation import (
     reason_text,
     step_range,
 )
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 from gpudoctor.rules.static_api.text import first_of
 

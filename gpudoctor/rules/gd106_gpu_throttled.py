@@ -87,9 +87,11 @@ from dataclasses import dataclass
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.run import GpuSample
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.device import steps_span
+from gpudoctor.rules.formatting import fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER = ("sw_power_cap", "hw_power_brake_slowdown")

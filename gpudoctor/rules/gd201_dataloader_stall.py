@@ -111,16 +111,8 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, Ledger, LedgerBasis, TraceMetrics
 from gpudoctor.model.run import DataLoaderSetting, Injection, StepRecord
-from gpudoctor.model.steady import data_wait_share_pct
-from gpudoctor.rules.context import (
-    RuleContext,
-    RuleResult,
-    fmt_bytes,
-    fmt_ns,
-    fmt_pct,
-    location_of,
-    median_int,
-)
+from gpudoctor.model.steady import data_wait_share_pct, median_int
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.dataloader import (
     dataloader_fix,
@@ -132,6 +124,7 @@ from gpudoctor.rules.dataloader import (
 )
 from gpudoctor.rules.device import device_limited
 from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.formatting import fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.load_model import (
     HOST_PARTS,
     CpuReading,
@@ -143,6 +136,7 @@ from gpudoctor.rules.load_model import (
 )
 from gpudoctor.rules.profiles import entry_name
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     Fact,
     Function,

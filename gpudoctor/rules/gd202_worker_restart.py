@@ -95,14 +95,8 @@ from gpudoctor.model.findings import (
     Severity,
 )
 from gpudoctor.model.run import Injection, StepRecord
-from gpudoctor.rules.context import (
-    RuleContext,
-    RuleResult,
-    fmt_ns,
-    fmt_pct,
-    location_of,
-    median_int,
-)
+from gpudoctor.model.steady import median_int
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.dataloader import (
     dataloader_fix,
     dataloader_injections,
@@ -112,8 +106,10 @@ from gpudoctor.rules.dataloader import (
     no_dataloader_reason,
 )
 from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.load_model import worker_use
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,
     Function,

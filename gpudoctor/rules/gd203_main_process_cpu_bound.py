@@ -86,10 +86,13 @@ import statistics
 
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause, LedgerBasis
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, trace_label
+from gpudoctor.model.selectors import trace_label
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.formatting import fmt_pct
 from gpudoctor.rules.profiles import pstats_total_s, too_few_steps, user_functions
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 
 _BEFORE = """for x, y in loader:
@@ -137,7 +140,7 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.fine(
             f"training process at {fmt_pct(cpu)} of one core (median of {n} samples; threshold {t.main_cpu_busy_pct:g}%)"
         )
-    wait = ctx.data_wait_share_pct()
+    wait = ctx.figures.job.step.data_wait_pct
     if wait is not None and wait > t.dataloader_wait_share_pct:
         return RuleResult.not_applicable(
             f"the training process is busy loading batches ({fmt_pct(wait)} of step time waiting for data): see GD201"
@@ -185,7 +188,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
     t = ctx.thresholds
     best = None
     for m in ctx.gpu_traces():
-        idle_pct, wname = ctx.account_idle(m)
+        idle_pct, wname = ctx.accounting.account_idle(m)
         if idle_pct is None:
             continue
         ledger = ctx.ledger(m)
@@ -208,7 +211,7 @@ def _gpu_case(ctx, cpu, metrics, notes, location, loop_pct) -> RuleResult:
     ledger = ctx.ledger(m) if m is not None else None
     claim_cap_ns: int | None = None
     if at_stake is None:
-        wait = ctx.data_wait_share_pct() or 0.0
+        wait = ctx.figures.job.step.data_wait_pct or 0.0
         confidence = Confidence.INFERRED
         gain_note = (
             f"not in the account: no trace splits the GPU idle time (idle {fmt_pct(idle_pct)} less the DataLoader "

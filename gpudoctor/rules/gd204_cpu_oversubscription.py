@@ -100,7 +100,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.cpu_demand import Demand, runnable_demand
 from gpudoctor.rules.dataloader import (
     dataloader_call,
@@ -108,8 +108,10 @@ from gpudoctor.rules.dataloader import (
     dataloader_of,
     no_dataloader_reason,
 )
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.load_model import HOST_PARTS, cpu_readings, loader_step_ns
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     POSITIVE_VALUE,
     UNKNOWN,

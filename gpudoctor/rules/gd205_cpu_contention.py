@@ -83,9 +83,10 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.rules.context import RuleContext, RuleResult
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _BEFORE = "python train.py &            # both on the same cores\npython preprocess_next_shard.py\n"
 _AFTER = (

@@ -89,7 +89,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.dataloader import (
     dataloader_call,
     dataloader_fix,
@@ -97,7 +97,9 @@ from gpudoctor.rules.dataloader import (
     pinned_copy_injections,
 )
 from gpudoctor.rules.edits import dataloader_args
+from gpudoctor.rules.formatting import fmt_bytes, fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import (
     COPY_LATENCY_NS,
     MIN_MEASURED_COPY_BYTES,

@@ -76,10 +76,12 @@ import re
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.dataloader import dataloader_fix, pinned_copy_injections
 from gpudoctor.rules.edits import non_blocking
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import runs_ahead_fraction
 from gpudoctor.rules.static_api import (
     Function,

@@ -73,9 +73,11 @@ import ast
 
 from gpudoctor.model.findings import Confidence, Evidence, Fix, Metric, Severity
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.profiles import parse_frame
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import READ_EVERY_STEPS
 from gpudoctor.rules.static_api import (
     Scan,

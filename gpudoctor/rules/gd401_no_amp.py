@@ -96,7 +96,8 @@ from gpudoctor.model.findings import (
     Severity,
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_pct, location_of
 from gpudoctor.rules.precision import (
     ACCELERATE,
     HF_ARGS,
@@ -105,6 +106,7 @@ from gpudoctor.rules.precision import (
     WATCH,
 )
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import (
     conv_tf32,
     is_amd,

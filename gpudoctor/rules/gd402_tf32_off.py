@@ -76,9 +76,11 @@ from __future__ import annotations
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.flags import flag_ref, flag_text
+from gpudoctor.rules.formatting import fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import is_amd, kernel_speedup, matmul_tf32_flags, won_fraction
 
 

@@ -91,10 +91,12 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.edits import assign, at_startup, edit_fix
 from gpudoctor.rules.flags import find_flag, flag_ref, flag_text
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import CUDNN_BENCHMARK_FRACTION, autotune_fraction, conv_tf32
 from gpudoctor.rules.static_api import (
     Fact,

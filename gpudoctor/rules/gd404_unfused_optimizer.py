@@ -93,9 +93,11 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.edits import edit_fix, optimizer_args
+from gpudoctor.rules.formatting import fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import TENSORS_PER_LAUNCH, launch_fraction
 from gpudoctor.rules.static_api import (
     Fact,

@@ -86,8 +86,10 @@ from dataclasses import replace
 
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef, SummaryStat
 from gpudoctor.model.metrics import Component, Roofline, RooflineRow, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult, Verdict
 from gpudoctor.rules.speedups import won_fraction
 
 _COMPUTE = ("matmul", "conv", "attention")

@@ -61,9 +61,11 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix
 from gpudoctor.model.metrics import TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_pct
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.device import memory_peak
+from gpudoctor.rules.formatting import fmt_bytes, fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _BEFORE = """loss = loss_fn(model(x), y)"""
 _AFTER = """with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -83,8 +83,10 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, TraceMetrics
 from gpudoctor.model.run import Injection
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     Fact,
     Function,

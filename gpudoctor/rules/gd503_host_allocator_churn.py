@@ -90,8 +90,11 @@ from typing import NamedTuple
 
 from gpudoctor.model.findings import Confidence, Finding, Fix, Metric, SettingRef
 from gpudoctor.model.run import Injection, StepRecord
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, median_int
+from gpudoctor.model.steady import median_int
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _MIN_STEPS_FOR_HALF = 10  # with fewer readings (see _readings), all of them are judged

@@ -66,8 +66,10 @@ import dataclasses
 import re
 
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric, SettingRef, Severity
-from gpudoctor.rules.context import RuleContext, RuleResult, location_of
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     Fact,
     Function,

@@ -87,7 +87,7 @@ from collections import defaultdict
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.model.metrics import Component
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.distributed import (
     RankComm,
     comm_by_rank,
@@ -95,7 +95,9 @@ from gpudoctor.rules.distributed import (
     ddp_wrappers,
     is_distributed,
 )
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import COMM_COMPRESSION_FRACTION
 
 _BEFORE = """model = DDP(model, device_ids=[local_rank])

@@ -83,9 +83,11 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_ns, fmt_pct
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.distributed import figures, is_distributed
+from gpudoctor.rules.formatting import fmt_ns, fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _BEFORE = """for step, (x, y) in enumerate(loader):
     train_step(model, x, y)

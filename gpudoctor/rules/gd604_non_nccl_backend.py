@@ -71,9 +71,11 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric, SettingRef
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_pct, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.distributed import comm_by_rank, cuda_backend, ddp_wrappers, is_distributed
+from gpudoctor.rules.formatting import fmt_pct, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _NCCL = ("nccl", "rccl")
 _BEFORE = """dist.init_process_group("gloo")

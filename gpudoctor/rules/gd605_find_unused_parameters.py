@@ -70,9 +70,11 @@ References
 from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.distributed import ddp_refs, ddp_wrappers, is_distributed
+from gpudoctor.rules.formatting import fmt_bytes, location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 
 _BEFORE = "model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)"
 _AFTER = """model = DDP(model, device_ids=[local_rank])   # every parameter gets a gradient

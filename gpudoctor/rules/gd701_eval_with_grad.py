@@ -97,9 +97,11 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import CallSite
-from gpudoctor.rules.context import RuleContext, RuleResult, location_of
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.edits import edit_fix, manual_note, wrap
+from gpudoctor.rules.formatting import location_of
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
     Function,
     Loop,

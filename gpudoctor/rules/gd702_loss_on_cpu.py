@@ -72,8 +72,10 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Metric
 from gpudoctor.model.metrics import Component, TraceMetrics
-from gpudoctor.rules.context import RuleContext, RuleResult, fmt_bytes, fmt_ns, fmt_pct
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.formatting import fmt_bytes, fmt_ns, fmt_pct
 from gpudoctor.rules.registry import Need, Rule
+from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.speedups import DEVICE_LOSS_HOST_NS_PER_STEP
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
 

@@ -34,8 +34,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.needs import Need, as_needs, needs_text, unmet
+from gpudoctor.rules.results import RuleResult, Verdict
 from gpudoctor.rules.static_api.context import Example, StaticCheck
 
 __all__ = ["Example", "Need", "Rule", "RuleContext", "RuleResult", "StaticCheck", "Verdict", "all_rules", "get", "rule_examples", "static_codes"]

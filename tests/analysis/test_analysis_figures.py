@@ -85,8 +85,9 @@ def test_the_account_the_summary_and_verify_read_one_step_time() -> None:
     assert report.account.step_source == "mean of 12 unprofiled steady steps"
     assert profiled_step_ns(data) == 17_500_000  # --verify's comparison with the profiled run
     ctx = RuleContext(data)
-    assert ctx.figures is ctx.figures  # computed once per diagnosis
-    assert ctx.account_steps(every_rank=True) == ctx.figures.job.account
+    rule = ctx.for_rule("GD201", "dataloader-stall")  # computed once per diagnosis: every rule's copy shares them
+    assert rule.figures is ctx.figures and rule.accounting is ctx.accounting
+    assert ctx.figures.job.account == ctx.figures.job.unprofiled and len(ctx.figures.job.account) == 12
 
 
 def test_a_bare_trace_s_step_is_the_mean_of_its_windows() -> None:

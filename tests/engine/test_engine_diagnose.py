@@ -329,7 +329,7 @@ def test_checklist_not_measurable_beats_not_applicable():
     """Two rules feed one item: one could not judge, one does not apply; the item is not measurable
     (a rule that could not look outweighs one to which the question does not apply)."""
     from gpudoctor.rules.checklist import _from_verdicts
-    from gpudoctor.rules.context import RuleResult
+    from gpudoctor.rules.results import RuleResult
 
     pairs = [("GD401", RuleResult.not_applicable("no Tensor Cores")), ("GD402", RuleResult.cannot_judge("no dtypes"))]
     for order in (pairs, pairs[::-1]):

@@ -11,9 +11,10 @@ from gpudoctor import engine
 from gpudoctor.config import Config
 from gpudoctor.model.selectors import busiest_device, primary_trace
 from gpudoctor.rules import registry
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.needs import Need, needs_text, unmet
 from gpudoctor.rules.registry import Rule, all_rules, get
+from gpudoctor.rules.results import RuleResult, Verdict
 
 
 def test_needs_are_typed_and_listed_in_one_order() -> None:

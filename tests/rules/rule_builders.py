@@ -45,8 +45,9 @@ from gpudoctor.model import (
     WrapSetting,
 )
 from gpudoctor.model.metrics import Component, Ledger, LedgerSlice
-from gpudoctor.rules.context import RuleContext, RuleResult
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.registry import get
+from gpudoctor.rules.results import RuleResult
 
 MS = 1_000_000
 GB = 10**9

@@ -39,7 +39,8 @@ from gpudoctor.model import (
 )
 from gpudoctor.model.steady import compile_steps
 from gpudoctor.rules.compilation import code_kind, compilations, compiled_summary
-from gpudoctor.rules.context import RuleContext, Verdict
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.results import Verdict
 
 COMPILE = WrapSetting("torch.compile", SITE, "Net", {"mode": None, "backend": "inductor", "dynamic": None})
 

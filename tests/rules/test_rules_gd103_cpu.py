@@ -19,7 +19,7 @@ from rule_builders import (
 
 from gpudoctor.model import DispatchStats, NameStat, Samples, Severity, WindowKind, WrapSetting
 from gpudoctor.model.findings import Confidence
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 US = 1000
 

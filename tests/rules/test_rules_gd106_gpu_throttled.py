@@ -10,7 +10,7 @@ from rule_builders import MS, judge, manifest, run, settings, steps
 
 from gpudoctor.model import Severity
 from gpudoctor.parse.rundir import read_samples
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 APP_MHZ, LIMIT_W = 1410, 400.0
 

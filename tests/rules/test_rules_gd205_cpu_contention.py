@@ -18,7 +18,7 @@ from rule_builders import (
 )
 
 from gpudoctor.model import HostSample, Severity
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 
 def _host(cpu_pct: float, n: int = 20, steal_pct: float | None = 0.0) -> tuple[HostSample, ...]:

@@ -16,7 +16,8 @@ from gpudoctor.model import DeviceInfo, Severity
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.trace import DeviceKind, HostKind, TimelineBuilder, TraceInfo
 from gpudoctor.parse import load_inputs
-from gpudoctor.rules.context import RuleContext, Verdict
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.results import Verdict
 
 US = 1_000
 MS = 1_000_000

@@ -25,7 +25,7 @@ from rule_builders import (
 )
 
 from gpudoctor.model import MemoryStats, Samples, Severity
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 # ---------------------------------------------------------------- GD101 gpu-idle
 

@@ -25,8 +25,8 @@ from rule_builders import (
 
 from gpudoctor.config import Thresholds
 from gpudoctor.model import DispatchStats, Severity, WindowKind
-from gpudoctor.rules.context import Verdict
 from gpudoctor.rules.gd201_dataloader_stall import COMPUTING, Load, plan_workers
+from gpudoctor.rules.results import Verdict
 
 # ---------------------------------------------------------------- GD201 dataloader-stall
 

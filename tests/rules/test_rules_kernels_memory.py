@@ -22,7 +22,7 @@ from rule_builders import (
 )
 
 from gpudoctor.model import Device, DeviceInfo, Severity
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 V100 = (DeviceInfo(0, "Tesla V100-SXM2-16GB", "7.0", 16 * GB),)
 P100 = (DeviceInfo(0, "Tesla P100", "6.0", 16 * GB),)

@@ -20,7 +20,7 @@ from rule_builders import (
 )
 
 from gpudoctor.model import CallSite, Device, RootModuleUse, Severity
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 # ---------------------------------------------------------------- GD601 data-parallel
 

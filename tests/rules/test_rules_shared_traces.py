@@ -20,8 +20,9 @@ import pytest
 from gpudoctor.config import Config
 from gpudoctor.engine import diagnose, run_rules
 from gpudoctor.model import ChecklistStatus, Report, RunData, Severity
-from gpudoctor.rules.context import RuleContext, RuleResult, Verdict
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.registry import all_rules
+from gpudoctor.rules.results import RuleResult, Verdict
 
 pytestmark = pytest.mark.shared_traces
 

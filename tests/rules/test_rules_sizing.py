@@ -28,9 +28,8 @@ from rule_builders import (
 
 from gpudoctor.config import Thresholds
 from gpudoctor.model import GapCause, ProcessSample, Severity
-from gpudoctor.rules.context import RuleContext, Verdict
+from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.gd104_batch_too_small import plan_batch
-from gpudoctor.rules.registry import get
 from gpudoctor.rules.gd201_dataloader_stall import (
     COMPUTING,
     UNMEASURED,
@@ -39,6 +38,8 @@ from gpudoctor.rules.gd201_dataloader_stall import (
     classify,
     plan_workers,
 )
+from gpudoctor.rules.registry import get
+from gpudoctor.rules.results import Verdict
 
 FETCH = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py"
 

@@ -22,7 +22,8 @@ from gpudoctor.config import Thresholds
 from gpudoctor.engine import build_summary
 from gpudoctor.model import RootModuleUse, Samples, StepRecord
 from gpudoctor.model.metrics import DispatchStats, WindowKind
-from gpudoctor.rules.context import RuleContext, Verdict
+from gpudoctor.rules.context import RuleContext
+from gpudoctor.rules.results import Verdict
 
 
 def _phased(n: int = 20, wall_ms: float = 100.0, *, wait_ms: float = 0.0, fwd_ms: float = 0.0, bwd_ms: float = 0.0,

@@ -19,7 +19,7 @@ from rule_builders import (
 )
 
 from gpudoctor.model import Severity
-from gpudoctor.rules.context import Verdict
+from gpudoctor.rules.results import Verdict
 
 # ---------------------------------------------------------------- GD301 pageable-h2d
 
