@@ -165,7 +165,7 @@ class RuleContext:
         """The run's figures (step populations, the step time, the data wait, phases), computed once per
         diagnosis: every rule, the summary and the account read them here, none recomputes them."""
         if not self._figures:
-            self._figures.append(run_figures(self.run))
+            self._figures.append(run_figures(self.run, self.thresholds))
         return self._figures[0]
 
     @property

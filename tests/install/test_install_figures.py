@@ -44,7 +44,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the steps ledger's total: the account's window, which analysis.figures hands it",
     ("rules/context.py", "total = sum(s.wall_ns for s in steps)"):
         "share_of_steps: the denominator of a share of the steps' time, not a step time",
-    ("rules/load_model.py", "wall_ns=sum(x.wall_ns for x in covered),"):
+    ("analysis/loader.py", "wall_ns=sum(x.wall_ns for x in covered),"):
         "a CPU reading's span (the steps a getrusage row covers), not a step time",
     ("rules/gd503_host_allocator_churn.py", "wall = sum(r.wall_ns for r in readings)"):
         "the CPU readings' span for a fault rate, not a step time",
