@@ -7,7 +7,8 @@ where there are ``model.steady.MIN_BARE_STEPS``: total ÷ count, the throughput 
 timed it (``StepSource``), its spread (median, p90: named as what they are, never "the step"), the data
 wait, the phases the hooks timed and the micro-batches per step; the host's: the training process's CPU,
 the cores and the machine's load over the steps; with the diagnosis's thresholds, the DataLoader's load and
-its kind (``analysis.loader``: per batch, over the job's account steps). Without per-step records (a bare trace),
+its kind (``analysis.loader``: per batch, over the job's account steps); memory (``analysis.memory``: the
+GPU's size and each trace's peak, the machine's memory). Without per-step records (a bare trace),
 the step time is the mean of the trace's ProfilerStep windows.
 
 ``model.steady`` holds the definitions (pure functions of the records, which the stderr line of ``gpudoctor
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudoctor.analysis.load import host_load
 from gpudoctor.analysis.loader import LoaderFigures, LoaderLimits, loader_figures
+from gpudoctor.analysis.memory import MemoryFigures, memory_figures
 from gpudoctor.model import HostLoad, steady
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import Ledger, TraceMetrics
@@ -94,6 +96,7 @@ class RunFigures:
     # steady steps are the settled part's; None where it held steady
     loader: LoaderFigures | None = None  # the DataLoader's load and its kind, over the job's account steps, per
     # batch (``analysis.loader``); None where run_figures had no thresholds to judge it by (``limits``)
+    memory: MemoryFigures = field(default_factory=MemoryFigures)  # the GPU's size and peaks, the machine's memory
 
     def of(self, rank: int | None) -> RankSteps:
         """One rank's figures (the lowest rank's for None; the job's where the records carry no rank)."""
@@ -214,7 +217,8 @@ def run_figures(run: RunData, limits: LoaderLimits | None = None) -> RunFigures:
     traces = tuple((m.path, _trace_figures(m)) for m in run.metrics if m.steps)
     host = _host(run)
     return RunFigures(job, ranks, traces, host, steady.run_settling(run.steps, source, loader, compiled),
-                      loader_figures(run, job, host.load, host.cpu_count, limits) if limits is not None else None)
+                      loader_figures(run, job, host.load, host.cpu_count, limits) if limits is not None else None,
+                      memory_figures(run))
 
 
 def steps_span(steps: Sequence[StepRecord]) -> tuple[int, int] | None:

@@ -92,8 +92,7 @@ def memory_cap(ctx: RuleContext, dl: DataLoaderSetting | None) -> tuple[int, str
     training process), each at the median worker's RSS (the training process's when no worker ran: a
     forked worker maps its pages, and holds prefetch_factor batches besides); None without the figures."""
     t = ctx.thresholds
-    samples = ctx.run.samples
-    total = samples.system_memory_bytes if samples is not None else None
+    total = ctx.figures.memory.host_total_bytes
     use = loader_of(ctx).workers
     if not total or use is None or use.main_rss_bytes is None:
         return None
