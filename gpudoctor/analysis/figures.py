@@ -6,7 +6,9 @@ window), **the step time** (one statistic: the mean over the account's window, t
 where there are ``model.steady.MIN_BARE_STEPS``: total ÷ count, the throughput ``--verify`` measures), what
 timed it (``StepSource``), its spread (median, p90: named as what they are, never "the step"), the data
 wait, the phases the hooks timed and the micro-batches per step; the host's: the training process's CPU,
-the cores and the machine's load over the steps. Without per-step records (a bare trace),
+the cores and the machine's load over the steps; with the diagnosis's thresholds, the DataLoader's load and
+its kind (``analysis.loader``: per batch, over the job's account steps); memory (``analysis.memory``: the
+GPU's size and each trace's peak, the machine's memory). Without per-step records (a bare trace),
 the step time is the mean of the trace's ProfilerStep windows.
 
 ``model.steady`` holds the definitions (pure functions of the records, which the stderr line of ``gpudoctor
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudoctor.analysis.load import host_load
+from gpudoctor.analysis.loader import LoaderFigures, LoaderLimits, loader_figures
+from gpudoctor.analysis.memory import MemoryFigures, memory_figures
 from gpudoctor.model import HostLoad, steady
 from gpudoctor.model.findings import RunData
 from gpudoctor.model.metrics import Ledger, TraceMetrics
@@ -90,6 +94,9 @@ class RunFigures:
     host: HostFigures
     settling: Settling | None = None  # where the step time changed beyond noise (``steady.run_settling``): the
     # steady steps are the settled part's; None where it held steady
+    loader: LoaderFigures | None = None  # the DataLoader's load and its kind, over the job's account steps, per
+    # batch (``analysis.loader``); None where run_figures had no thresholds to judge it by (``limits``)
+    memory: MemoryFigures = field(default_factory=MemoryFigures)  # the GPU's size and peaks, the machine's memory
 
     def of(self, rank: int | None) -> RankSteps:
         """One rank's figures (the lowest rank's for None; the job's where the records carry no rank)."""
@@ -191,8 +198,9 @@ def _host(run: RunData) -> HostFigures:
     return HostFigures(cpu, len(samples), when, cores, host_load(run.samples, *span))
 
 
-def run_figures(run: RunData) -> RunFigures:
-    """The figures of ``run``, computed once (``RuleContext.figures`` keeps them for the diagnosis)."""
+def run_figures(run: RunData, limits: LoaderLimits | None = None) -> RunFigures:
+    """The figures of ``run``, computed once (``RuleContext.figures`` keeps them for the diagnosis); with
+    ``limits`` (the diagnosis's thresholds, ``config.Thresholds``), the DataLoader's load too."""
     mf = run.manifest
     source = mf.step_source if mf is not None else None
     loader = steady.main_dataloader(run.settings)
@@ -207,7 +215,10 @@ def run_figures(run: RunData) -> RunFigures:
         for r in ranked
     )
     traces = tuple((m.path, _trace_figures(m)) for m in run.metrics if m.steps)
-    return RunFigures(job, ranks, traces, _host(run), steady.run_settling(run.steps, source, loader, compiled))
+    host = _host(run)
+    return RunFigures(job, ranks, traces, host, steady.run_settling(run.steps, source, loader, compiled),
+                      loader_figures(run, job, host.load, host.cpu_count, limits) if limits is not None else None,
+                      memory_figures(run))
 
 
 def steps_span(steps: Sequence[StepRecord]) -> tuple[int, int] | None:

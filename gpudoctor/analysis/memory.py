@@ -1,4 +1,5 @@
-"""Device memory: allocator peaks, the device's size, and calls into the CUDA/HIP allocator.
+"""Device memory: allocator peaks, the device's size, and calls into the CUDA/HIP allocator; and the run's
+memory figures (``MemoryFigures``, ``RunFigures.memory``: the GPU's size, the machine's, each trace's peak).
 
 Peaks come from the caching allocator's ``[memory]`` events (``profile_memory=True``):
 the largest "Total Allocated" and "Total Reserved" seen on each device. ``cudaMalloc`` /
@@ -10,11 +11,13 @@ shapes, or ``empty_cache``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpudoctor.analysis.view import TraceView, Windows
-from gpudoctor.model.findings import RunData
-from gpudoctor.model.metrics import DeviceInfo, MemoryStats
+from gpudoctor.model.findings import Metric, RunData
+from gpudoctor.model.metrics import DeviceInfo, MemoryStats, TraceMetrics
 
 
 def memory_stats(
@@ -55,3 +58,107 @@ def memory_stats(
             )
         )
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- the run's memory figures
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPeak:
+    """The highest memory figure known for a GPU, and the device's size."""
+
+    peak_bytes: int
+    total_bytes: int
+    source: str  # "reserved (trace)", "allocated (trace)", "NVML used"
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.peak_bytes / self.total_bytes
+
+    def metrics(self) -> tuple[Metric, ...]:
+        return (
+            Metric("peak_memory_bytes", self.peak_bytes, "bytes"),
+            Metric("peak_memory_source", self.source),
+            Metric("device_memory_bytes", self.total_bytes, "bytes"),
+            Metric("peak_memory_pct", round(self.pct, 1), "%", "the device"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigures:
+    """The run's memory figures (``RunFigures.memory``): the GPU's size, the machine's, and each trace's peak."""
+
+    device_total_bytes: int | None = None  # the GPU's memory (None: not recorded)
+    host_total_bytes: int | None = None  # the machine's physical memory (psutil; None: not recorded)
+    # (trace path, its rank, its allocator peak: ``trace_peak``), one per trace of the run
+    peaks: tuple[tuple[str, int | None, MemoryPeak | None], ...] = ()
+    sampled_peak: MemoryPeak | None = None  # NVML's used memory at its highest (None: no such sample)
+
+    def holds(self, m: TraceMetrics) -> bool:
+        """Whether ``m`` is one of the run's traces (the figures hold its peak)."""
+        return any(path == m.path and rank == m.rank for path, rank, _ in self.peaks)
+
+    def peak(self, m: TraceMetrics | None) -> MemoryPeak | None:
+        """The highest memory figure known for the GPU of ``m`` (its rank's allocator peak, else NVML's);
+        None without one."""
+        if m is not None:
+            found = next((p for path, rank, p in self.peaks if path == m.path and rank == m.rank), None)
+            if found is not None:
+                return found
+        return self.sampled_peak
+
+
+def device_total_bytes(run: RunData) -> int | None:
+    """The GPU's memory: a trace's allocator figures or devices, else the manifest's devices, else NVML's."""
+    for m in run.metrics:
+        for mem in m.memory:
+            if mem.total_bytes:
+                return mem.total_bytes
+        for d in m.devices:
+            if d.total_memory_bytes:
+                return d.total_memory_bytes
+    if run.manifest is not None:
+        for d in run.manifest.devices:
+            if d.total_memory_bytes:
+                return d.total_memory_bytes
+    for g in run.samples.gpu if run.samples else ():
+        if g.mem_total_bytes:
+            return g.mem_total_bytes
+    return None
+
+
+def trace_peak(m: TraceMetrics, metrics: tuple[TraceMetrics, ...], total_default: int | None) -> MemoryPeak | None:
+    """The allocator peak (reserved, else allocated) of ``m`` or another trace of its rank (``--memory``
+    records it in the detailed window only), as a share of the device's memory; None without one."""
+    best: MemoryPeak | None = None
+    mine = [m, *(x for x in metrics if x.rank == m.rank and x is not m)]
+    for mem in (mem for x in mine for mem in x.memory):
+        total = mem.total_bytes or total_default
+        for value, src in (
+            (mem.peak_reserved_bytes, "reserved (trace)"),
+            (mem.peak_allocated_bytes, "allocated (trace)"),
+        ):
+            if value and total:
+                cand = MemoryPeak(value, total, src)
+                if best is None or cand.pct > best.pct:
+                    best = cand
+                break
+    return best
+
+
+def memory_figures(run: RunData) -> MemoryFigures:
+    """The memory figures of ``run`` (``analysis.figures.run_figures``)."""
+    total = device_total_bytes(run)
+    sampled = None
+    samples = [g for g in (run.samples.gpu if run.samples else ()) if g.mem_used_bytes is not None]
+    if samples:
+        top = max(samples, key=lambda g: g.mem_used_bytes or 0)
+        top_total = top.mem_total_bytes or total
+        if top_total and top.mem_used_bytes is not None:
+            sampled = MemoryPeak(top.mem_used_bytes, top_total, "NVML used")
+    return MemoryFigures(
+        device_total_bytes=total,
+        host_total_bytes=run.samples.system_memory_bytes if run.samples is not None else None,
+        peaks=tuple((m.path, m.rank, trace_peak(m, run.metrics, total)) for m in run.metrics),
+        sampled_peak=sampled,
+    )

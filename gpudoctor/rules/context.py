@@ -68,7 +68,7 @@ class RuleContext:
 
     def __post_init__(self) -> None:
         if self.figures is None:
-            object.__setattr__(self, "figures", run_figures(self.run))
+            object.__setattr__(self, "figures", run_figures(self.run, self.thresholds))
         if self.accounting is None:
             object.__setattr__(self, "accounting", run_accounting(self.run, self.figures,
                                                                   self.thresholds.profiler_weight_max_ratio))

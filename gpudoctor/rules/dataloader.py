@@ -1,12 +1,13 @@
 """The DataLoader in a finding: its settings as evidence, its call with changed arguments, the fix at
-its call site, `--verify`'s injections, and whether a loop changes its dataset in place."""
+its call site (as the script allows), `--verify`'s injections, and whether a loop changes its dataset in
+place."""
 
 from __future__ import annotations
 
 from gpudoctor.model.findings import Finding, Fix, SettingRef
 from gpudoctor.model.run import DataLoaderSetting, Injection
 from gpudoctor.rules.context import RuleContext
-from gpudoctor.rules.edits import dataloader_args, edit_fix
+from gpudoctor.rules.edits import dataloader_args, edit_fix, left_to_author, manual_note
 from gpudoctor.rules.formatting import location_of
 
 
@@ -154,3 +155,38 @@ def _change_index(src, fn) -> dict[str, list]:  # noqa: ANN001 - StaticContext, 
         return index
 
     return src.memo(f"dataset_changed.index.{src.program(fn)}", make)
+
+
+def worker_changes(ctx: RuleContext, dl: DataLoaderSetting | None, n: int) -> dict[str, object]:
+    """The DataLoader arguments the fix sets, for ``n`` suggested workers (``allowed_changes`` then takes out what
+    the script does not allow)."""
+    workers = dl.num_workers if dl is not None else None
+    changes: dict[str, object] = {"num_workers": n, "persistent_workers": True}
+    if workers and workers >= n:
+        # already as many workers as the cores (or memory) allow: deepen the queue instead
+        changes = {"prefetch_factor": (dl.prefetch_factor or 2) * 2, "persistent_workers": True}
+    elif workers:
+        changes["prefetch_factor"] = max(dl.prefetch_factor or 2, 2)
+    if ctx.has_gpu() and dl is not None and not dl.pin_memory:
+        changes["pin_memory"] = True
+    return changes
+
+
+def workers_fix(ctx: RuleContext, dl: DataLoaderSetting | None, instruction: str, changes: dict[str, object],
+         notes: list[str]) -> Fix:
+    """The fix of ``changes`` at the DataLoader, as the script allows (``RuleContext.workers_caveat``):
+    without persistent_workers where they would be wrong (the evidence says why), and left to the author
+    where workers themselves would not see a change the loop makes at every step."""
+    caveat = ctx.workers_caveat(dl)
+    if caveat is not None:
+        notes.append(manual_note(caveat[0]) if caveat[1] else f"persistent_workers left out: {caveat[0]}")
+    fix = dataloader_fix(instruction, dl, allowed_changes(ctx, dl, changes))
+    return left_to_author(fix, caveat[0]) if caveat is not None and caveat[1] else fix
+
+
+def allowed_changes(ctx: RuleContext, dl: DataLoaderSetting | None, changes: dict[str, object]) -> dict[str, object]:
+    """``changes`` without persistent_workers where the script is against them (``RuleContext.workers_caveat``:
+    its own choice, or a loop that changes the dataset in place): the fix's and ``--verify``'s."""
+    if ctx.workers_caveat(dl) is None:
+        return changes
+    return {k: v for k, v in changes.items() if k != "persistent_workers"}

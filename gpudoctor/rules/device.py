@@ -4,10 +4,9 @@ taken while the steps ran."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gpudoctor.analysis import figures
-from gpudoctor.model.findings import Metric
+from gpudoctor.analysis.memory import MemoryPeak, trace_peak
 from gpudoctor.model.metrics import TraceMetrics
 from gpudoctor.model.run import GpuSample, StepRecord
 from gpudoctor.model.units import duration_text
@@ -15,53 +14,14 @@ from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.formatting import fmt_pct
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryPeak:
-    peak_bytes: int
-    total_bytes: int
-    source: str  # "reserved (trace)", "allocated (trace)", "NVML used"
-
-    @property
-    def pct(self) -> float:
-        return 100.0 * self.peak_bytes / self.total_bytes
-
-    def metrics(self) -> tuple[Metric, ...]:
-        return (
-            Metric("peak_memory_bytes", self.peak_bytes, "bytes"),
-            Metric("peak_memory_source", self.source),
-            Metric("device_memory_bytes", self.total_bytes, "bytes"),
-            Metric("peak_memory_pct", round(self.pct, 1), "%", "the device"),
-        )
-
-
 def memory_peak(ctx: RuleContext, m: TraceMetrics | None) -> MemoryPeak | None:
     """The highest memory figure known for the run's GPU: the allocator peak (reserved, else allocated)
     of ``m`` or another trace of its process (``--memory`` records it in the detailed window only), else
-    NVML's used memory."""
-    total_default = ctx.device_total_bytes()
-    if m is not None:
-        best: MemoryPeak | None = None
-        mine = [m, *(x for x in ctx.metrics if x.rank == m.rank and x is not m)]
-        for mem in (mem for x in mine for mem in x.memory):
-            total = mem.total_bytes or total_default
-            for value, src in (
-                (mem.peak_reserved_bytes, "reserved (trace)"),
-                (mem.peak_allocated_bytes, "allocated (trace)"),
-            ):
-                if value and total:
-                    cand = MemoryPeak(value, total, src)
-                    if best is None or cand.pct > best.pct:
-                        best = cand
-                    break
-        if best is not None:
-            return best
-    samples = [g for g in ctx.samples_gpu() if g.mem_used_bytes is not None]
-    if samples:
-        top = max(samples, key=lambda g: g.mem_used_bytes or 0)
-        total = top.mem_total_bytes or total_default
-        if total and top.mem_used_bytes is not None:
-            return MemoryPeak(top.mem_used_bytes, total, "NVML used")
-    return None
+    NVML's used memory (the run's figures: ``RunFigures.memory``)."""
+    mem = ctx.figures.memory
+    if m is not None and not mem.holds(m):  # a trace that is not the run's own
+        return trace_peak(m, ctx.metrics, mem.device_total_bytes) or mem.sampled_peak
+    return mem.peak(m)
 
 
 def device_limited(m: TraceMetrics) -> str | None:

@@ -107,7 +107,7 @@ from gpudoctor.rules.dataloader import (
 )
 from gpudoctor.rules.edits import dataloader_args, left_to_author, manual_note
 from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.load_model import worker_use
+from gpudoctor.rules.load_model import loader_of
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
@@ -234,7 +234,7 @@ def _expected(ctx: RuleContext, bare: list[StepRecord], step_ns: float,
     """The fraction of the stall (the first step's excess) persistent workers win, its model in words, and
     the wait they keep (the epoch's first batch in a live worker); None without the workers' CPU samples.
     ``step_ns``: the run's step time, of the steps ``bare``."""
-    use = worker_use(ctx)
+    use = loader_of(ctx).workers  # the run's figures (analysis.loader)
     if use is None or not use.workers or stall_ns <= 0 or not bare or step_ns <= 0:
         return None, "", None
     per_batch = step_ns / statistics.fmean(max(1, st.batches or 1) for st in bare)

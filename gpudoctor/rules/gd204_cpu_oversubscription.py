@@ -109,7 +109,7 @@ from gpudoctor.rules.dataloader import (
     no_dataloader_reason,
 )
 from gpudoctor.rules.formatting import fmt_ns, fmt_pct, location_of
-from gpudoctor.rules.load_model import HOST_PARTS, cpu_readings, loader_step_ns
+from gpudoctor.rules.load_model import host_claims, loader_of, loader_step_ns
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import (
@@ -181,7 +181,7 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     worker_need = min(d.workers_cpu, float(workers_after)) if pools else d.workers
     # the cores the training process gets while it computes: its CPU time over the steps' time outside the
     # data wait (getrusage), else what the samples say it got over the whole span (its waits for data included)
-    readings = [r for r in cpu_readings(steps) if r.wall_ns > r.wait_ns]
+    readings = [r for r in loader_of(ctx).readings if r.wall_ns > r.wait_ns]  # of the account's steps
     if readings:
         main_got = max(0.05, statistics.median(r.cpu_ns / (r.wall_ns - r.wait_ns) for r in readings))
     else:
@@ -214,7 +214,7 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
     if compute_stake > 0:
         # the training process's own time, outside the data wait: every host part but communication
         share = compute_stake / compute
-        claims += [(c, int(ledger.ns(c) * share)) for c in HOST_PARTS if ledger.ns(c) > 0]
+        claims += host_claims(ledger, share)
     at_stake = wait + compute_stake
     if pools and wait > 0:
         # threads of a worker's own pool spin at OpenMP barriers while its other threads wait for a core:

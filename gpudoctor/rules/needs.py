@@ -41,7 +41,7 @@ class Need(str, Enum):
         if self is Need.STACKS:
             return None if any(m.has_stacks for m in ctx.metrics) else "no trace recorded with stacks (with_stack)"
         if self is Need.MEMORY:
-            return None if ctx.device_total_bytes() is not None else "the GPU's memory is not recorded"
+            return None if ctx.figures.memory.device_total_bytes is not None else "the GPU's memory is not recorded"
         if self is Need.STEPS:
             return None if ctx.steps() else "no per-step records: analyse a run directory from `gpudoctor profile`"
         if self is Need.SETTINGS:

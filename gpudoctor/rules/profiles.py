@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.analysis.cprofile import entry_name as entry_name
+from gpudoctor.analysis.cprofile import user_functions as user_functions
 from gpudoctor.model.findings import Location
 from gpudoctor.model.metrics import DispatchStats, WindowKind
 from gpudoctor.model.run import PstatsEntry
@@ -20,33 +22,9 @@ def parse_frame(frame: str) -> Location | None:
     return Location(file=m.group("file"), line=int(m.group("line")), function=m.group("func"))
 
 
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python", "\\lib\\python", "<frozen", "gpudoctor")
-
-
-def user_functions(entries: tuple[PstatsEntry, ...]) -> list[PstatsEntry]:
-    """The user's own functions of a cProfile, by self time (no library, built-in or gpudoctor code)."""
-    out = [
-        e
-        for e in entries
-        if e.file
-        and not e.file.startswith("~")
-        and not e.file.startswith("<")
-        and not any(marker in e.file for marker in _LIBRARY_MARKERS)
-    ]
-    out.sort(key=lambda e: (-e.tottime_s, e.file, e.line))
-    return out
-
-
 def pstats_total_s(entries: tuple[PstatsEntry, ...]) -> float:
     """The profiled time: the largest cumulative time of any entry (the outermost call)."""
     return max((e.cumtime_s for e in entries), default=0.0)
-
-
-def entry_name(e: PstatsEntry) -> str:
-    """How a finding names a cProfile entry: ``file:line(function)``, or the built-in's name."""
-    if e.file.startswith("~") or not e.line:
-        return e.function.strip("<>").replace("built-in method ", "")
-    return f"{e.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{e.line}({e.function})"
 
 
 MIN_MEASURED_STEPS = 2  # a typical step from fewer is one step's accident, not the run's habit

@@ -247,6 +247,10 @@ class Calls:
             compiled = self._kwnode(node, "torch_compile") if q in HF_TRAINING_ARGS else None
             if compiled is not None:
                 self.fact("compile", node, self.sym(compiled))  # the Trainer compiles the model
+            if q in HF_TRAINING_ARGS and not any(k.arg is None for k in node.keywords):  # **kwargs: not known
+                # the Trainer's DataLoaders, which it builds with ``dataloader_num_workers`` (GD201, the checklist)
+                workers = self._kwnode(node, "dataloader_num_workers")
+                self.record("hf_loader", node, self.sym(workers) if workers is not None else None)
         elif q in LIGHTNING_TRAINERS:
             accelerator = self._kwnode(node, "accelerator")
             self.fact("cuda", node, self.sym(accelerator) if accelerator is not None else const("auto"))

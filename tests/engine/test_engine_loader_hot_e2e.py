@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from gpudoctor.analysis.cprofile import entry_name
+from gpudoctor.analysis.loader import loader_profile
 from gpudoctor.parse.rundir import read_pstats
-from gpudoctor.rules.load_model import loader_profile
-from gpudoctor.rules.profiles import entry_name
 
 pytestmark = pytest.mark.slow
 

@@ -40,7 +40,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a trial run's time per step, by the function that computes the profiled run's",
     ("analysis/ledger.py", "total_ns = sum(s.wall_ns for s in steps)"):
         "the steps ledger's total: the account's window, which analysis.figures hands it",
-    ("rules/load_model.py", "wall_ns=sum(x.wall_ns for x in covered),"):
+    ("analysis/loader.py", "wall_ns=sum(x.wall_ns for x in covered),"):
         "a CPU reading's span (the steps a getrusage row covers), not a step time",
     ("rules/gd503_host_allocator_churn.py", "wall = sum(r.wall_ns for r in readings)"):
         "the CPU readings' span for a fault rate, not a step time",

@@ -23,9 +23,10 @@ from rule_builders import (
     utilization,
 )
 
+from gpudoctor.analysis.loader import COMPUTING, Load
 from gpudoctor.config import Thresholds
 from gpudoctor.model import DispatchStats, Severity, WindowKind
-from gpudoctor.rules.gd201_dataloader_stall import COMPUTING, Load, plan_workers
+from gpudoctor.rules.load_model import plan_workers
 from gpudoctor.rules.results import Verdict
 
 # ---------------------------------------------------------------- GD201 dataloader-stall

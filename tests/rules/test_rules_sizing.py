@@ -26,18 +26,12 @@ from rule_builders import (
     utilization,
 )
 
+from gpudoctor.analysis.loader import COMPUTING, UNMEASURED, WAITING, Load, classify
 from gpudoctor.config import Thresholds
 from gpudoctor.model import GapCause, ProcessSample, Severity
 from gpudoctor.rules.context import RuleContext
 from gpudoctor.rules.gd104_batch_too_small import plan_batch
-from gpudoctor.rules.gd201_dataloader_stall import (
-    COMPUTING,
-    UNMEASURED,
-    WAITING,
-    Load,
-    classify,
-    plan_workers,
-)
+from gpudoctor.rules.load_model import plan_workers
 from gpudoctor.rules.registry import get
 from gpudoctor.rules.results import Verdict
 
