@@ -18,6 +18,7 @@ import numpy as np
 from gpudoctor.analysis.view import TraceView, Windows
 from gpudoctor.model.findings import Metric, RunData
 from gpudoctor.model.metrics import DeviceInfo, MemoryStats, TraceMetrics
+from gpudoctor.model.selectors import device_total_bytes
 
 
 def memory_stats(
@@ -106,25 +107,6 @@ class MemoryFigures:
             if found is not None:
                 return found
         return self.sampled_peak
-
-
-def device_total_bytes(run: RunData) -> int | None:
-    """The GPU's memory: a trace's allocator figures or devices, else the manifest's devices, else NVML's."""
-    for m in run.metrics:
-        for mem in m.memory:
-            if mem.total_bytes:
-                return mem.total_bytes
-        for d in m.devices:
-            if d.total_memory_bytes:
-                return d.total_memory_bytes
-    if run.manifest is not None:
-        for d in run.manifest.devices:
-            if d.total_memory_bytes:
-                return d.total_memory_bytes
-    for g in run.samples.gpu if run.samples else ():
-        if g.mem_total_bytes:
-            return g.mem_total_bytes
-    return None
 
 
 def trace_peak(m: TraceMetrics, metrics: tuple[TraceMetrics, ...], total_default: int | None) -> MemoryPeak | None:

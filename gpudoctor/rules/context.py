@@ -28,6 +28,7 @@ from gpudoctor.analysis.accounting import (
     window_label,
 )
 from gpudoctor.analysis.figures import RunFigures, run_figures
+from gpudoctor.analysis.loader import uses_gpu
 from gpudoctor.config import Thresholds
 from gpudoctor.model import steady
 from gpudoctor.model.findings import (
@@ -46,7 +47,7 @@ from gpudoctor.model.findings import (
 )
 from gpudoctor.model.metrics import Component, Ledger, TraceMetrics
 from gpudoctor.model.run import CallSite, DataLoaderSetting, StepRecord
-from gpudoctor.model.selectors import busiest_device, device_cc, device_total_bytes
+from gpudoctor.model.selectors import busiest_device, device_cc
 from gpudoctor.model.settle import Settling
 from gpudoctor.rules.results import RuleResult, merge_results
 
@@ -115,13 +116,8 @@ class RuleContext:
         return tuple(m for m in self.metrics if m.has_gpu_activity)
 
     def has_gpu(self) -> bool:
-        """GPU work seen in a trace, or the run used a CUDA device."""
-        if self.gpu_traces():
-            return True
-        s = self.settings
-        if s is not None and s.device_type not in ("cpu", ""):
-            return True
-        return any(g.util_pct is not None for g in self.samples_gpu())
+        """GPU work seen in a trace, or the run used a CUDA device (``analysis.loader.uses_gpu``)."""
+        return uses_gpu(self.run)
 
     def no_gpu_reason(self) -> str:
         """Why there is no GPU evidence, in the user's terms."""
@@ -157,10 +153,6 @@ class RuleContext:
     def device_cc(self) -> tuple[str, float | None]:
         """Name and compute capability of the (first) GPU, from the trace or the manifest (``model.selectors``)."""
         return device_cc(self.run)
-
-    def device_total_bytes(self) -> int | None:
-        """The memory of the (first) GPU: a trace's, else the manifest's, else the samples' (``model.selectors``)."""
-        return device_total_bytes(self.run)
 
     # ---------------------------------------------------------------- steps (the run's figures)
 
