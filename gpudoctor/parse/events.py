@@ -1,6 +1,7 @@
 """Kineto trace events as typed structs (only the fields gpudoctor reads), and what they mean.
 
-``Event`` and ``Args`` are decoded by msgspec straight from the file's bytes (``EVENTS_DECODER``);
+``Event`` and ``Args`` are decoded by msgspec straight from the file's bytes (``EVENTS_DECODER``;
+``KnownEvent``, the same fields with the known categories and phases as literals, first: ``KNOWN_EVENTS_DECODER``);
 ``event_from_dict`` converts what only a JSON parser reads (odd types, NaN) leniently. The
 category codes (``CATEGORY_GROUPS``: host kinds, device kinds, flows, memory, ignored; the
 2021 spellings apart) and ``Header`` (what the top-level object says besides

@@ -2,7 +2,7 @@
 
 The file (plain or gzip) is read in blocks. The header before ``traceEvents``
 (``deviceProperties``, ``distributedInfo`` …) is decoded on its own; the array is cut
-into ~4 MiB pieces and each piece is decoded by msgspec into typed structs that hold
+into ~1 MiB pieces and each piece is decoded by msgspec into typed structs that hold
 only the fields gpudoctor uses; the structs go straight into compact columns
 (``ColumnBuilder``) and are dropped. The end of the array and what follows it
 (``traceName``, ``baseTimeNanoseconds`` …) are decoded by the standard library's scanner.
