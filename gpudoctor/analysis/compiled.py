@@ -59,6 +59,9 @@ def compiled_stats(view: TraceView, windows: Windows | None = None,
     windows = windows or view.windows
     device_windows = device_windows or windows
     names = view.names
+    if not any(t.any() for t in (names.compiled_region, names.compiled_function, names.compiled_graph_call,
+                                  names.triton_kernel, names.inductor_cpp_kernel, names.graph_launch_call)):
+        return None  # no such name in the trace: every count below would be 0 (~50 ms less at 1.5 M events)
     # kernels (and the graph-issued activity) in the windows
     kidx = np.flatnonzero(view.is_kernel)
     kidx = kidx[_in_windows(device_windows, view.d_ts[kidx])]

@@ -14,8 +14,6 @@ all copies when the trace has no steps.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from gpudoctor.analysis.names import memcpy_kind
@@ -77,18 +75,15 @@ def transfer_stats(view: TraceView, windows: Windows | None = None) -> tuple[Tra
     if not len(idx):
         return ()
     blocking, blocked_ns = blocking_copies(view, idx)
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    kind_of: dict[int, tuple[str, str]] = {}
-    for pos, i in enumerate(idx.tolist()):
-        n = int(view.d_name[i])
-        key = kind_of.get(n)
-        if key is None:
-            key = kind_of[n] = memcpy_kind(view.tl.names[n])
-        groups[key].append(pos)
+    # each distinct name's (direction, memory kind) once, then the positions of each kind (in order)
+    uniq, inv = np.unique(view.d_name[idx], return_inverse=True)
+    kinds: dict[tuple[str, str], int] = {}
+    code = np.array([kinds.setdefault(memcpy_kind(view.tl.names[n]), len(kinds)) for n in uniq.tolist()], np.int64)
+    group = code[inv.reshape(-1)]
     n_steps = len(windows.steps) if windows.from_steps else 0
     out = []
-    for (direction, kind), positions in groups.items():
-        p = np.array(positions, np.int64)
+    for (direction, kind), k in kinds.items():
+        p = np.flatnonzero(group == k)
         ii = idx[p]
         nbytes = view.d_bytes[ii]
         nbytes = np.where(nbytes > 0, nbytes, 0)

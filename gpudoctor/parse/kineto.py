@@ -2,7 +2,7 @@
 
 The file (plain or gzip) is read in blocks. The header before ``traceEvents``
 (``deviceProperties``, ``distributedInfo`` …) is decoded on its own; the array is cut
-into ~4 MiB pieces and each piece is decoded by msgspec into typed structs that hold
+into ~1 MiB pieces and each piece is decoded by msgspec into typed structs that hold
 only the fields gpudoctor uses; the structs go straight into compact columns
 (``ColumnBuilder``) and are dropped. The end of the array and what follows it
 (``traceName``, ``baseTimeNanoseconds`` …) are decoded by the standard library's scanner.
@@ -79,7 +79,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; a platform witho
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.model.trace import Timeline
 from gpudoctor.parse.columns import ColumnBuilder
-from gpudoctor.parse.events import EVENTS_DECODER, Header
+from gpudoctor.parse.events import EVENTS_DECODER, KNOWN_EVENTS_DECODER, Header
 
 # decode this much of traceEvents at a time: the events of a piece then stay in the core's cache while their
 # columns are taken (1 MiB of JSON: ~5k events). Measured on the 320 MB benchmark traces, 2 shared cores
@@ -99,6 +99,7 @@ _SEP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
 _WS = re.compile(r"[ \t\r\n]*")
+_LEAD_WS = re.compile(rb"[ \t\n\r\x0b\x0c]*")  # what bytes.lstrip() strips
 DECODED, WRONG_CUT, ARRAY_END = 0, 1, 2  # what decoding a piece found
 END, STOPPED, UNPROVEN = 0, 1, 2  # how a part ended
 
@@ -320,6 +321,7 @@ class _Pieces:
         self.r = r
         self.builder = builder
         self.chunk_bytes = chunk_bytes
+        self.known = True  # every category and phase so far is a known one (``KnownEvent``)
 
     def corrupt(self, offset: int, what: str) -> TraceFormatError:
         return TraceFormatError(
@@ -346,7 +348,7 @@ class _Pieces:
         size = len(piece)
         items: Any = None
         try:
-            events = EVENTS_DECODER.decode(piece)
+            events = self._typed(piece)
         except msgspec.ValidationError:  # well-formed? then convert leniently
             events = None
             try:
@@ -369,6 +371,18 @@ class _Pieces:
         else:
             self.builder.add_dicts(items)
         return DECODED
+
+    def _typed(self, piece: bytearray) -> list[Any]:
+        """The piece's events as ``KnownEvent``s; once a piece has a category or phase that is
+        not a known one, as ``Event``s (the same fields) for the rest of the part."""
+        if self.known:
+            try:
+                return KNOWN_EVENTS_DECODER.decode(piece)
+            except msgspec.ValidationError:
+                events = EVENTS_DECODER.decode(piece)  # raises where the types, not the names, are odd
+                self.known = False
+                return events
+        return EVENTS_DECODER.decode(piece)
 
     def _python_json(self, piece: bytearray, cur: int) -> list[Any] | int:
         """The standard library's reading of a piece msgspec refused in the middle (it also
@@ -544,9 +558,10 @@ def _read_start(path: Path, r: _Reader) -> tuple[dict[str, Any], int]:
     want = 1 << 20
     while True:
         r.fill(want)
-        stripped = r.buf[: r.end].lstrip()
-        if not stripped:
+        lead = _LEAD_WS.match(r.buf, 0, r.end).end()  # type: ignore[union-attr] - (no copy of the buffer)
+        if lead == r.end:
             raise TraceFormatError(str(path), "the file is empty")
+        stripped = r.buf[lead : min(lead + 20, r.end)]
         first = stripped[:1]
         if first == b"[":  # the JSON Array Format: a bare list of events
             return {}, r.buf.index(b"[", 0, r.end) + 1

@@ -354,3 +354,31 @@ def test_microseconds_become_nanoseconds_exactly():
     expected = [math.floor(v) * 1000 + round((v - math.floor(v)) * 1000.0) for v in values]
     assert list(_ns(array("d", values))) == expected
     assert list(_ns(array("d"))) == []
+
+
+def test_a_category_or_phase_first_met_late_switches_to_the_general_decoder(tmp_path, monkeypatch):
+    """Pieces of known categories and phases decode as ``KnownEvent``s; from the first piece with
+    another (a new category, an odd phase), the part goes on with ``Event``s: the columns are the
+    streaming parser's, and the unknown category is counted."""
+    ev = [e for e in events(12) if e.get("cat") != "brand_new_category"]
+    ev.append({"ph": "Q", "cat": "cpu_op", "name": "odd phase", "pid": 1, "tid": 1, "ts": 2e6, "dur": 1})
+    ev += [{**e, "ts": e["ts"] + 1e6} for e in events(2) if "ts" in e]
+    p = write(tmp_path, kineto_text(ev))
+    calls = {"known": 0, "general": 0}
+
+    class Spy:
+        def __init__(self, dec, key):
+            self.dec, self.key = dec, key
+
+        def decode(self, b):
+            calls[self.key] += 1
+            return self.dec.decode(b)
+
+    monkeypatch.setattr(kineto, "KNOWN_EVENTS_DECODER", Spy(kineto.KNOWN_EVENTS_DECODER, "known"))
+    monkeypatch.setattr(kineto, "EVENTS_DECODER", Spy(kineto.EVENTS_DECODER, "general"))
+    fast = read_trace_chunked(p, chunk_bytes=900)
+    assert calls["known"] >= 5 and calls["general"] >= 2  # known pieces first, then the general decoder
+    slow = read_trace_streaming(p)
+    assert columns(fast) == columns(slow)
+    assert fast.info.unknown_categories == {"brand_new_category": 2} == slow.info.unknown_categories
+    assert fast.info.event_count == len(ev)
