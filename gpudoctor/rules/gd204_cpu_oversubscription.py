@@ -43,8 +43,8 @@ starved workers (`data_loading`, which GD201 leaves here) and, without a GPU,
 the compute stretched by waiting for a core:
 
     compute_after = compute × cores_got ÷ cores_after        (no GPU; else compute)
-    step_after    = max(compute_after + hand-over, load_cpu ÷ workers_after,
-                        load_cpu ÷ cores_left_to_workers)
+    step_after    = max(compute_after + h, (load_cpu + h) ÷ workers_after,
+                        (load_cpu + h) ÷ cores_left_to_workers)     (h: the hand-over)
     expected      = (step_now − step_after) ÷ at_stake, clipped to [0, 1]
 
 with the warm compute where the loop waits for data (as GD201). Where workers
@@ -200,7 +200,7 @@ def stake(ctx: RuleContext, d: Demand, cores: int, workers_after: int, threads_a
                                workers=max(1, workers_after), usable_cores=usable, cores=None, main_cpu_ns=None,
                                handover_ns=handover)
         terms = [f"compute {fmt_ns(compute_after)} + hand-over {fmt_ns(handover)}",
-                 f"load CPU {fmt_ns(load_cpu)} ÷ {max(1, workers_after)} worker(s)",
+                 f"(load CPU {fmt_ns(load_cpu)} + hand-over) ÷ {max(1, workers_after)} worker(s)",
                  f"÷ {usable} core(s) left to them"]
     after = min(after, step)
     compute_stake = compute - (min(compute_after, comp.least_ns) if comp is not None and cpu_run else compute_after)
