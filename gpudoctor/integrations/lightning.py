@@ -18,7 +18,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from gpudoctor.integrations._trainer import TrainerRun
+from gpudoctor.collect.inprocess import TrainerSettings
+from gpudoctor.integrations._trainer import MIXED, TrainerRun, device_type
 
 
 class GpuDoctorCallback(Callback):
@@ -36,7 +37,7 @@ class GpuDoctorCallback(Callback):
         loaders = list(loaders.values()) if isinstance(loaders, dict) else \
             list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
         self._global_step = trainer.global_step
-        self.run.begin(loaders)
+        self.run.begin(loaders, declared(trainer, pl_module))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step != self._global_step:  # an optimizer step ran in this batch
@@ -49,3 +50,27 @@ class GpuDoctorCallback(Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.run.end(exception)
+
+
+def declared(trainer: Any, pl_module: Any) -> TrainerSettings:
+    """What the ``Trainer`` says: ``precision`` ("bf16-mixed", "16-mixed": the step under autocast, 16 with a
+    GradScaler on a GPU; "bf16-true": the weights themselves in bf16, not autocast), ``accumulate_grad_batches``,
+    a module given to ``fit`` compiled (``torch.compile(model)``: Lightning unwraps it and keeps the compiled
+    forward) and the device."""
+    precision = str(getattr(trainer, "precision", "") or "")
+    arguments: dict[str, Any] = {"precision": precision,
+                                 "accumulate_grad_batches": getattr(trainer, "accumulate_grad_batches", None)}
+    device = device_type(getattr(getattr(trainer, "strategy", None), "root_device", None))
+    mixed = {"bf16-mixed": MIXED["bf16"], "16-mixed": MIXED["fp16"]}.get(precision)
+    compile_options = None
+    ctx = getattr(pl_module, "_compiler_ctx", None)
+    if isinstance(ctx, dict):
+        backend = getattr(getattr(ctx.get("dynamo_ctx"), "callback", None), "compiler_name", None)
+        compile_options = {"mode": None, "backend": backend if isinstance(backend, str) else None}
+        arguments["compiled"] = ctx.get("compiler", "dynamo")
+    return TrainerSettings(
+        trainer="lightning.Trainer", arguments={k: v for k, v in arguments.items() if v is not None},
+        device_type=device, autocast_dtype=mixed[0] if mixed else None,
+        grad_scaler=bool(mixed and mixed[1] and device == "cuda"), compile_options=compile_options,
+        module=type(pl_module).__qualname__,
+    )
