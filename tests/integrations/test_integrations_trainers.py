@@ -253,8 +253,32 @@ def test_the_trainer_s_arguments_are_recorded_in_the_settings(tmp_path, case):
     assert m["steps_seen"] == 6 and "gradient accumulation: 2 micro-batches" in m["step_source_reason"], m
 
 
+TORCHRUN_HF = SETTINGS_COMMON + """
+import os, time
+from transformers import Trainer, TrainingArguments
+from gpudoctor.integrations.transformers import GpuDoctorCallback
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+
+    def forward(self, x, labels=None):
+        time.sleep(0.025)  # a second in all: the sampler's ticks see both ranks
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+if __name__ == "__main__":
+    cb = GpuDoctorCallback(out="runs")
+    args = TrainingArguments(output_dir="hf-out", max_steps=40, per_device_train_batch_size=4, use_cpu=True,
+                             ddp_backend="gloo", report_to=[], save_strategy="no", logging_strategy="no",
+                             disable_tqdm=True)
+    Trainer(model=Tiny(), args=args, train_dataset=data, callbacks=[cb]).train()
+    print(json.dumps({"rank": int(os.environ["RANK"]), "run_dir": str(cb.session.run_dir)}))
+"""
+
 TORCHRUN = SETTINGS_COMMON + """
-import os
+import os, time
 import lightning as L
 from torch.utils.data import DataLoader
 from gpudoctor.integrations.lightning import GpuDoctorCallback
@@ -265,6 +289,7 @@ class Tiny(L.LightningModule):
         self.net = torch.nn.Linear(8, 2)
 
     def training_step(self, batch, batch_idx):
+        time.sleep(0.025)  # a second in all: the sampler's ticks see both ranks
         return torch.nn.functional.cross_entropy(self.net(batch["x"]), batch["labels"])
 
     def configure_optimizers(self):
@@ -272,7 +297,7 @@ class Tiny(L.LightningModule):
 
 if __name__ == "__main__":
     cb = GpuDoctorCallback(out="runs")
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=12, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=40, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[cb])
     trainer.fit(Tiny(), DataLoader(data, batch_size=4))
@@ -280,20 +305,25 @@ if __name__ == "__main__":
 """
 
 
-def test_torchrun_ranks_write_one_job_directory(tmp_path):
-    """`torchrun --nproc_per_node 2` (gloo, CPU) of a Lightning DDP fit with the callback on every rank: one run
-    directory in `profile --nproc-per-node`'s layout (each rank's files tagged by its rank, one manifest for the
-    job with every rank's end), no crash, and `gpudoctor analyze` reads it as one job with both ranks' steps."""
-    if importlib.util.find_spec("lightning") is None:
-        pytest.skip("lightning is not installed (`pip install -e .[test]` installs it)")
-    (tmp_path / "train.py").write_text(textwrap.dedent(TORCHRUN), encoding="utf-8")
+@pytest.mark.parametrize("case", ["hf-trainer", "lightning"])
+def test_torchrun_ranks_write_one_job_directory(tmp_path, case):
+    """`torchrun --nproc_per_node 2` (gloo, CPU) of a HF Trainer / Lightning DDP fit with the callback on every
+    rank: one run directory in `profile --nproc-per-node`'s layout (each rank's files tagged by its rank, one
+    manifest for the job with every rank's end), no crash, and `gpudoctor analyze` reads it as one job with both
+    ranks' steps."""
+    packages, _ = CASES[case]
+    for package in packages.split("+"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"{package} is not installed (`pip install -e .[test]` installs it)")
+    source = TORCHRUN_HF if case == "hf-trainer" else TORCHRUN
+    (tmp_path / "train.py").write_text(textwrap.dedent(source), encoding="utf-8")
     env = os.environ.copy()
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{\"rank\"")]
     assert sorted(p["rank"] for p in printed) == [0, 1], proc.stdout
     assert len({p["run_dir"] for p in printed}) == 1, printed  # one directory for the job
     (run_dir,) = [d for d in (tmp_path / "runs").iterdir()]  # and nothing else: no second directory, no job file
@@ -301,13 +331,13 @@ def test_torchrun_ranks_write_one_job_directory(tmp_path):
     for rank in (0, 1):
         assert {f"steps.rank{rank}.jsonl", f"settings.rank{rank}.json"} <= names, names
         rows = [json.loads(line) for line in (run_dir / f"steps.rank{rank}.jsonl").read_text().splitlines()]
-        assert len(rows) == 12, (rank, len(rows))
+        assert len(rows) == 40, (rank, len(rows))
     assert "steps.jsonl" not in names and "manifest.json" in names and "samples.jsonl" in names
     assert not any(n.startswith(".child-state") for n in names), names  # merged into the manifest
     m = json.loads((run_dir / "manifest.json").read_text())
     assert (m["launcher"], m["world_size"], m["rank"], m["status"]) == ("torchrun", 2, None, "completed"), m
-    assert sorted((e["rank"], e["status"], e["steps_seen"]) for e in m["rank_ends"]) == [(0, "completed", 12),
-                                                                                         (1, "completed", 12)]
+    assert sorted((e["rank"], e["status"], e["steps_seen"]) for e in m["rank_ends"]) == [(0, "completed", 40),
+                                                                                         (1, "completed", 40)]
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert {s.get("rank") for s in samples if s.get("role") == "main"} == {0, 1}  # both ranks sampled
     analyzed = subprocess.run([sys.executable, "-c", "import gpudoctor, json, sys; "
