@@ -65,8 +65,7 @@ def declared(trainer: Any, pl_module: Any) -> TrainerSettings:
     compile_options = None
     ctx = getattr(pl_module, "_compiler_ctx", None)
     if isinstance(ctx, dict):
-        backend = getattr(getattr(ctx.get("dynamo_ctx"), "callback", None), "compiler_name", None)
-        compile_options = {"mode": None, "backend": backend if isinstance(backend, str) else None}
+        compile_options = {"mode": None, "backend": _backend(ctx.get("dynamo_ctx"))}
         arguments["compiled"] = ctx.get("compiler", "dynamo")
     return TrainerSettings(
         trainer="lightning.Trainer", arguments={k: v for k, v in arguments.items() if v is not None},
@@ -74,3 +73,17 @@ def declared(trainer: Any, pl_module: Any) -> TrainerSettings:
         grad_scaler=bool(mixed and mixed[1] and device == "cuda"), compile_options=compile_options,
         module=type(pl_module).__qualname__,
     )
+
+
+def _backend(dynamo_ctx: Any) -> str | None:
+    """The backend's name of a compiled module's Dynamo context (torch's wrappers of it, each keeping the one
+    it wraps as ``_torchdynamo_orig_backend``, down to one with a ``compiler_name``); None when not found."""
+    obj = getattr(dynamo_ctx, "callback", None)
+    for _ in range(6):
+        name = getattr(obj, "compiler_name", None)
+        if isinstance(name, str):
+            return name
+        obj = getattr(obj, "_torchdynamo_orig_backend", None)
+        if obj is None:
+            return None
+    return None

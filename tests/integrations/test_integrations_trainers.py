@@ -248,6 +248,7 @@ def test_the_trainer_s_arguments_are_recorded_in_the_settings(tmp_path, case):
     assert settings["grad_scalers"] == []  # bf16 scales no loss
     (compiled,) = [w for w in settings["wrappers"] if w["kind"] == "torch.compile"]
     assert compiled["module"] == "Tiny" and compiled["call_site"]["line"] == line, compiled
+    assert compiled["options"]["backend"] == "aot_eager", compiled
     assert settings["compile"] is not None and settings["compile"]["events"], settings["compile"]  # Dynamo's work
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["steps_seen"] == 6 and "gradient accumulation: 2 micro-batches" in m["step_source_reason"], m
