@@ -306,10 +306,20 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("case", ["hf-trainer", "lightning"])
-def test_torchrun_ranks_write_one_job_directory(tmp_path, case):
-    """`torchrun --nproc_per_node 2` (gloo, CPU) of a HF Trainer / Lightning DDP fit with the callback on every
-    rank: one run directory in `profile --nproc-per-node`'s layout (each rank's files tagged by its rank, one
+# how each job is launched: torchrun itself, or `accelerate launch` (its multi-process launcher, torchrun's
+# agent in its own process; --multi_gpu on a machine without a GPU runs CPU ranks with gloo)
+LAUNCHERS = {
+    "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "train.py"],
+    "accelerate": ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"],
+}
+
+
+@pytest.mark.parametrize(("case", "launcher"), [("hf-trainer", "torchrun"), ("lightning", "torchrun"),
+                                                ("hf-trainer", "accelerate")])
+def test_torchrun_ranks_write_one_job_directory(tmp_path, case, launcher):
+    """`torchrun --nproc_per_node 2` (gloo, CPU) of a HF Trainer / Lightning DDP fit, and `accelerate launch` of
+    the HF Trainer, with the callback on every rank: one run directory in `profile --nproc-per-node`'s layout (each rank's files tagged by its rank, one
     manifest for the job with every rank's end), no crash, and `gpudoctor analyze` reads it as one job with both
     ranks' steps."""
     packages, _ = CASES[case]
@@ -321,8 +331,8 @@ def test_torchrun_ranks_write_one_job_directory(tmp_path, case):
     env = os.environ.copy()
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, *LAUNCHERS[launcher]], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{\"rank\"")]
     assert sorted(p["rank"] for p in printed) == [0, 1], proc.stdout
@@ -339,6 +349,7 @@ def test_torchrun_ranks_write_one_job_directory(tmp_path, case):
     assert (m["launcher"], m["world_size"], m["rank"], m["status"]) == ("torchrun", 2, None, "completed"), m
     assert sorted((e["rank"], e["status"], e["steps_seen"]) for e in m["rank_ends"]) == [(0, "completed", 40),
                                                                                          (1, "completed", 40)]
+    assert all(e["traces"] for e in m["rank_ends"]) and set(m["traces"]) <= names, (m["traces"], names)
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert {s.get("rank") for s in samples if s.get("role") == "main"} == {0, 1}  # both ranks sampled
     analyzed = subprocess.run([sys.executable, "-c", "import gpudoctor, json, sys; "
