@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -40,13 +41,14 @@ def launched_rank() -> tuple[int, int] | None:
 
 class JobDir:
     """One node's ranks agree on one run directory: the first to come creates it and publishes its name (and
-    the job's clock) in ``.gpudoctor-job-<launcher pid>-<job id>-<restart>-<n>.json`` beside it, by a hard link
-    (atomic: a rank reads the whole file or none); the others read it. ``leader``: this rank created it."""
+    the job's clock) in ``.gpudoctor-job-<host>-<launcher pid>-<job id>-<restart>-<n>.json`` beside it, by a
+    hard link (atomic: a rank reads the whole file or none); the others read it. ``leader``: this rank created
+    it."""
 
     def __init__(self, out_dir: Path, stem: str, t0_unix_ns: int, t0_mono_ns: int) -> None:
         env = os.environ
-        key = "-".join(rundir.run_stem(part, None) for part in (
-            str(os.getppid()), env.get("TORCHELASTIC_RUN_ID", "") or env.get("MASTER_PORT", "") or "job",
+        key = "-".join(rundir.run_stem(part, None) for part in (  # one node's (a shared file system holds several)
+            socket.gethostname(), str(os.getppid()), env.get("TORCHELASTIC_RUN_ID", "") or env.get("MASTER_PORT", "") or "job",
             env.get("TORCHELASTIC_RESTART_COUNT", "0") or "0", str(_sessions[0])))
         self.path = out_dir / f".gpudoctor-job-{key}.json"
         self.leader = False
