@@ -66,6 +66,7 @@ class Session:
         self._report: Report | None = None
         self._run: Any = None
         self._marker: _StepMarker | None = None
+        self.rank_only = False  # a rank of a torchrun job other than the one that wrote the job's manifest
 
     # ------------------------------------------------------------------ the run
 
@@ -86,6 +87,7 @@ class Session:
         )
         self._report = None
         self._marker = None
+        self.rank_only = False
         run = InProcessRun(opts, self.name)
         self.run_dir = run.start()
         self._run = run
@@ -110,7 +112,8 @@ class Session:
         else:
             status, detail, code = RunStatus.COMPLETED, "", 0
         self.manifest = run.finish(status, detail, code)
-        if not self.diagnose:
+        self.rank_only = not run.writes_manifest
+        if not self.diagnose or self.rank_only:  # a torchrun job's other ranks: the first rank's report is the job's
             return None
         try:
             self._report = _diagnose(run.run_dir, self.select, self.ignore, kind="profile", write=True)
@@ -167,6 +170,14 @@ class Session:
             raise UsageError("session.note_dataloader() outside the session: call it inside the `with` block")
         run.note_dataloader(loader, _site_of(where) if where is not None else None)
 
+    def note_trainer(self, declared: Any) -> None:
+        """Record what a trainer's arguments declare (a ``collect.inprocess.TrainerSettings``: precision,
+        accumulation, compile, device) into the run's settings, as ``profile`` records them from torch's calls."""
+        run = self._run
+        if run is None:
+            raise UsageError("session.note_trainer() outside the session: call it inside the `with` block")
+        run.note_trainer(declared)
+
     # ------------------------------------------------------------------ results
 
     @property
@@ -175,6 +186,9 @@ class Session:
         if self._report is None:
             if self._run is not None:
                 raise UsageError("the session is still running: its report is ready when the `with` block ends")
+            if self.rank_only:
+                raise UsageError("no report on this rank: the job's run directory (every rank's) is diagnosed by the "
+                                 "rank that created it; gpudoctor.load(s.run_dir) once the job ended")
             raise UsageError("no report: the session has not run, ran with diagnose=False, or its run could not be "
                              "diagnosed (gpudoctor.load(s.run_dir) diagnoses a finished run)")
         return self._report

@@ -13,6 +13,13 @@ What differs, because the process goes on after the session:
   changes are restored, and no crash log takes ``faulthandler``;
 - ``steps=N`` ends the block after N steps (``StopAfterSteps`` reaches the ``with``, which swallows it);
 - an exception of the code in the block ends the run as ``failed`` and is raised on.
+
+Under ``torchrun`` (or ``accelerate launch``: ``WORLD_SIZE`` > 1 and ``LOCAL_RANK`` set), the sessions of one
+node's ranks share one run directory, ``profile --nproc-per-node``'s layout (``collect.jobdir``): the first rank
+to start creates it and publishes its name and the job's start time in a hidden file beside it; every rank's
+child writes its rank-tagged files there (``steps.rank1.jsonl`` …, on the job's clock); the first rank (the
+*leader*) samples the launcher and every rank under it, compresses the traces, and at its end waits for the
+other ranks' accounts and writes the job's manifest (``launcher`` ``torchrun``, ``rank_ends``).
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import signal
 import sys
 import time
 import types
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.collect import rundir
+from gpudoctor.collect.jobdir import JobDir, job_sampler, launched_rank
 from gpudoctor.collect.options import ProfileOptions, Target
 from gpudoctor.collect.runner import KINETO_QUIET_LEVEL
 from gpudoctor.model import Manifest, RunStatus, layout
@@ -118,6 +127,21 @@ def _main_file() -> str | None:
     return None if any(part in path for part in ("site-packages", "dist-packages")) else path
 
 
+@dataclass(frozen=True, slots=True)
+class TrainerSettings:
+    """What a trainer's arguments say about the run, read by its callback when training starts: recorded
+    into the run's settings in the fields ``profile`` fills from the torch calls it sees (the trainer made
+    those calls before the session began, or makes them inside its own code)."""
+
+    trainer: str  # the arguments' owner, the flags' prefix: "transformers.TrainingArguments", "lightning.Trainer"
+    arguments: dict[str, Any] = field(default_factory=dict)  # as the trainer holds them: {"precision": "bf16-mixed"}
+    device_type: str | None = None  # "cuda", "cpu", "mps": where the trainer puts the model
+    autocast_dtype: str | None = None  # "torch.bfloat16" / "torch.float16": mixed precision (autocast) asked for
+    grad_scaler: bool = False  # fp16 mixed precision scales the loss (a GradScaler)
+    compile_options: dict[str, Any] | None = None  # the trainer compiles the model: torch.compile's options
+    module: str = ""  # the model's class
+
+
 class InProcessRun:
     """One session's collection: :meth:`start` before the training code, :meth:`finish` after it."""
 
@@ -134,6 +158,13 @@ class InProcessRun:
         self._nvml_reason = ""
         self._compressor: Any = None
         self._target: Target | None = None
+        self.job: JobDir | None = None  # a torchrun rank's share of the job's run directory
+        self.ranks = 0  # ranks on this node (a torchrun job), else 0
+
+    @property
+    def writes_manifest(self) -> bool:
+        """This process writes the run directory's manifest (a torchrun job's leader, or the only process)."""
+        return self.job is None or self.job.leader
 
     def start(self) -> Path:
         from gpudoctor.collect.child import Child  # noqa: PLC0415
@@ -146,11 +177,18 @@ class InProcessRun:
         self._target = Target(script_arg=sys.argv[0] if sys.argv else None, script_path=script, module=None,
                               module_origin=None, argv=tuple(sys.argv))
         self.t0_unix_ns, self.t0_mono_ns = time.time_ns(), time.monotonic_ns()
+        stem = rundir.run_stem(self.name or script or "session", None)
+        launched = launched_rank()
         try:
-            self.run_dir = rundir.create_run_dir(Path(opts.out_dir), rundir.run_stem(self.name or script or "session",
-                                                                                     None))
-            rundir.write_json_atomic(self.run_dir / layout.MANIFEST, {"status": "running"},
-                                     reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
+            if launched is not None:
+                self.ranks = launched[1]
+                self.job = JobDir(Path(opts.out_dir), stem, self.t0_unix_ns, self.t0_mono_ns)
+                self.run_dir, self.t0_unix_ns, self.t0_mono_ns = self.job.run_dir, self.job.t0_unix_ns, self.job.t0_mono_ns
+            else:
+                self.run_dir = rundir.create_run_dir(Path(opts.out_dir), stem)
+            if self.writes_manifest:
+                rundir.write_json_atomic(self.run_dir / layout.MANIFEST, {"status": "running"},
+                                         reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
         except OSError as err:
             raise CollectError(f"cannot create a run directory under {opts.out_dir}: {rundir.os_reason(err)}; "
                                "pass out= a folder you can write") from err
@@ -159,7 +197,8 @@ class InProcessRun:
 
         self._snapshot = AttributeSnapshot(torch)
         self.manifest = self._start_manifest(cwd)
-        _write_manifest(self.run_dir, self.manifest, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
+        if self.writes_manifest:
+            _write_manifest(self.run_dir, self.manifest, reserve_bytes=rundir.MANIFEST_RESERVE_BYTES)
         cfg = {
             "run_dir": str(self.run_dir.resolve()), "parent_pid": 0, "t0_mono_ns": self.t0_mono_ns, "cwd": cwd,
             "script_path": script, "module": None, "argv": list(sys.argv),
@@ -170,11 +209,17 @@ class InProcessRun:
         }
         child = self._child = Child(cfg)
         child.setup()
-        self._sampler, self._nvml, self._nvml_reason = _start_sampler(opts, self.run_dir, self.t0_mono_ns, os.getpid())
-        from gpudoctor.collect.finish import TraceCompressor  # noqa: PLC0415
+        if self.job is not None:
+            if self.job.leader:  # the launcher and every rank under it, one samples.jsonl (as profile's)
+                self._sampler, self._nvml, self._nvml_reason = job_sampler(opts, self.run_dir, self.t0_mono_ns)
+        else:
+            self._sampler, self._nvml, self._nvml_reason = _start_sampler(opts, self.run_dir, self.t0_mono_ns,
+                                                                          os.getpid())
+        if self.writes_manifest:
+            from gpudoctor.collect.finish import TraceCompressor  # noqa: PLC0415
 
-        self._compressor = TraceCompressor(self.run_dir)
-        self._compressor.start()
+            self._compressor = TraceCompressor(self.run_dir)  # every rank's traces (rank-tagged state files)
+            self._compressor.start()
         child.script_started_ns = time.monotonic_ns()
         if child.timewindow is not None:
             child.timewindow.arm(child.script_started_ns)
@@ -194,6 +239,47 @@ class InProcessRun:
             except Exception as err:  # gpudoctor's error never reaches the training
                 capture.error("DataLoader (noted by a callback)", err)
 
+    def note_trainer(self, declared: TrainerSettings) -> None:
+        """Record a trainer's declared settings (``TrainerSettings``), at the user's call into the trainer
+        (``trainer.fit(...)``, ``Trainer.train()``): its arguments among the flags, mixed precision as an
+        ``autocast`` use (and a GradScaler for fp16), the compiled model as a ``torch.compile`` wrapper (and
+        from then on what Dynamo compiles), the device."""
+        child = self._child
+        capture = child.capture if child is not None else None
+        if capture is None:
+            return
+        try:
+            frame = capture.frames.user_frame(sys._getframe(1))
+            site = capture.frames.site(frame) if frame is not None else None
+            for key, value in declared.arguments.items():
+                capture.note_declared(f"{declared.trainer}.{key}", value, site)
+            if declared.device_type:
+                capture.note_device(declared.device_type)
+            if declared.autocast_dtype:
+                use = types.SimpleNamespace(device=declared.device_type or "cpu", fast_dtype=declared.autocast_dtype,
+                                            _enabled=True)
+                capture.note_autocast(use, site, False)
+            if declared.grad_scaler:
+                capture.note_grad_scaler(site)
+            if declared.compile_options is not None:
+                capture.note_wrapper("torch.compile", site, declared.module, dict(declared.compile_options))
+                self._watch_compilations(capture)
+        except Exception as err:  # gpudoctor's error never reaches the training
+            capture.error(f"the settings of {declared.trainer}", err)
+
+    def _watch_compilations(self, capture: Any) -> None:
+        """What Dynamo compiles from now on (as ``profile`` does from the script's ``torch.compile``)."""
+        if capture.compile_watch is not None or self.tracker is None:
+            return
+        import torch  # noqa: PLC0415
+
+        from gpudoctor.collect.compile_watch import CompileWatch, monotonic_clock  # noqa: PLC0415
+
+        tracker = self.tracker
+        watch = CompileWatch(torch, lambda: tracker.index, monotonic_clock(tracker.t0), capture.mark_dirty)
+        capture.compile_watch = watch
+        watch.install()
+
     def _start_manifest(self, cwd: str) -> Manifest:
         from gpudoctor.collect.runner import _start_manifest  # noqa: PLC0415
 
@@ -202,12 +288,17 @@ class InProcessRun:
         m = _start_manifest(opts, self._target, self.run_dir, cwd, self.t0_unix_ns)
         from gpudoctor.collect.finish import replace_manifest  # noqa: PLC0415
 
-        return replace_manifest(m, command=("session", *self._target.argv))
+        m = replace_manifest(m, command=("session", *self._target.argv))
+        if self.job is not None:
+            from gpudoctor.collect.distributed import LAUNCHER  # noqa: PLC0415
+
+            m = replace_manifest(m, launcher=LAUNCHER)
+        return m
 
     def finish(self, status: RunStatus, detail: str = "", code: int = 0) -> Manifest:
         """End the run: the child's account (``profile``'s training process's ending), the sampler, the
         manifest; then torch is put back as it was."""
-        from gpudoctor.collect.finish import finish_manifest  # noqa: PLC0415
+        from gpudoctor.collect.finish import finish_manifest, replace_manifest  # noqa: PLC0415
         from gpudoctor.collect.relay import Signals  # noqa: PLC0415
         from gpudoctor.collect.runner import _write_manifest  # noqa: PLC0415
 
@@ -233,13 +324,29 @@ class InProcessRun:
             profslot.forget()
             if self._snapshot is not None:
                 self.errors.extend(self._snapshot.restore())
+        if not self.writes_manifest:  # a torchrun rank: its account is its state file, the leader merges it
+            self.manifest = replace_manifest(self.manifest, status=status, status_detail=detail, exit_code=code,
+                                             rank=child.rank, world_size=child.world_size)
+            return self.manifest
+        job: dict[str, Any] = {}
+        state = dict(child.state)
+        if self.job is not None:
+            from gpudoctor.collect import distributed  # noqa: PLC0415
+
+            self.ranks = self.job.wait_for_ranks()
         t_end_unix_ns, t_end_mono_ns = time.time_ns(), time.monotonic_ns()
         self._sampler.stop()
         self._compressor.stop()
+        if self.job is not None:
+            state, ends, outcome = distributed.combined_state(self.run_dir, self.ranks)
+            job = {"rank_ends": tuple(ends), "failed_rank": outcome.get("failed_rank")}
+            self.job.close()
         manifest = finish_manifest(
             self.manifest, self.run_dir, code, Signals(), self._sampler, self._nvml, self._nvml_reason, t_end_unix_ns,
-            (t_end_mono_ns - self.t0_mono_ns) / 1e9, state=dict(child.state), compressor=self._compressor,
+            (t_end_mono_ns - self.t0_mono_ns) / 1e9, state=state, compressor=self._compressor,
         )
+        if job:
+            manifest = replace_manifest(manifest, **job)
         if self._nvml is not None:
             self._nvml.close()
         if _write_manifest(self.run_dir, manifest):

@@ -113,6 +113,7 @@ class SettingsCapture:
         self._fused_support: dict[type, bool] = {}
         self._flags_snapshot: tuple[FlagSetting, ...] | None = None
         self._device_type = "cpu"
+        self._declared: dict[str, FlagSetting] = {}  # a trainer's own arguments (note_declared), by name
         self.injector: Any = None  # a --verify trial's collect.inject.Injector: its account goes into `injected`
         self.compile_watch: Any = None  # a collect.compile_watch.CompileWatch once the script called torch.compile
 
@@ -231,7 +232,19 @@ class SettingsCapture:
             except Exception:
                 continue
             out.append(FlagSetting(name=name, value=_jsonable(value), call_site=self._flag_sites.get(name)))
-        return tuple(out)
+        return (*out, *self._declared.values())
+
+    def note_declared(self, name: str, value: Any, site: CallSite | None) -> None:
+        """A setting a trainer's arguments declare (``lightning.Trainer.precision``), kept among the flags."""
+        self._declared[name] = FlagSetting(name=name, value=_jsonable(value), call_site=site)
+        self._flags_snapshot = None  # read again at the next build
+        self.dirty = True
+
+    def note_device(self, device_type: str) -> None:
+        """The device the training runs on, as a trainer declares it (\"cuda\", \"cpu\", \"mps\")."""
+        if device_type and device_type != self._device_type:
+            self._device_type = device_type
+            self.dirty = True
 
     # ------------------------------------------------------------------ AMP
 

@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.api import Session
+from gpudoctor.collect.inprocess import TrainerSettings
+
+#: mixed precision a trainer runs under autocast: its dtype, and whether fp16's loss scaling goes with it
+MIXED = {"bf16": ("torch.bfloat16", False), "fp16": ("torch.float16", True)}
 
 
 def user_code_of(loader: Any) -> Any:
@@ -35,6 +39,11 @@ def user_code_of(loader: Any) -> Any:
     return None
 
 
+def device_type(device: Any) -> str | None:
+    kind = getattr(device, "type", None)
+    return kind if isinstance(kind, str) and kind else None
+
+
 class TrainerRun:
     """One training run of a trainer under a session."""
 
@@ -45,11 +54,13 @@ class TrainerRun:
         self.logger = logger
         self.running = False
 
-    def begin(self, loaders: list[Any]) -> None:
+    def begin(self, loaders: list[Any], declared: TrainerSettings | None = None) -> None:
         if self.running:
             return
         self.session.start()
         self.running = True
+        if declared is not None:
+            self.session.note_trainer(declared)
         for loader in loaders:
             if loader is not None:
                 self.session.note_dataloader(loader, user_code_of(loader))
@@ -70,6 +81,8 @@ class TrainerRun:
         report = self.session.stop(exc)
         run_dir = self.session.run_dir
         if report is None:
+            if self.session.rank_only:  # a torchrun job: the rank that wrote the job's run directory reports
+                return
             self.logger.warning("gpudoctor: the run in %s could not be diagnosed", run_dir)
             return
         top = ", ".join(f"{f.code} {f.severity.value}: {f.message}" for f in report.findings[:3]) or "no finding"

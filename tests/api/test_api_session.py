@@ -7,9 +7,10 @@ it back at the end, which one of the tests checks; the test process stays clean.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -109,6 +110,24 @@ def test_step_marks_the_steps_and_torch_is_put_back(tmp_path):
 # process imported and freed before the loop: `python -c` importing the sample vs `profile` running it as
 # __main__), and on starved_dataloader sits at its threshold: each side has fired it alone on CI's machine.
 _OF_THE_MOMENT = ("GD205", "GD503")
+SHORT_STEPS = 40  # the samples' own accuracy test's quick run (tests/samples): each planted problem shows within it
+
+
+def _load_accuracy():
+    spec = importlib.util.spec_from_file_location("gpudoctor_bench_accuracy_api", ROOT / "benchmarks" / "accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_ACC = _load_accuracy()
+SCENARIOS = {s.name: s for s in _ACC.discover()}  # every sample script, with what its docstring plants
+
+
+@functools.cache
+def _gpus() -> int:
+    return _ACC.gpu_count()
 
 
 def _codes(report: dict) -> set[str]:
@@ -116,26 +135,18 @@ def _codes(report: dict) -> set[str]:
             if f["severity"] in ("error", "warning") and f["code"] not in _OF_THE_MOMENT}
 
 
-def _planted(sample: str) -> set[str]:
-    text = (SAMPLES / f"{sample}.py").read_text(encoding="utf-8")
-    (line,) = [ln for ln in text.splitlines() if ln.startswith("Expected:")]
-    return set(re.findall(r"GD\d{3}", line))
-
-
 def _comparable(report: dict) -> dict:
     return {k: v for k, v in report.items() if k not in ("kind", "created_at", "source")}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sample", ["starved_dataloader", "cpu_preprocessing_in_loop"])
-def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
-    """For a sample script, a session() around its main() finds the planted findings `gpudoctor profile` finds,
-    and `gpudoctor.analyze` of the session's run directory is the session's report."""
+def _session_and_profile(tmp_path: Path, sample: str, attempt: int) -> tuple[dict, Path, dict, Path]:
+    """A session() around the sample's main([]) (the defaults, as `profile SCRIPT` runs it: every sample's main
+    takes its argv), then `gpudoctor profile` of the script: (session report, its run dir, profile's, its)."""
     proc = _python(f"""
         import json, sys
         sys.path.insert(0, {str(SAMPLES)!r})
         import gpudoctor, {sample}
-        with gpudoctor.session(out="session-runs", steps=40) as s:
+        with gpudoctor.session(out="session-runs-{attempt}", steps={SHORT_STEPS}) as s:
             {sample}.main([])
         again = gpudoctor.analyze(s.run_dir)
         print(json.dumps({{"report": s.report.to_dict(), "again": again.to_dict(),
@@ -143,26 +154,60 @@ def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
     """, tmp_path)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert _comparable(out["report"]) == _comparable(out["again"]) == _comparable(out["loaded"])
-    cli = subprocess.run([sys.executable, "-m", "gpudoctor", "profile", "--steps", "40", "--out", "profile-runs",
-                          str(SAMPLES / f"{sample}.py")], cwd=tmp_path, env=_env(),
+    cli = subprocess.run([sys.executable, "-m", "gpudoctor", "profile", "--steps", str(SHORT_STEPS), "--out",
+                          f"profile-runs-{attempt}", str(SCENARIOS[sample].path)], cwd=tmp_path, env=_env(),
                          capture_output=True, text=True, timeout=600)
     assert cli.returncode == 0, cli.stderr[-3000:]
-    (run,) = (tmp_path / "profile-runs").iterdir()
-    profiled = json.loads((run / "report.json").read_text())
-    assert _codes(out["report"]) == _codes(profiled), (_codes(out["report"]), _codes(profiled))
-    assert _planted(sample) <= _codes(profiled), (_planted(sample), _codes(profiled))
-    # the same instruments: the DataLoader read with its call site, the steps found by the same marker
-    session_dir = tmp_path / out["report"]["source"]
+    (run,) = (tmp_path / f"profile-runs-{attempt}").iterdir()
+    return out["report"], tmp_path / out["report"]["source"], json.loads((run / "report.json").read_text()), run
 
+
+def _disagreement(session: dict, profiled: dict, expected: tuple[str, ...]) -> str:
+    """How a session's findings differ from profile's, in words ("" when they agree): the codes at warning and
+    above, and the planted codes (profile finds each; the session too, at info as well: GD601 on a CPU)."""
+    problems = []
+    if _codes(session) != _codes(profiled):
+        problems.append(f"session {sorted(_codes(session))} vs profile {sorted(_codes(profiled))}")
+    for who, report in (("profile", profiled), ("session", session)):
+        missed = set(expected) - {f["code"] for f in report["findings"]}
+        if missed:
+            problems.append(f"{who} missed the planted {sorted(missed)}")
+    return "; ".join(problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sample", sorted(SCENARIOS))
+def test_a_session_around_main_finds_what_profile_finds(tmp_path, sample):
+    """For every sample script, a session() around its main() finds the findings `gpudoctor profile` finds (the
+    planted ones among them), and `gpudoctor.analyze` of the session's run directory is the session's report.
+
+    A pair that disagrees is run once more and fails only when it disagrees again (as the samples' accuracy
+    test does): on a loaded 2-core machine a rule near its threshold reads the load (profile once missed
+    compiled_tiny_batch's GD103 while other processes held 1.7 of the 2 cores and the script waited for a core
+    73% of the time; the session beside it found it), and a real difference disagrees every time."""
+    scenario = SCENARIOS[sample]
+    if scenario.needs_gpu and not _gpus():
+        pytest.skip(f"{sample} needs a GPU; this machine has none")  # as tests/samples/test_samples_accuracy.py
+    session, session_dir, profiled, run = _session_and_profile(tmp_path, sample, 1)
+    first = _disagreement(session, profiled, scenario.expected)
+    if first:
+        session, session_dir, profiled, run = _session_and_profile(tmp_path, sample, 2)
+        again = _disagreement(session, profiled, scenario.expected)
+        assert not again, f"{again} (and in the first pair: {first})"
+
+    # the same instruments: the DataLoaders read with their call sites, the steps found by the same marker
     def loaders(run_dir: Path) -> list[tuple[str, int, int]]:
         settings = json.loads((run_dir / "settings.json").read_text())
         return [(Path(d["call_site"]["file"]).name, d["call_site"]["line"], d["num_workers"])
                 for d in settings["dataloaders"]]
 
-    assert loaders(session_dir) == loaders(run) and loaders(run)
-    for run_dir in (session_dir, run):
+    assert loaders(session_dir) == loaders(run)
+
+    def steps(run_dir: Path) -> tuple[str, int, str]:
         m = json.loads((run_dir / "manifest.json").read_text())
-        assert (m["step_source"], m["steps_seen"], m["status"]) == ("optimizer", 40, "stopped"), run_dir
+        return m["step_source"], m["steps_seen"], m["status"]
+
+    assert steps(session_dir) == steps(run) and 1 <= steps(run)[1] <= SHORT_STEPS, (steps(session_dir), steps(run))
 
 
 @pytest.mark.slow
