@@ -32,13 +32,13 @@ QUANTITIES: dict[str, tuple[str, ...]] = {
         r"step time " + _DUR + r" \(mean\)",
         r"\bnow " + _DUR + r" per step\b",
         r"of an? " + _DUR + r" (?:optimizer )?step, means over",
-        r"\bstep mean time" + _SEP + _DUR,
+        r"(?<!profiled )\bstep mean time" + _SEP + _DUR,
         r"\bagainst " + _DUR + r" now(?! \(per batch)",  # a model's step now (GD201's, GD104's), not one per batch
     ),
     "step time, median": (
         r"step time, median \(spread\)" + _SEP + _DUR,
         r"\(mean\), median " + _DUR,
-        r"\bstep median time" + _SEP + _DUR,
+        r"(?<!profiled )\bstep median time" + _SEP + _DUR,  # not the profiled steps' own median
     ),
     "step time, p90": (
         r"step time, p90 \(spread\)" + _SEP + _DUR,

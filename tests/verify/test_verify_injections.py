@@ -157,9 +157,12 @@ DL = "dataloaders[0]"
 FLAG = "flags[{}].value"
 # code: (workers, run where it fires, fields of settings.json the fix may change, kinds of injection)
 CASES: dict[str, tuple[int, Callable[[Settings], RunData], set[str], set[str]]] = {
-    # prefetch_factor and the start method are recorded only for a DataLoader with workers
+    # prefetch_factor and the start method are recorded only for a DataLoader with workers; a CPU run's load
+    # (unmeasured here: sized as computing) gets the worker's core from the training's threads (torch's default,
+    # one per core, want more than the 2 cores beside it)
     "GD201": (0, _gd201, {f"{DL}.num_workers", f"{DL}.persistent_workers", f"{DL}.prefetch_factor",
-                          f"{DL}.multiprocessing_context"}, {"dataloader"}),
+                          f"{DL}.multiprocessing_context", "num_threads", FLAG.format("torch.set_num_threads")},
+              {"dataloader", "threads"}),
     "GD202": (1, _gd202, {f"{DL}.persistent_workers"}, {"dataloader"}),
     "GD204": (1, _gd204, {f"{DL}.has_worker_init_fn", "num_threads", FLAG.format("torch.set_num_threads")},
               {"worker_threads", "threads"}),
@@ -213,6 +216,7 @@ def test_the_values_read_back_are_the_fix(work: Path) -> None:
         pytest.skip("runs after the parametrized injection tests")
     flags = {code: {f["name"]: f["value"] for f in v["flags"]} for code, v in s.items()}
     assert s["GD201"]["dataloaders"][0]["num_workers"] == 1 and s["GD201"]["dataloaders"][0]["persistent_workers"]
+    assert s["GD201"]["num_threads"] == 1
     assert s["GD202"]["dataloaders"][0]["persistent_workers"] is True
     assert s["GD204"]["num_threads"] == 1 and s["GD204"]["dataloaders"][0]["has_worker_init_fn"]
     assert s["GD301"]["dataloaders"][0]["pin_memory"] is True
