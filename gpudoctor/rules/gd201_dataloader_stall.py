@@ -92,7 +92,6 @@ from gpudoctor.model.metrics import Component, Ledger, LedgerBasis, TraceMetrics
 from gpudoctor.model.run import Injection, StepRecord
 from gpudoctor.model.steady import data_wait_share_pct, median_int
 from gpudoctor.rules.context import RuleContext
-from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.dataloader import (
     allowed_changes,
     dataloader_injections,
@@ -175,7 +174,7 @@ def _from_steps(ctx: RuleContext) -> RuleResult:
             )
     cores = ctx.cpu_count()
     if dl is not None and dl.num_workers and cores:
-        demand = runnable_demand(ctx)
+        demand = loader_of(ctx).demand
         if demand is not None and demand.tree / cores > t.oversubscription_ratio:
             return RuleResult.not_applicable(
                 f"the loop waits {fmt_pct(share)} of step time for data, but the workers are short of CPU, not of "

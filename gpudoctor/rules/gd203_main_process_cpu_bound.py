@@ -84,13 +84,14 @@ from __future__ import annotations
 
 import statistics
 
+from gpudoctor.analysis.cprofile import user_functions
 from gpudoctor.model.findings import ChecklistStatus, Confidence, Fix, Location, Metric, SettingRef
 from gpudoctor.model.metrics import Component, DispatchStats, GapCause, LedgerBasis
 from gpudoctor.model.selectors import trace_label
 from gpudoctor.rules.context import RuleContext
-from gpudoctor.rules.cpu_demand import runnable_demand
 from gpudoctor.rules.formatting import fmt_pct
-from gpudoctor.rules.profiles import pstats_total_s, too_few_steps, user_functions
+from gpudoctor.rules.load_model import loader_of
+from gpudoctor.rules.profiles import pstats_total_s, too_few_steps
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.results import RuleResult
 from gpudoctor.rules.static_api import StaticCheck, StaticContext
@@ -134,7 +135,7 @@ def check(ctx: RuleContext) -> RuleResult:
     if cpu is None:
         return RuleResult.cannot_judge("no CPU samples of the training process (psutil; run `gpudoctor profile`)")
     # a thread that waits for a core (other load on the machine) still wants it: count it busy
-    demand = runnable_demand(ctx)
+    demand = loader_of(ctx).demand
     busy = max(cpu, 100.0 * demand.main) if demand is not None else cpu
     if busy < t.main_cpu_busy_pct:
         return RuleResult.fine(

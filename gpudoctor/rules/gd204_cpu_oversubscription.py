@@ -88,6 +88,7 @@ import statistics
 from dataclasses import dataclass
 
 from gpudoctor.analysis.load import step_compute
+from gpudoctor.analysis.loader import Demand
 from gpudoctor.config import Thresholds
 from gpudoctor.model.findings import (
     Confidence,
@@ -101,7 +102,6 @@ from gpudoctor.model.findings import (
 from gpudoctor.model.metrics import Component
 from gpudoctor.model.run import Injection
 from gpudoctor.rules.context import RuleContext
-from gpudoctor.rules.cpu_demand import Demand, runnable_demand
 from gpudoctor.rules.dataloader import (
     dataloader_call,
     dataloader_injections,
@@ -241,7 +241,7 @@ def inject(finding: Finding, ctx: RuleContext) -> tuple[Injection, ...] | str:
     if why:
         return why
     cores = ctx.cpu_count()
-    d = runnable_demand(ctx)
+    d = loader_of(ctx).demand
     if cores is None or d is None:
         return "the run-queue figures behind the finding are missing"
     pools, new_threads, new_workers = _remedy(ctx.thresholds, d, cores, dl.num_workers)
@@ -270,7 +270,7 @@ def check(ctx: RuleContext) -> RuleResult:
         return RuleResult.not_applicable(
             f"no DataLoader workers: {s.num_threads} intra-op threads on {cores} cores"
         )
-    d = runnable_demand(ctx)
+    d = loader_of(ctx).demand
     if d is None:
         return RuleResult.cannot_judge(
             f"{s.num_threads} intra-op threads and {workers} workers on {cores} cores, but no run-queue wait was "

@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from gpudoctor.model.findings import Confidence, Fix, Metric
 from gpudoctor.rules.context import RuleContext
-from gpudoctor.rules.cpu_demand import runnable_demand
+from gpudoctor.rules.load_model import loader_of
 from gpudoctor.rules.registry import Need, Rule
 from gpudoctor.rules.results import RuleResult
 
@@ -98,7 +98,7 @@ _AFTER = (
 def check(ctx: RuleContext) -> RuleResult:
     t = ctx.thresholds
     cores = ctx.cpu_count()
-    d = runnable_demand(ctx)
+    d = loader_of(ctx).demand
     load = ctx.figures.host.load  # over the steps (the run's figures)
     if d is None or load is None or load.runq_wait_pct is None or cores is None:
         return RuleResult.cannot_judge(

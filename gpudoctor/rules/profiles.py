@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.analysis.cprofile import entry_name as entry_name
-from gpudoctor.analysis.cprofile import user_functions as user_functions
 from gpudoctor.model.findings import Location
 from gpudoctor.model.metrics import DispatchStats, WindowKind
 from gpudoctor.model.run import PstatsEntry

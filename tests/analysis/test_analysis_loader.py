@@ -37,7 +37,7 @@ from gpudoctor.analysis.loader import (  # noqa: E402
 from gpudoctor.config import Thresholds  # noqa: E402
 from gpudoctor.model import HostLoad, ProcessSample  # noqa: E402
 from gpudoctor.rules.context import RuleContext  # noqa: E402
-from gpudoctor.rules.cpu_demand import runnable_demand  # noqa: E402
+from gpudoctor.rules.load_model import loader_of  # noqa: E402
 
 FETCH = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py"
 
@@ -144,10 +144,10 @@ def test_workers_load_is_told_from_their_samples() -> None:
 def test_the_demand_is_the_one_every_rule_reads() -> None:
     data = _workers(50.0)
     ctx = RuleContext(data, Thresholds())
-    d = runnable_demand(ctx)
+    d = loader_of(ctx).demand
     assert d is not None and d is ctx.figures.loader.demand
     assert d.workers_cpu == pytest.approx(1.0) and d.main == pytest.approx(0.6) and d.tree == pytest.approx(1.6)
-    assert runnable_demand(RuleContext(_workers(50.0, runq=None), Thresholds())) is None  # no schedstat
+    assert loader_of(RuleContext(_workers(50.0, runq=None), Thresholds())).demand is None  # no schedstat
 
 
 def test_the_machine_is_busy_by_gd205_s_thresholds() -> None:
